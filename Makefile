@@ -1,0 +1,104 @@
+# stage: a plain Makefile. `make help` lists the targets.
+#
+# Layout of the build: common/ is a static library that depends on nothing of
+# the project; staged and stage link it. Each tests/unit/test_X.c is its own
+# cmocka binary linked with libcommon.a and the daemon's objects (minus main).
+
+CC       ?= cc
+BUILD    ?= build
+PKGS     := liburing libxxhash libzstd libsodium libibverbs librdmacm
+CPPFLAGS += -I. -D_GNU_SOURCE
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+            -Wmissing-prototypes -Wno-unused-parameter -fno-strict-aliasing
+LDLIBS   += -lpthread
+
+# pkg-config finds the libraries; xxhash's .pc is missing on some releases.
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+ifeq ($(PKG_LIBS),)
+PKG_LIBS := -luring -lxxhash -lzstd -lsodium -libverbs -lrdmacm
+endif
+CFLAGS += $(PKG_CFLAGS)
+LDLIBS += $(PKG_LIBS)
+
+ifeq ($(SANITIZE),address)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+else ifeq ($(SANITIZE),undefined)
+CFLAGS  += -fsanitize=undefined -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=undefined
+endif
+
+COMMON_SRC := $(sort $(wildcard common/*.c))
+DAEMON_SRC := $(sort $(wildcard daemon/*.c))
+RDMA_SRC   := $(sort $(wildcard rdma/*.c))
+CLIENT_SRC := $(sort $(wildcard client/*.c))
+UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+COMMON_OBJ := $(call obj,$(COMMON_SRC))
+DAEMON_OBJ := $(call obj,$(filter-out daemon/staged.c,$(DAEMON_SRC)) $(RDMA_SRC))
+CLIENT_OBJ := $(call obj,$(filter-out client/stage.c,$(CLIENT_SRC)))
+UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+
+BIN := $(BUILD)/bin/staged $(BUILD)/bin/stage
+
+.PHONY: all check unit integration demo deps help clean bench-smoke
+all: $(BIN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/libcommon.a: $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+$(BUILD)/bin/staged: $(call obj,daemon/staged.c) $(DAEMON_OBJ) $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bin/stage: $(call obj,client/stage.c) $(CLIENT_OBJ) $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(DAEMON_OBJ) $(CLIENT_OBJ) $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+
+deps:
+	@tools/install-deps
+
+unit: $(UNIT_BIN)
+	@tools/run-unit $(UNIT_BIN)
+
+integration: $(BIN)
+	@tools/run-integration
+
+# `make check` installs what is missing, builds, and runs every test.
+check: deps
+	@$(MAKE) --no-print-directory all unit
+	@$(MAKE) --no-print-directory integration
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@tools/demo
+
+bench-smoke: $(BIN)
+	@tools/bench/pull --smoke
+
+help:
+	@echo "make              build build/bin/staged and build/bin/stage (warnings are errors)"
+	@echo "make check        install missing dependencies, build, run unit and integration tests"
+	@echo "make demo         install missing dependencies, build, show a pull and a verify"
+	@echo "make unit         build and run the cmocka unit tests"
+	@echo "make integration  run the pytest integration tests (real daemons)"
+	@echo "make deps         apt-get what the build, tests and benchmarks need"
+	@echo "make SANITIZE=address|undefined ...   build with sanitizers"
+	@echo "make clean"
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,63 @@
+/* Configuration: one table (config.c) of every key with its type, bounds,
+ * default and field drives the INI parser, the defaults and
+ * `staged --print-config`. Keys of BRIEF §4 plus the extensions marked below,
+ * documented in docs/ARCHITECTURE.md. */
+#ifndef STAGE_CONFIG_H
+#define STAGE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CFG_MAX_ROOTS 16
+#define CFG_REPLICAS_ALL (-1)
+
+enum cfg_transport { CFG_TRANSPORT_AUTO, CFG_TRANSPORT_TCP, CFG_TRANSPORT_RDMA };
+enum cfg_compress { CFG_COMPRESS_AUTO, CFG_COMPRESS_OFF, CFG_COMPRESS_ZSTD, CFG_COMPRESS_FLOAT };
+
+struct stage_config {
+	/* [node] */
+	char *name;                 /* default: hostname */
+	char *socket;               /* default: /run/stage/staged.sock as root,
+	                               else $XDG_RUNTIME_DIR/stage.sock (or /tmp/stage-UID.sock) */
+	char *listen;               /* HOST:PORT, default 0.0.0.0:7420 */
+	char *state_dir;
+	int log_level;              /* extension: error|warn|info|debug, default info */
+	/* [paths] */
+	char *source_roots[CFG_MAX_ROOTS]; /* absolute, no trailing '/', "/" allowed */
+	int n_source_roots;
+	char *stage_root;
+	char *ckpt_root;
+	char *replica_root;
+	/* [cluster] */
+	char *hosts;
+	char *key_file;
+	int replicas;               /* 0.. or CFG_REPLICAS_ALL */
+	int keep;
+	/* [transfer] */
+	int transport;              /* enum cfg_transport */
+	int compress;               /* enum cfg_compress */
+	bool watch;
+	uint64_t memory;            /* extension: I/O buffer budget per job, bytes */
+	uint32_t files_in_flight;   /* extension: files open at once per pull */
+	uint64_t io_size;           /* extension: largest single read/write, bytes */
+	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
+};
+
+/* Fills every key with its default (strings allocated). 0 or -ENOMEM. */
+int config_defaults(struct stage_config *c);
+/* Parses INI text over the current values. On error returns -EINVAL (or
+ * -ENOMEM) and writes "FILE:LINE: key 'section.key': why" into err. */
+int config_parse(struct stage_config *c, const char *text, size_t len,
+		 const char *fname, char *err, size_t errlen);
+/* Reads FILE and parses it; a missing or unreadable file is an error naming it. */
+int config_load(struct stage_config *c, const char *path, char *err, size_t errlen);
+/* Prints the running configuration as a config file that parses back equal. */
+void config_print(const struct stage_config *c, FILE *out);
+void config_free(struct stage_config *c);
+
+/* "64MiB", "4M", "1048576", "1G" -> bytes; 0 or -EINVAL. Binary units. */
+int config_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,98 @@
+/* Framing shared by the client, the daemon and (later) peers; the byte-level
+ * description a peer re-implements from is docs/PROTOCOL.md.
+ *
+ * A frame is a 16-byte header then a payload of fields:
+ *   header:  magic "STG1" | u16 type | u16 flags | u32 length | u32 reserved(0)
+ *   field:   u16 key | u16 reserved(0) | u32 length | length bytes
+ * All integers little-endian. A u64 field is 8 bytes. Strings carry no NUL.
+ * Keys may repeat; msg_get_* returns the first. Unknown keys are skipped,
+ * which is how the protocol grows. A frame is rejected whole (-EBADMSG) if
+ * the magic, the reserved words or any field length is wrong, or the payload
+ * exceeds PROTO_MAX_PAYLOAD.
+ */
+#ifndef STAGE_PROTO_H
+#define STAGE_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_MAGIC "STG1"
+#define PROTO_HDR_LEN 16
+#define PROTO_FIELD_HDR_LEN 8
+#define PROTO_MAX_PAYLOAD (1u << 20)
+
+enum msg_type {
+	/* client -> daemon */
+	MSG_PULL_REQ = 1,
+	MSG_VERIFY_REQ = 2,
+	MSG_STATUS_REQ = 3,
+	/* daemon -> client */
+	MSG_PROGRESS = 16,  /* K_PHASE, K_FILES_DONE/TOTAL, K_BYTES_DONE/TOTAL */
+	MSG_NOTE = 17,      /* K_LEVEL, K_TEXT, K_PATH: one finding for the user */
+	MSG_RESULT = 18,    /* K_CODE (exit code), K_TEXT, K_PATH, stats: last frame */
+	MSG_STATUS = 19,    /* K_TEXT lines of key=value; see daemon/ctl.c */
+};
+
+enum msg_key {
+	K_PATH = 1,         /* str */
+	K_DEST = 2,         /* str */
+	K_FLAGS = 3,        /* u64, REQ_* request flags */
+	K_TEXT = 4,         /* str */
+	K_CODE = 5,         /* u64: 0 ok, 1 failed, 2 usage/config */
+	K_LEVEL = 6,        /* u64: enum log_level */
+	K_PHASE = 7,        /* str: "scan", "copy", "verify" */
+	K_FILES_DONE = 8,   /* u64 */
+	K_FILES_TOTAL = 9,  /* u64, 0 while unknown */
+	K_BYTES_DONE = 10,  /* u64 */
+	K_BYTES_TOTAL = 11, /* u64, 0 while unknown */
+	K_FILES_COPIED = 12,/* u64 */
+	K_BYTES_COPIED = 13,/* u64 */
+	K_FILES_REMOVED = 14,/* u64 */
+	K_ELAPSED_NS = 15,  /* u64 */
+	K_ROOT = 16,        /* str: root digest, 32 hex */
+	K_KIND = 17,        /* str: the kind of a NOTE: "missing", "changed", ... */
+	K_NAME = 18,        /* str: key of a status line */
+	K_VALUE = 19,       /* str: value of a status line */
+};
+
+/* Request flags (K_FLAGS). */
+#define REQ_VERIFY   (1u << 0)  /* pull: re-read what landed and check it */
+#define REQ_PROGRESS (1u << 1)  /* send MSG_PROGRESS frames (and count first) */
+#define REQ_DEEP     (1u << 2)  /* verify: re-hash every byte */
+
+struct msg {
+	uint16_t type;
+	uint16_t flags;
+	uint8_t *buf;       /* payload, owned */
+	size_t len, cap;
+	int err;            /* sticky -ENOMEM/-E2BIG from the put calls */
+};
+
+void msg_init(struct msg *m, uint16_t type);
+void msg_free(struct msg *m);
+void msg_put_u64(struct msg *m, uint16_t key, uint64_t v);
+void msg_put_bytes(struct msg *m, uint16_t key, const void *p, size_t n);
+void msg_put_str(struct msg *m, uint16_t key, const char *s); /* strlen(s) bytes */
+
+/* Lookup: 0, -ENOENT if absent, -EBADMSG if the length is wrong for a u64. */
+int msg_get_u64(const struct msg *m, uint16_t key, uint64_t *v);
+int msg_get_bytes(const struct msg *m, uint16_t key, const uint8_t **p, size_t *n);
+/* Copies a str field into a fresh NUL-terminated string; -EINVAL if it holds a NUL. */
+int msg_get_str(const struct msg *m, uint16_t key, char **out);
+/* Iterate: *off starts at 0; returns 1 with key/p/n, 0 at the end. */
+int msg_next_field(const struct msg *m, size_t *off, uint16_t *key, const uint8_t **p, size_t *n);
+
+/* Checks a payload's field structure. 0 or -EBADMSG. */
+int proto_check_payload(const uint8_t *p, size_t n);
+/* Decodes a header: 0 and *type/*flags/*len, or -EBADMSG. */
+int proto_decode_hdr(const uint8_t hdr[PROTO_HDR_LEN], uint16_t *type, uint16_t *flags, uint32_t *len);
+void proto_encode_hdr(uint8_t hdr[PROTO_HDR_LEN], uint16_t type, uint16_t flags, uint32_t len);
+
+/* Blocking whole-frame I/O on a stream socket (EINTR retried).
+ * msg_send: 0 or -errno (m->err if a put failed). msg_recv: 0, -ENOTCONN on
+ * a clean EOF before any header byte, -EBADMSG on a malformed frame, -errno. */
+int msg_send(int fd, const struct msg *m);
+int msg_recv(int fd, struct msg *m);
+
+#endif
