@@ -63,7 +63,16 @@ $(BUILD)/bin/stage: $(call obj,client/stage.c) $(CLIENT_OBJ) $(BUILD)/libcommon.
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(DAEMON_OBJ) $(CLIENT_OBJ) $(BUILD)/libcommon.a
+$(BUILD)/libdaemon.a: $(DAEMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+$(BUILD)/libclient.a: $(CLIENT_OBJ)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+# Archives, so a test pulls in only the modules it calls.
+$(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(BUILD)/libdaemon.a $(BUILD)/libclient.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 

@@ -1,0 +1,244 @@
+#include "daemon/ctl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/proto.h"
+#include "daemon/job.h"
+#include "daemon/pull.h"
+#include "daemon/roots.h"
+#include "daemon/verify.h"
+
+#define STAGE_VERSION "0.1.0"
+#define MAX_CONNS 256
+
+static atomic_uint active;
+static uint64_t started_ns;
+
+struct conn {
+	const struct stage_config *cfg;
+	int fd;
+};
+
+unsigned ctl_active(void)
+{
+	return atomic_load(&active);
+}
+
+int ctl_listen(const struct stage_config *cfg, int *out, char *why, size_t whylen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[sizeof(sa.sun_path)];
+	char *slash;
+	mode_t old;
+	int fd, ret;
+
+	if (strlen(cfg->socket) >= sizeof(sa.sun_path)) {
+		snprintf(why, whylen, "socket path '%s' is too long", cfg->socket);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, cfg->socket);
+	strcpy(dir, cfg->socket);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		ret = roots_mkdirs(dir, 0750);
+		if (ret < 0) {
+			snprintf(why, whylen, "cannot create %s: %s", dir, strerror(-ret));
+			return ret;
+		}
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* A socket file whose daemon answers belongs to a live daemon. */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		close(fd);
+		snprintf(why, whylen, "another staged is already listening on %s", cfg->socket);
+		return -EADDRINUSE;
+	}
+	close(fd);
+	unlink(cfg->socket);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	old = umask(0117);      /* owner and group only, from the first instant */
+	ret = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (ret < 0 || listen(fd, 128) < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "cannot listen on %s: %s", cfg->socket, strerror(errno));
+		close(fd);
+		return ret;
+	}
+	chmod(cfg->socket, 0660);
+	started_ns = job_now_ns();
+	*out = fd;
+	return 0;
+}
+
+void ctl_unlisten(const struct stage_config *cfg, int fd)
+{
+	close(fd);
+	unlink(cfg->socket);
+}
+
+static void put_pair(struct msg *m, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void put_pair(struct msg *m, const char *name, const char *fmt, ...)
+{
+	char v[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(v, sizeof(v), fmt, ap);
+	va_end(ap);
+	msg_put_str(m, K_NAME, name);
+	msg_put_str(m, K_VALUE, v);
+}
+
+static void serve_status(const struct stage_config *cfg, int fd)
+{
+	struct msg m;
+	char roots[2048] = "";
+	size_t n = 0;
+
+	for (int i = 0; i < cfg->n_source_roots; i++)
+		n += (size_t)snprintf(roots + n, n < sizeof(roots) ? sizeof(roots) - n : 0, "%s%s",
+				      i ? ", " : "", cfg->source_roots[i]);
+	msg_init(&m, MSG_STATUS);
+	put_pair(&m, "node", "%s", cfg->name);
+	put_pair(&m, "daemon", "staged %s, pid %d, up %llu s", STAGE_VERSION, (int)getpid(),
+		 (unsigned long long)((job_now_ns() - started_ns) / 1000000000ull));
+	put_pair(&m, "socket", "%s", cfg->socket);
+	put_pair(&m, "source_roots", "%s", roots);
+	put_pair(&m, "stage_root", "%s", cfg->stage_root);
+	put_pair(&m, "peers", "none (single node: replication is not in this version)");
+	put_pair(&m, "transport", "none in use");
+	put_pair(&m, "jobs", "%u", jobs_count());
+	jobs_status(&m);
+	msg_send(fd, &m);
+	msg_free(&m);
+	msg_init(&m, MSG_RESULT);
+	msg_put_u64(&m, K_CODE, 0);
+	msg_put_str(&m, K_TEXT, "ok");
+	msg_send(fd, &m);
+	msg_free(&m);
+}
+
+static void reply_error(int fd, int code, const char *text)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_RESULT);
+	msg_put_u64(&m, K_CODE, (uint64_t)code);
+	msg_put_str(&m, K_TEXT, text);
+	msg_send(fd, &m);
+	msg_free(&m);
+}
+
+static void serve(const struct stage_config *cfg, int fd)
+{
+	struct timeval tv = { .tv_sec = 10 };
+	char *path = NULL, *dest = NULL;
+	uint64_t flags = 0;
+	struct job j;
+	struct msg m;
+	int ret;
+
+	/* A client that connects and says nothing must not hold a thread. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ret = msg_recv(fd, &m);
+	if (ret < 0) {
+		if (ret != -ENOTCONN)
+			log_warn("control: bad request: %s", strerror(-ret));
+		if (ret == -EBADMSG)
+			reply_error(fd, 2, "malformed request frame");
+		return;
+	}
+	msg_get_u64(&m, K_FLAGS, &flags);
+	switch (m.type) {
+	case MSG_STATUS_REQ:
+		serve_status(cfg, fd);
+		break;
+	case MSG_PULL_REQ:
+	case MSG_VERIFY_REQ:
+		if (msg_get_str(&m, K_PATH, &path) < 0 || path[0] != '/') {
+			reply_error(fd, 2, "request without an absolute path");
+			break;
+		}
+		if (msg_get_str(&m, K_DEST, &dest) == -EINVAL) {
+			reply_error(fd, 2, "malformed destination");
+			break;
+		}
+		job_begin(&j, fd, (uint32_t)flags, cfg, m.type == MSG_PULL_REQ ? "pull" : "verify",
+			  path);
+		if (m.type == MSG_PULL_REQ)
+			pull_run(&j, path, dest);
+		else
+			verify_run(&j, path);
+		job_end(&j);
+		break;
+	default:
+		reply_error(fd, 2, "unknown request type (a newer client?)");
+		break;
+	}
+	free(path);
+	free(dest);
+	msg_free(&m);
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+
+	serve(c->cfg, c->fd);
+	close(c->fd);
+	free(c);
+	atomic_fetch_sub(&active, 1);
+	return NULL;
+}
+
+int ctl_spawn(const struct stage_config *cfg, int fd)
+{
+	struct conn *c;
+	pthread_attr_t attr;
+	pthread_t t;
+	int ret;
+
+	if (atomic_load(&active) >= MAX_CONNS) {
+		reply_error(fd, 1, "the daemon is busy: too many connections");
+		close(fd);
+		return -EBUSY;
+	}
+	c = malloc(sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->cfg = cfg;
+	c->fd = fd;
+	atomic_fetch_add(&active, 1);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	ret = pthread_create(&t, &attr, conn_main, c);
+	pthread_attr_destroy(&attr);
+	if (ret) {
+		atomic_fetch_sub(&active, 1);
+		close(fd);
+		free(c);
+		return -ret;
+	}
+	return 0;
+}

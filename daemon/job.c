@@ -1,0 +1,172 @@
+#include "daemon/job.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+atomic_bool stage_stopping;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct job *reg_head;
+
+uint64_t job_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config *cfg,
+	       const char *kind, const char *what)
+{
+	memset(j, 0, sizeof(*j));
+	j->fd = fd;
+	j->flags = flags;
+	j->cfg = cfg;
+	snprintf(j->kind, sizeof(j->kind), "%s", kind);
+	snprintf(j->what, sizeof(j->what), "%s", what);
+	atomic_store(&j->phase, "start");
+	j->t_start_ns = job_now_ns();
+	pthread_mutex_lock(&reg_lock);
+	j->next = reg_head;
+	reg_head = j;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void job_end(struct job *j)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (struct job **pp = &reg_head; *pp; pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			break;
+		}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void send_or_hang_up(struct job *j, struct msg *m)
+{
+	if (!j->gone && msg_send(j->fd, m) < 0)
+		j->gone = true;
+	msg_free(m);
+}
+
+void job_note(struct job *j, enum log_level lvl, const char *kind, const char *path,
+	      const char *fmt, ...)
+{
+	char text[8192];
+	struct msg m;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	LOG(lvl, "%s: %s", j->kind, text);
+	msg_init(&m, MSG_NOTE);
+	msg_put_u64(&m, K_LEVEL, lvl);
+	if (kind)
+		msg_put_str(&m, K_KIND, kind);
+	if (path)
+		msg_put_str(&m, K_PATH, path);
+	msg_put_str(&m, K_TEXT, text);
+	send_or_hang_up(j, &m);
+}
+
+void job_progress(struct job *j, bool force)
+{
+	uint64_t now;
+	struct msg m;
+
+	if (!(j->flags & REQ_PROGRESS))
+		return;
+	now = job_now_ns();
+	if (!force && now - j->t_progress_ns < 100000000ull)
+		return;
+	j->t_progress_ns = now;
+	msg_init(&m, MSG_PROGRESS);
+	msg_put_str(&m, K_PHASE, atomic_load(&j->phase));
+	msg_put_u64(&m, K_FILES_DONE, atomic_load(&j->files_done));
+	msg_put_u64(&m, K_FILES_TOTAL, atomic_load(&j->files_total));
+	msg_put_u64(&m, K_BYTES_DONE, atomic_load(&j->bytes_done));
+	msg_put_u64(&m, K_BYTES_TOTAL, atomic_load(&j->bytes_total));
+	send_or_hang_up(j, &m);
+}
+
+bool job_cancelled(struct job *j)
+{
+	uint64_t now;
+
+	if (atomic_load(&stage_stopping) || j->gone)
+		return true;
+	now = job_now_ns();
+	if (now - j->t_check_ns < 50000000ull)
+		return false;
+	j->t_check_ns = now;
+	/* The client sends nothing after its request: readable means it closed. */
+	struct pollfd p = { .fd = j->fd, .events = POLLIN | POLLRDHUP };
+	if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
+		j->gone = true;
+	return j->gone;
+}
+
+void job_result(struct job *j, int code, const char *path, struct msg *m,
+		const char *fmt, ...)
+{
+	char text[8192];
+	struct msg own;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (!m) {
+		msg_init(&own, MSG_RESULT);
+		m = &own;
+	}
+	msg_put_u64(m, K_CODE, (uint64_t)code);
+	msg_put_str(m, K_TEXT, text);
+	if (path)
+		msg_put_str(m, K_PATH, path);
+	msg_put_u64(m, K_ELAPSED_NS, job_now_ns() - j->t_start_ns);
+	if (code)
+		log_warn("%s %s: %s", j->kind, j->what, text);
+	else
+		log_info("%s %s: %s", j->kind, j->what, text);
+	job_progress(j, true);
+	send_or_hang_up(j, m);
+	j->sent_result = true;
+}
+
+void jobs_status(struct msg *m)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (struct job *j = reg_head; j; j = j->next) {
+		char v[1024];
+
+		snprintf(v, sizeof(v), "%s %s [%s] %llu/%llu files, %llu/%llu bytes", j->kind,
+			 j->what, atomic_load(&j->phase),
+			 (unsigned long long)atomic_load(&j->files_done),
+			 (unsigned long long)atomic_load(&j->files_total),
+			 (unsigned long long)atomic_load(&j->bytes_done),
+			 (unsigned long long)atomic_load(&j->bytes_total));
+		msg_put_str(m, K_NAME, "job");
+		msg_put_str(m, K_VALUE, v);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+unsigned jobs_count(void)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&reg_lock);
+	for (struct job *j = reg_head; j; j = j->next)
+		n++;
+	pthread_mutex_unlock(&reg_lock);
+	return n;
+}

@@ -1,0 +1,57 @@
+/* A job: one client request being served (a pull, a verify), on the
+ * connection's own thread. It owns nothing of the client but reports to it:
+ * notes, throttled progress, and exactly one result, the last frame. The
+ * registry lets `stage status` list jobs in flight.
+ *
+ * Fields marked "atomic" are written by the job's thread and read by any
+ * thread serving a status request; the rest belong to the job's thread.
+ */
+#ifndef STAGE_JOB_H
+#define STAGE_JOB_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/proto.h"
+
+extern atomic_bool stage_stopping;  /* set by SIGTERM: every job winds down */
+
+struct job {
+	int fd;                          /* the client's connection, borrowed */
+	uint32_t flags;                  /* REQ_* of the request */
+	const struct stage_config *cfg;  /* borrowed, immutable while running */
+	char kind[16];                   /* "pull", "verify" */
+	char what[512];                  /* for status: what it works on */
+	_Atomic(const char *) phase;     /* atomic: "scan", "copy", "verify" */
+	_Atomic uint64_t files_done, files_total, bytes_done, bytes_total;
+	uint64_t t_start_ns;             /* CLOCK_MONOTONIC */
+	uint64_t t_progress_ns;          /* last MSG_PROGRESS sent */
+	uint64_t t_check_ns;             /* last look at the client socket */
+	bool gone;                       /* the client hung up: cancel */
+	bool sent_result;
+	struct job *next;                /* registry link, under the registry lock */
+};
+
+uint64_t job_now_ns(void);
+void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config *cfg,
+	       const char *kind, const char *what);
+void job_end(struct job *j);
+/* A finding or message for the user: kind/path may be NULL. Also logged. */
+void job_note(struct job *j, enum log_level lvl, const char *kind, const char *path,
+	      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Sends MSG_PROGRESS if asked for and 100 ms have passed (or force). */
+void job_progress(struct job *j, bool force);
+/* Whether to stop: the daemon is stopping or the client hung up. Cheap. */
+bool job_cancelled(struct job *j);
+/* The result frame: code is the client's exit code. `m` carries extra
+ * fields (may be NULL) and is consumed. */
+void job_result(struct job *j, int code, const char *path, struct msg *m,
+		const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Appends one K_NAME/K_VALUE pair per job in flight to m. */
+void jobs_status(struct msg *m);
+unsigned jobs_count(void);
+
+#endif

@@ -1,0 +1,190 @@
+#include "daemon/roots.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/paths.h"
+
+int roots_mkdirs(const char *path, unsigned mode)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1;; p++) {
+		if (*p == '/' || *p == '\0') {
+			char c = *p;
+
+			*p = '\0';
+			if (mkdir(buf, mode) < 0 && errno != EEXIST)
+				return -errno;
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}
+
+/* realpath of the longest existing prefix of abs, plus the rest verbatim.
+ * The rest must hold no ".." (it cannot be resolved: nothing is there). */
+static int resolve_prefix(const char *abs, char **out)
+{
+	char buf[PATH_MAX], *real;
+	size_t n = strlen(abs);
+	char *cut;
+
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	if (abs[0] != '/')
+		return -EINVAL;
+	memcpy(buf, abs, n + 1);
+	for (;;) {
+		real = realpath(buf, NULL);
+		if (real)
+			break;
+		if (errno != ENOENT)
+			return -errno;
+		cut = strrchr(buf, '/');
+		if (!cut || cut == buf)
+			return -ENOENT;
+		*cut = '\0';
+	}
+	{
+		const char *rest = abs + strlen(buf);
+		size_t rl = strlen(real), tl = strlen(rest);
+		char *res;
+
+		for (const char *p = rest; (p = strstr(p, "/..")); p += 3)
+			if (p[3] == '/' || p[3] == '\0') {
+				free(real);
+				return -EINVAL;
+			}
+		res = malloc(rl + tl + 1);
+		if (!res) {
+			free(real);
+			return -ENOMEM;
+		}
+		memcpy(res, real, rl);
+		memcpy(res + rl, rest, tl + 1);
+		free(real);
+		/* realpath("/") + "/x" gives "//x". */
+		paths_normalize(res, true);
+		*out = res;
+	}
+	return 0;
+}
+
+int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *dest_arg,
+	       char **src, char **dst, char *why, size_t whylen)
+{
+	char *s = NULL, *d = NULL, *stage = NULL, *root = NULL;
+	const char *rel = NULL;
+	struct stat st;
+	int ret;
+
+	*src = *dst = NULL;
+	s = realpath(src_arg, NULL);
+	if (!s) {
+		ret = -errno;
+		snprintf(why, whylen, "source '%s': %s", src_arg, strerror(errno));
+		return ret;
+	}
+	for (int i = 0; i < cfg->n_source_roots && !rel; i++) {
+		free(root);
+		root = realpath(cfg->source_roots[i], NULL);
+		if (root)
+			rel = paths_rel(s, root);
+	}
+	if (!rel) {
+		snprintf(why, whylen, "source '%s' (%s) is not under a source root (source_roots = %s%s)",
+			 src_arg, s, cfg->source_roots[0], cfg->n_source_roots > 1 ? ", ..." : "");
+		ret = -EPERM;
+		goto out_free;
+	}
+	if (stat(s, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(why, whylen, "source '%s' is not a directory", src_arg);
+		ret = -ENOTDIR;
+		goto out_free;
+	}
+	ret = roots_mkdirs(cfg->stage_root, 0755);
+	stage = ret ? NULL : realpath(cfg->stage_root, NULL);
+	if (!stage) {
+		ret = ret ? ret : -errno;
+		snprintf(why, whylen, "stage_root '%s': %s", cfg->stage_root, strerror(-ret));
+		goto out_free;
+	}
+	if (dest_arg) {
+		ret = resolve_prefix(dest_arg, &d);
+		if (ret < 0) {
+			snprintf(why, whylen, "destination '%s': %s", dest_arg,
+				 ret == -EINVAL ? "'..' below what exists" : strerror(-ret));
+			goto out_free;
+		}
+	} else {
+		const char *leaf = *rel ? rel : (strrchr(root, '/')[1] ? strrchr(root, '/') + 1 : "root");
+
+		if (asprintf(&d, "%s/%s", stage, leaf) < 0) {
+			d = NULL;
+			ret = -ENOMEM;
+			goto out_free;
+		}
+		paths_normalize(d, true);
+	}
+	if (!paths_under(d, stage) || strcmp(d, stage) == 0) {
+		snprintf(why, whylen, "destination '%s' is not beneath stage_root '%s'",
+			 dest_arg ? dest_arg : d, cfg->stage_root);
+		ret = -EPERM;
+		goto out_free;
+	}
+	if (paths_under(d, s) || paths_under(s, d)) {
+		snprintf(why, whylen, "destination '%s' and source '%s' overlap", d, s);
+		ret = -EINVAL;
+		goto out_free;
+	}
+	*src = s;
+	*dst = d;
+	free(stage);
+	free(root);
+	return 0;
+
+out_free:
+	free(s);
+	free(d);
+	free(stage);
+	free(root);
+	return ret;
+}
+
+int roots_local(const struct stage_config *cfg, const char *arg, char **path, char *why,
+		size_t whylen)
+{
+	const char *roots[] = { cfg->stage_root, cfg->ckpt_root, cfg->replica_root };
+	char *p = realpath(arg, NULL);
+
+	if (!p) {
+		int ret = -errno;
+
+		snprintf(why, whylen, "'%s': %s", arg, strerror(errno));
+		return ret;
+	}
+	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+		char *r = realpath(roots[i], NULL);
+		bool ok = r && paths_under(p, r) && strcmp(p, r) != 0;
+
+		free(r);
+		if (ok) {
+			*path = p;
+			return 0;
+		}
+	}
+	snprintf(why, whylen, "'%s' is not beneath stage_root, ckpt_root or replica_root", arg);
+	free(p);
+	return -EPERM;
+}

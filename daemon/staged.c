@@ -1,0 +1,260 @@
+/* staged: the per-node daemon.
+ *
+ * The main thread owns one io_uring that waits on two things: the control
+ * socket (multishot accept) and a signalfd. Each accepted connection is
+ * served on its own thread (ctl.c); each pull or verify runs its own ring.
+ * SIGTERM/SIGINT: stop accepting, tell jobs to wind down (they remove their
+ * temporaries and keep their journals), wait for them, exit 0.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <liburing.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "daemon/ctl.h"
+#include "daemon/job.h"
+#include "daemon/roots.h"
+
+#define STOP_GRACE_S 30
+
+enum { EV_ACCEPT = 1, EV_SIGNAL };
+
+struct daemon {
+	struct stage_config cfg;
+	struct io_uring ring;
+	int listen_fd;
+	int sig_fd;
+	struct signalfd_siginfo si;   /* the signalfd read lands here */
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: staged [--config FILE] [--foreground] [--print-config]\n"
+		"  --config FILE    read FILE (INI; every key has a default)\n"
+		"  --foreground     stay attached, log to stderr\n"
+		"  --print-config   print the configuration in force and exit\n");
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	/* Many files in flight per pull, several pulls: use what we may. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static int daemonize(const struct stage_config *cfg)
+{
+	char logpath[4096];
+	int fd;
+	pid_t pid;
+
+	snprintf(logpath, sizeof(logpath), "%s/staged.log", cfg->state_dir);
+	fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+	if (fd < 0) {
+		fprintf(stderr, "staged: %s: %s\n", logpath, strerror(errno));
+		return -errno;
+	}
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0)
+		_exit(0);
+	setsid();
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+	fd = open("/dev/null", O_RDWR);
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		if (fd > 2)
+			close(fd);
+	}
+	return 0;
+}
+
+static void arm_accept(struct daemon *d)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+
+	io_uring_prep_multishot_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, EV_ACCEPT);
+}
+
+static void arm_signal(struct daemon *d)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+
+	io_uring_prep_read(sqe, d->sig_fd, &d->si, sizeof(d->si), 0);
+	io_uring_sqe_set_data64(sqe, EV_SIGNAL);
+}
+
+/* Runs until a stop signal. 0, or -errno if the ring failed. */
+static int event_loop(struct daemon *d)
+{
+	arm_accept(d);
+	arm_signal(d);
+	for (;;) {
+		struct io_uring_cqe *cqe;
+		int ret = io_uring_submit_and_wait(&d->ring, 1);
+
+		if (ret < 0 && ret != -EINTR)
+			return ret;
+		while (io_uring_peek_cqe(&d->ring, &cqe) == 0) {
+			uint64_t ev = io_uring_cqe_get_data64(cqe);
+			int res = cqe->res;
+			unsigned flags = cqe->flags;
+
+			io_uring_cqe_seen(&d->ring, cqe);
+			if (ev == EV_SIGNAL) {
+				if (res == (int)sizeof(d->si)) {
+					log_info("signal %u: stopping", d->si.ssi_signo);
+					return 0;
+				}
+				arm_signal(d);
+			} else if (ev == EV_ACCEPT) {
+				if (res >= 0)
+					ctl_spawn(&d->cfg, res);
+				else if (res != -EINTR && res != -ECONNABORTED)
+					log_warn("accept: %s", strerror(-res));
+				/* The kernel ends a multishot on error or overflow: re-arm. */
+				if (!(flags & IORING_CQE_F_MORE))
+					arm_accept(d);
+			}
+		}
+	}
+}
+
+static void wait_for_jobs(void)
+{
+	for (int i = 0; i < STOP_GRACE_S * 20 && ctl_active(); i++) {
+		struct timespec ts = { .tv_nsec = 50000000 };
+
+		nanosleep(&ts, NULL);
+	}
+	if (ctl_active())
+		log_warn("%u requests still running after %d s; exiting anyway", ctl_active(),
+			 STOP_GRACE_S);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "print-config", no_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	const char *config_path = NULL;
+	bool foreground = false, print = false;
+	struct daemon d = { .listen_fd = -1, .sig_fd = -1 };
+	char why[4096];
+	sigset_t mask;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, "c:fh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': config_path = optarg; break;
+		case 'f': foreground = true; break;
+		case 'p': print = true; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': puts("staged 0.1.0"); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "staged: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (config_defaults(&d.cfg) < 0) {
+		fprintf(stderr, "staged: out of memory\n");
+		return 1;
+	}
+	if (config_path && config_load(&d.cfg, config_path, why, sizeof(why)) < 0) {
+		fprintf(stderr, "staged: %s\n", why);
+		ret = 2;
+		goto out_config;
+	}
+	if (print) {
+		config_print(&d.cfg, stdout);
+		ret = 0;
+		goto out_config;
+	}
+	log_threshold = (enum log_level)d.cfg.log_level;
+	log_open("staged", STDERR_FILENO);
+	raise_nofile();
+	signal(SIGPIPE, SIG_IGN);
+
+	if ((ret = roots_mkdirs(d.cfg.state_dir, 0755)) < 0 ||
+	    (ret = roots_mkdirs(d.cfg.stage_root, 0755)) < 0) {
+		fprintf(stderr, "staged: cannot create %s: %s\n",
+			access(d.cfg.state_dir, F_OK) ? d.cfg.state_dir : d.cfg.stage_root,
+			strerror(-ret));
+		ret = 2;
+		goto out_config;
+	}
+	ret = ctl_listen(&d.cfg, &d.listen_fd, why, sizeof(why));
+	if (ret < 0) {
+		fprintf(stderr, "staged: %s\n", why);
+		ret = 1;
+		goto out_config;
+	}
+	if (!foreground && daemonize(&d.cfg) < 0) {
+		ret = 1;
+		goto out_unlisten;
+	}
+	/* Before any thread exists, so every thread inherits the mask. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	d.sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+	if (d.sig_fd < 0) {
+		log_err("signalfd: %s", strerror(errno));
+		ret = 1;
+		goto out_unlisten;
+	}
+	ret = io_uring_queue_init(64, &d.ring, 0);
+	if (ret < 0) {
+		log_err("io_uring: %s", strerror(-ret));
+		ret = 1;
+		goto out_close_signal;
+	}
+	log_info("node %s listening on %s (stage_root %s)", d.cfg.name, d.cfg.socket,
+		 d.cfg.stage_root);
+
+	ret = event_loop(&d);
+	if (ret < 0)
+		log_err("event loop: %s", strerror(-ret));
+	atomic_store(&stage_stopping, true);
+	wait_for_jobs();
+	log_info("stopped");
+	ret = ret < 0 ? 1 : 0;
+
+	io_uring_queue_exit(&d.ring);
+out_close_signal:
+	close(d.sig_fd);
+out_unlisten:
+	ctl_unlisten(&d.cfg, d.listen_fd);
+out_config:
+	config_free(&d.cfg);
+	return ret;
+}

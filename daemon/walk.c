@@ -1,0 +1,366 @@
+/* Merge walk: see walk.h.
+ *
+ * State: a stack of frames, one per directory on the current path. A frame
+ * holds the directory's fds in both trees, both sorted listings and the two
+ * merge cursors. w->path holds the relative path of the top frame followed by
+ * the name last returned. w->descend is set when the last entry returned was
+ * a source directory; the next call pushes its frame first.
+ */
+#include "daemon/walk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/manifest.h"
+
+struct name {
+	size_t off;            /* into listing.arena */
+	unsigned char dtype;   /* DT_* from getdents, DT_UNKNOWN possible */
+};
+
+struct listing {
+	char *arena;
+	size_t arena_len, arena_cap;
+	struct name *v;
+	size_t n, cap;
+};
+
+struct frame {
+	int src_fd, other_fd;  /* owned; other_fd -1 if absent */
+	size_t path_len;       /* length of this directory's path in w->path */
+	struct listing src, other;
+	size_t i, j;           /* merge cursors into src.v and other.v */
+};
+
+struct walk {
+	struct frame *stack;
+	size_t depth, cap;
+	char path[MF_MAX_PATH + 256];
+	bool descend;
+	size_t last_len;       /* path length including the last returned name */
+	char why[MF_MAX_PATH + 1024];
+};
+
+char walk_type_of_mode(mode_t m)
+{
+	if (S_ISDIR(m))
+		return 'd';
+	if (S_ISREG(m))
+		return 'f';
+	if (S_ISLNK(m))
+		return 'l';
+	return '?';
+}
+
+static char type_of_dtype(unsigned char t)
+{
+	switch (t) {
+	case DT_DIR: return 'd';
+	case DT_REG: return 'f';
+	case DT_LNK: return 'l';
+	case DT_UNKNOWN: return 0;
+	default: return '?';
+	}
+}
+
+static void listing_free(struct listing *l)
+{
+	free(l->arena);
+	free(l->v);
+	memset(l, 0, sizeof(*l));
+}
+
+static const char *listing_name(const struct listing *l, size_t i)
+{
+	return l->arena + l->v[i].off;
+}
+
+static int name_cmp(const void *a, const void *b, void *arena)
+{
+	/* strcmp compares as unsigned char: memcmp order, the manifest's. */
+	return strcmp((const char *)arena + ((const struct name *)a)->off,
+		      (const char *)arena + ((const struct name *)b)->off);
+}
+
+/* Reads and sorts a directory. Takes ownership of nothing: dirfd stays open. */
+static int listing_read(struct listing *l, int dirfd, bool top)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *d;
+	DIR *dir;
+
+	if (fd < 0)
+		return -errno;
+	dir = fdopendir(fd);
+	if (!dir) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	errno = 0;
+	while ((d = readdir(dir))) {
+		size_t len = strlen(d->d_name);
+
+		if (d->d_name[0] == '.' && (len == 1 || (len == 2 && d->d_name[1] == '.')))
+			continue;
+		if (top && strcmp(d->d_name, MF_DIRNAME) == 0)
+			continue;
+		if (l->n == l->cap) {
+			size_t cap = l->cap ? 2 * l->cap : 64;
+			struct name *v = realloc(l->v, cap * sizeof(*v));
+
+			if (!v)
+				goto out_nomem;
+			l->v = v;
+			l->cap = cap;
+		}
+		if (l->arena_len + len + 1 > l->arena_cap) {
+			size_t cap = l->arena_cap ? 2 * l->arena_cap : 4096;
+			char *a;
+
+			while (cap < l->arena_len + len + 1)
+				cap *= 2;
+			a = realloc(l->arena, cap);
+			if (!a)
+				goto out_nomem;
+			l->arena = a;
+			l->arena_cap = cap;
+		}
+		memcpy(l->arena + l->arena_len, d->d_name, len + 1);
+		l->v[l->n].off = l->arena_len;
+		l->v[l->n].dtype = d->d_type;
+		l->n++;
+		l->arena_len += len + 1;
+		errno = 0;
+	}
+	if (errno) {
+		int err = -errno;
+
+		closedir(dir);
+		return err;
+	}
+	closedir(dir);
+	if (l->n)
+		qsort_r(l->v, l->n, sizeof(*l->v), name_cmp, l->arena);
+	return 0;
+
+out_nomem:
+	closedir(dir);
+	return -ENOMEM;
+}
+
+static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
+{
+	struct frame *f;
+	bool top = w->depth == 0;
+	int ret;
+
+	if (w->depth == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 16;
+		struct frame *s = realloc(w->stack, cap * sizeof(*s));
+
+		if (!s)
+			return -ENOMEM;
+		w->stack = s;
+		w->cap = cap;
+	}
+	f = &w->stack[w->depth];
+	memset(f, 0, sizeof(*f));
+	f->src_fd = src_fd;
+	f->other_fd = other_fd;
+	f->path_len = path_len;
+	ret = listing_read(&f->src, src_fd, top);
+	if (ret < 0) {
+		snprintf(w->why, sizeof(w->why), "cannot list directory '%.*s': %s",
+			 (int)path_len, path_len ? w->path : ".", strerror(-ret));
+		goto out_free;
+	}
+	if (other_fd >= 0) {
+		ret = listing_read(&f->other, other_fd, top);
+		if (ret < 0) {
+			snprintf(w->why, sizeof(w->why),
+				 "cannot list destination directory '%.*s': %s",
+				 (int)path_len, path_len ? w->path : ".", strerror(-ret));
+			goto out_free;
+		}
+	}
+	w->depth++;
+	return 0;
+
+out_free:
+	listing_free(&f->src);
+	listing_free(&f->other);
+	return ret;
+}
+
+static void pop(struct walk *w)
+{
+	struct frame *f = &w->stack[--w->depth];
+
+	listing_free(&f->src);
+	listing_free(&f->other);
+	/* The roots are the caller's; only frames above the bottom own fds. */
+	if (w->depth > 0) {
+		close(f->src_fd);
+		if (f->other_fd >= 0)
+			close(f->other_fd);
+	}
+}
+
+int walk_open(struct walk **out, int src_root, int other_root)
+{
+	struct walk *w = calloc(1, sizeof(*w));
+	int ret;
+
+	if (!w)
+		return -ENOMEM;
+	ret = push(w, src_root, other_root, 0);
+	if (ret < 0) {
+		free(w->stack);
+		free(w);
+		return ret;
+	}
+	*out = w;
+	return 0;
+}
+
+void walk_close(struct walk *w)
+{
+	if (!w)
+		return;
+	while (w->depth)
+		pop(w);
+	free(w->stack);
+	free(w);
+}
+
+void walk_skip(struct walk *w)
+{
+	w->descend = false;
+}
+
+const char *walk_why(const struct walk *w)
+{
+	return w->why;
+}
+
+static int descend(struct walk *w)
+{
+	struct frame *parent = &w->stack[w->depth - 1];
+	const char *name = w->path + parent->path_len + (parent->path_len ? 1 : 0);
+	int src_fd, other_fd = -1;
+	int ret;
+
+	src_fd = openat(parent->src_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (src_fd < 0) {
+		ret = -errno;
+		snprintf(w->why, sizeof(w->why), "cannot open directory '%s': %s", w->path,
+			 strerror(-ret));
+		return ret;
+	}
+	if (parent->other_fd >= 0) {
+		other_fd = openat(parent->other_fd, name,
+				  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (other_fd < 0 && errno != ENOENT && errno != ENOTDIR) {
+			ret = -errno;
+			snprintf(w->why, sizeof(w->why),
+				 "cannot open destination directory '%s': %s", w->path,
+				 strerror(-ret));
+			close(src_fd);
+			return ret;
+		}
+	}
+	ret = push(w, src_fd, other_fd, w->last_len);
+	if (ret < 0) {
+		close(src_fd);
+		if (other_fd >= 0)
+			close(other_fd);
+	}
+	return ret;
+}
+
+int walk_next(struct walk *w, struct walk_ent *e)
+{
+	if (w->descend) {
+		int ret;
+
+		w->descend = false;
+		ret = descend(w);
+		if (ret < 0)
+			return ret;
+	}
+	while (w->depth) {
+		struct frame *f = &w->stack[w->depth - 1];
+		const char *sn = f->i < f->src.n ? listing_name(&f->src, f->i) : NULL;
+		const char *on = f->j < f->other.n ? listing_name(&f->other, f->j) : NULL;
+		const char *name;
+		size_t len, plen = f->path_len;
+		int cmp;
+
+		if (!sn && !on) {
+			pop(w);
+			continue;
+		}
+		cmp = !sn ? 1 : !on ? -1 : strcmp(sn, on);
+		name = cmp <= 0 ? sn : on;
+		len = strlen(name);
+		if (plen + 1 + len >= MF_MAX_PATH) {
+			snprintf(w->why, sizeof(w->why), "path too long: '%.*s/%s'", (int)plen,
+				 w->path, name);
+			if (cmp <= 0)
+				f->i++;
+			if (cmp >= 0)
+				f->j++;
+			return -ENAMETOOLONG;
+		}
+		if (plen)
+			w->path[plen++] = '/';
+		memcpy(w->path + plen, name, len + 1);
+		w->last_len = plen + len;
+
+		memset(e, 0, sizeof(*e));
+		e->rel = w->path;
+		e->name = w->path + plen;
+		e->src_dirfd = f->src_fd;
+		e->other_dirfd = f->other_fd;
+		e->side = cmp < 0 ? WALK_SRC : cmp > 0 ? WALK_OTHER : WALK_BOTH;
+		if (cmp >= 0) {
+			e->other_type = type_of_dtype(f->other.v[f->j].dtype);
+			if (!e->other_type) {
+				struct stat st;
+
+				e->other_type = fstatat(f->other_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0
+					? walk_type_of_mode(st.st_mode) : '?';
+			}
+			f->j++;
+		}
+		if (cmp <= 0) {
+			f->i++;
+			if (fstatat(f->src_fd, name, &e->st, AT_SYMLINK_NOFOLLOW) < 0) {
+				int err = -errno;
+
+				/* Vanished between listing and stat: it is simply not there. */
+				if (err == -ENOENT && e->side == WALK_SRC)
+					continue;
+				if (err == -ENOENT) {
+					e->side = WALK_OTHER;
+				} else {
+					snprintf(w->why, sizeof(w->why), "cannot stat '%s': %s",
+						 w->path, strerror(-err));
+					return err;
+				}
+			} else {
+				e->type = walk_type_of_mode(e->st.st_mode);
+				w->descend = e->type == 'd';
+			}
+		}
+		return 1;
+	}
+	return 0;
+}
