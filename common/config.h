@@ -60,4 +60,13 @@ void config_free(struct stage_config *c);
 /* "64MiB", "4M", "1048576", "1G" -> bytes; 0 or -EINVAL. Binary units. */
 int config_parse_size(const char *s, uint64_t *out);
 
+/* "HOST:PORT" or "[V6ADDR]:PORT" (listen, and the hosts file). HOST is an
+ * IPv4 address, a host name, or an IPv6 address in brackets; PORT 1..65535.
+ * host (brackets dropped) and port may be NULL. 0, or -EINVAL and *why. */
+int config_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port,
+			  const char **why);
+/* A node name (node.name, the hosts file): 1..255 of [A-Za-z0-9._-], not
+ * starting with '.' or '-', so it is safe as a file name. 0 or -EINVAL, *why. */
+int config_check_name(const char *s, const char **why);
+
 #endif

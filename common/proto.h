@@ -85,7 +85,7 @@ int msg_next_field(const struct msg *m, size_t *off, uint16_t *key, const uint8_
 
 /* Checks a payload's field structure. 0 or -EBADMSG. */
 int proto_check_payload(const uint8_t *p, size_t n);
-/* Decodes a header: 0 and *type/*flags/*len, or -EBADMSG. */
+/* Decodes a header: 0 and the type, flags and length, or -EBADMSG. */
 int proto_decode_hdr(const uint8_t hdr[PROTO_HDR_LEN], uint16_t *type, uint16_t *flags, uint32_t *len);
 void proto_encode_hdr(uint8_t hdr[PROTO_HDR_LEN], uint16_t type, uint16_t flags, uint32_t len);
 
@@ -94,5 +94,11 @@ void proto_encode_hdr(uint8_t hdr[PROTO_HDR_LEN], uint16_t type, uint16_t flags,
  * a clean EOF before any header byte, -EBADMSG on a malformed frame, -errno. */
 int msg_send(int fd, const struct msg *m);
 int msg_recv(int fd, struct msg *m);
+/* Details of the above: msg_recv treats m as output only (it frees nothing
+ * already there) and leaves it empty on error, so msg_free is always safe;
+ * EOF after part of a frame is -ECONNRESET; the fd must be blocking, since a
+ * frame is never left half-read. msg_send writes to non-sockets with writev,
+ * where a closed reader raises SIGPIPE as usual. msg_next_field treats a
+ * malformed tail (only possible in a msg built by hand) as the end. */
 
 #endif

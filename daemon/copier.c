@@ -17,9 +17,8 @@
  *   for its stragglers (fail() records the first error and stops new reads).
  * - Bytes are hashed strictly in offset order (hash_off only grows, by whole
  *   segments), so the digest is the one `xxhsum -H2` computes.
- * - c->mem_used is the sum of live segment buffers and never exceeds
- *   opts.memory except for the first buffer of a file when nothing else holds
- *   memory (io_size is clamped to the budget, so even that cannot happen).
+ * - Every buffer comes from c->pool, whose live and cached buffers together
+ *   stay within opts.memory (io_size is clamped so one buffer always fits).
  */
 #include "daemon/copier.h"
 
@@ -33,6 +32,7 @@
 #include <xxhash.h>
 
 #include "common/log.h"
+#include "daemon/bufpool.h"
 
 #define ALIGN 4096u
 #define RING_SQ 512u
@@ -46,7 +46,7 @@ struct cp_seg {
 	uint32_t len;          /* data bytes */
 	uint32_t done;         /* bytes read (READING) or written (WRITING) so far */
 	uint32_t cap;          /* buffer bytes, a multiple of ALIGN */
-	uint8_t *buf;          /* owned; counted in c->mem_used */
+	uint8_t *buf;          /* from c->pool */
 	enum seg_state st;
 	struct cp_op op;
 };
@@ -55,7 +55,7 @@ struct copier {
 	struct io_uring ring;
 	int src_root, dst_root;       /* borrowed */
 	struct copier_opts o;
-	uint64_t mem_used;            /* bytes of live segment buffers */
+	struct bufpool pool;          /* every segment buffer */
 	unsigned live;                /* files between start and done */
 	struct cp_file *live_head;
 	bool src_direct_ok;           /* cleared the first time O_DIRECT is refused */
@@ -163,8 +163,7 @@ static void submit_write(struct copier *c, struct cp_file *f, struct cp_seg *s)
 
 static void seg_release(struct copier *c, struct cp_file *f, struct cp_seg *s)
 {
-	free(s->buf);
-	c->mem_used -= s->cap;
+	bufpool_put(&c->pool, s->buf, s->cap);
 	s->buf = NULL;
 	s->cap = 0;
 	s->st = SEG_FREE;
@@ -176,7 +175,7 @@ static void pump(struct copier *c, struct cp_file *f)
 {
 	while (!f->err && f->state == CP_DATA && f->read_off < f->size) {
 		struct cp_seg *s = NULL;
-		uint64_t len, cap;
+		uint64_t len;
 
 		for (unsigned i = 0; i < c->o.depth; i++)
 			if (f->segs[i].st == SEG_FREE) {
@@ -188,17 +187,14 @@ static void pump(struct copier *c, struct cp_file *f)
 		len = f->size - f->read_off;
 		if (len > c->o.io_size)
 			len = c->o.io_size;
-		cap = round_up(len, ALIGN);
-		if (c->mem_used + cap > c->o.memory && c->mem_used > 0)
-			return;
-		if (posix_memalign((void **)&s->buf, ALIGN, cap)) {
-			fail(f, -ENOMEM, "allocate", false);
+		s->buf = bufpool_get(&c->pool, round_up(len, ALIGN), &s->cap);
+		if (!s->buf) {
+			if (f->nseg == 0 && c->pool.live == 0)
+				fail(f, -ENOMEM, "allocate", false);
 			return;
 		}
-		c->mem_used += cap;
 		s->off = f->read_off;
 		s->len = (uint32_t)len;
-		s->cap = (uint32_t)cap;
 		s->done = 0;
 		s->st = SEG_READING;
 		s->op.s = s;
@@ -251,8 +247,8 @@ static void advance(struct copier *c, struct cp_file *f)
 			f->hash_off += s->len;
 		}
 		if (f->dst) {
-			if (f->dst_direct && s->cap > s->len)
-				memset(s->buf + s->len, 0, s->cap - s->len);
+			if (f->dst_direct && s->len % ALIGN)
+				memset(s->buf + s->len, 0, round_up(s->len, ALIGN) - s->len);
 			s->st = SEG_WRITING;
 			s->done = 0;
 			submit_write(c, f, s);
@@ -492,6 +488,7 @@ int copier_create(struct copier **out, int src_root, int dst_root, const struct 
 	/* One buffer must always fit, or a lone file could never start. */
 	while (c->o.io_size > c->o.memory && c->o.io_size > ALIGN)
 		c->o.io_size /= 2;
+	bufpool_init(&c->pool, c->o.memory);
 	c->src_root = src_root;
 	c->dst_root = dst_root;
 	c->src_direct_ok = c->dst_direct_ok = true;
@@ -499,6 +496,14 @@ int copier_create(struct copier **out, int src_root, int dst_root, const struct 
 	if (ret < 0) {
 		free(c);
 		return ret;
+	}
+	{
+		/* A cold open or read of a regular file blocks, so the kernel hands
+		 * it to an io-wq worker; by default there are only a few per core,
+		 * which caps the files truly in flight far below max_files. */
+		unsigned workers[2] = { c->o.max_files, 0 };
+
+		io_uring_register_iowq_max_workers(&c->ring, workers);
 	}
 	*out = c;
 	return 0;
@@ -509,12 +514,13 @@ void copier_destroy(struct copier *c)
 	if (!c)
 		return;
 	io_uring_queue_exit(&c->ring);
+	bufpool_destroy(&c->pool);
 	free(c);
 }
 
 bool copier_has_room(const struct copier *c)
 {
-	return c->live < c->o.max_files && c->mem_used + ALIGN <= c->o.memory;
+	return c->live < c->o.max_files && bufpool_room(&c->pool, ALIGN);
 }
 
 unsigned copier_inflight(const struct copier *c)

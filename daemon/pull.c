@@ -659,7 +659,7 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	struct copier_opts co = {
 		.memory = p->cfg->memory, .io_size = p->cfg->io_size,
 		.chunk_size = p->cfg->chunk_size, .direct_min = 2 * p->cfg->io_size,
-		.max_files = p->cfg->files_in_flight, .depth = 8, .fsync = true,
+		.max_files = p->cfg->files_in_flight, .depth = 8, .fsync = getenv("STAGE_NOFSYNC") == NULL,
 	};
 	char why[2048];
 	int ret;

@@ -1,0 +1,208 @@
+#include "client/cli_args.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CMD_BIT(c) (1u << (c))
+#define ALL_CMDS (~0u)
+
+static const struct cli_command {
+	const char *name;
+	enum cli_cmd cmd;           /* CLI_CMD_NONE: not in this version */
+	int operands;               /* exactly this many */
+	const char *usage;
+} commands[] = {
+	{ "pull", CLI_CMD_PULL, 1, "pull SRC [--to DEST] [--verify]" },
+	{ "verify", CLI_CMD_VERIFY, 1, "verify PATH [--deep]" },
+	{ "status", CLI_CMD_STATUS, 0, "status" },
+	{ "manifest", CLI_CMD_MANIFEST, 1, "manifest PATH [--xxhsum]" },
+	{ "commit", CLI_CMD_NONE, 0, NULL },
+	{ "restore", CLI_CMD_NONE, 0, NULL },
+	{ "ls", CLI_CMD_NONE, 0, NULL },
+	{ "codec", CLI_CMD_NONE, 0, NULL },
+};
+
+#define FIELD(f) offsetof(struct cli_args, f)
+#define NO_FIELD SIZE_MAX
+
+static const struct cli_option {
+	const char *name;           /* long name, without "--" */
+	char short_name;            /* 0: none */
+	bool has_arg;               /* the field is a const char *, else a bool */
+	unsigned cmds;              /* CMD_BIT()s of the commands it belongs to */
+	size_t field;               /* offset in struct cli_args, or NO_FIELD */
+	enum cli_cmd action;        /* NO_FIELD options: the command they are */
+} options[] = {
+	{ "socket", 0, true, ALL_CMDS, FIELD(socket), CLI_CMD_NONE },
+	{ "json", 0, false, ALL_CMDS, FIELD(json), CLI_CMD_NONE },
+	{ "help", 'h', false, ALL_CMDS, NO_FIELD, CLI_CMD_HELP },
+	{ "version", 0, false, ALL_CMDS, NO_FIELD, CLI_CMD_VERSION },
+	{ "to", 0, true, CMD_BIT(CLI_CMD_PULL), FIELD(to), CLI_CMD_NONE },
+	{ "verify", 0, false, CMD_BIT(CLI_CMD_PULL), FIELD(verify), CLI_CMD_NONE },
+	{ "deep", 0, false, CMD_BIT(CLI_CMD_VERIFY), FIELD(deep), CLI_CMD_NONE },
+	{ "cluster", 0, false, CMD_BIT(CLI_CMD_VERIFY), FIELD(cluster), CLI_CMD_NONE },
+	{ "xxhsum", 0, false, CMD_BIT(CLI_CMD_MANIFEST), FIELD(xxhsum), CLI_CMD_NONE },
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+__attribute__((format(printf, 4, 5)))
+static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static const struct cli_command *find_command(const char *name)
+{
+	for (size_t i = 0; i < COUNT(commands); i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+/* arg is "--name", "--name=value" or "-c"; *value is set for the "=" form. */
+static const struct cli_option *find_option(const char *arg, const char **value)
+{
+	*value = NULL;
+	if (arg[1] != '-') {
+		for (size_t i = 0; i < COUNT(options); i++)
+			if (options[i].short_name && arg[1] == options[i].short_name && !arg[2])
+				return &options[i];
+		return NULL;
+	}
+	const char *name = arg + 2;
+	const char *eq = strchr(name, '=');
+	size_t n = eq ? (size_t)(eq - name) : strlen(name);
+
+	for (size_t i = 0; i < COUNT(options); i++)
+		if (strlen(options[i].name) == n && memcmp(options[i].name, name, n) == 0) {
+			*value = eq ? eq + 1 : NULL;
+			return &options[i];
+		}
+	return NULL;
+}
+
+/* Checks that hold once the whole line is read. */
+static int check(const struct cli_args *a, const struct cli_command *c, unsigned seen,
+		 int nops, char **ops, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < COUNT(options); i++)
+		if ((seen & (1u << i)) && !(options[i].cmds & CMD_BIT(c->cmd)))
+			return fail(-EINVAL, err, errlen, "option '--%s' does not apply to '%s'",
+				    options[i].name, c->name);
+	if (a->cluster)
+		return fail(-ENOTSUP, err, errlen,
+			    "verify --cluster needs checkpoint replication, not in this version yet");
+	if (nops < c->operands)
+		return fail(-EINVAL, err, errlen, "missing operand: stage %s", c->usage);
+	if (nops > c->operands)
+		return fail(-EINVAL, err, errlen, "extra operand '%s': stage %s",
+			    ops[c->operands], c->usage);
+	if (a->operand && !*a->operand)
+		return fail(-EINVAL, err, errlen, "empty path: stage %s", c->usage);
+	if (a->json && a->xxhsum)
+		return fail(-EINVAL, err, errlen, "--json and --xxhsum are two output formats: pick one");
+	return 0;
+}
+
+int cli_args_parse(struct cli_args *a, int argc, char **argv, char *err, size_t errlen)
+{
+	const struct cli_command *cmd = NULL;
+	unsigned seen = 0;
+	int nops = 0;
+	char *ops[2] = { NULL, NULL };  /* the operands after the command; more are "extra" */
+	bool dashdash = false;
+
+	memset(a, 0, sizeof(*a));
+	for (int i = 1; i < argc; i++) {
+		char *arg = argv[i];
+
+		if (dashdash || arg[0] != '-' || !arg[1]) {
+			if (cmd) {
+				if (nops < (int)COUNT(ops))
+					ops[nops] = arg;
+				nops++;
+				continue;
+			}
+			cmd = find_command(arg);
+			if (!cmd)
+				return fail(-EINVAL, err, errlen, "unknown command '%s'", arg);
+			if (cmd->cmd == CLI_CMD_NONE)
+				return fail(-ENOTSUP, err, errlen,
+					    "'%s' is not available in this version yet", arg);
+			continue;
+		}
+		if (strcmp(arg, "--") == 0) {
+			dashdash = true;
+			continue;
+		}
+
+		const char *value;
+		const struct cli_option *o = find_option(arg, &value);
+
+		if (!o)
+			return fail(-EINVAL, err, errlen, "unrecognized option '%s'", arg);
+		if (o->field == NO_FIELD) {
+			a->cmd = o->action;
+			return 0;
+		}
+		seen |= 1u << (o - options);
+		if (!o->has_arg) {
+			if (value)
+				return fail(-EINVAL, err, errlen, "option '--%s' takes no value", o->name);
+			*(bool *)((char *)a + o->field) = true;
+			continue;
+		}
+		if (!value) {
+			if (i + 1 == argc)
+				return fail(-EINVAL, err, errlen, "option '--%s' needs a value", o->name);
+			value = argv[++i];
+		}
+		if (!*value)
+			return fail(-EINVAL, err, errlen, "option '--%s' needs a non-empty value", o->name);
+		*(const char **)((char *)a + o->field) = value;
+	}
+	if (!cmd)
+		return fail(-EINVAL, err, errlen, "missing command");
+	a->cmd = cmd->cmd;
+	a->operand = ops[0];
+	return check(a, cmd, seen, nops, ops, err, errlen);
+}
+
+void cli_args_usage(FILE *f)
+{
+	fputs("Usage: stage [--socket PATH] [--json] COMMAND ...\n"
+	      "\n"
+	      "Commands:\n", f);
+	for (size_t i = 0; i < COUNT(commands); i++)
+		if (commands[i].usage)
+			fprintf(f, "  stage %s\n", commands[i].usage);
+	fputs("\n"
+	      "  pull      copy SRC (under a source root) to the stage root; the local path\n"
+	      "            is the last line of stdout. --to names the destination, --verify\n"
+	      "            re-reads what landed\n"
+	      "  verify    check a staged tree against its manifest; --deep re-hashes every byte\n"
+	      "  status    the daemon, its peers and the transfers in flight\n"
+	      "  manifest  print PATH/.stage/manifest (no daemon needed); --xxhsum prints lines\n"
+	      "            `xxhsum -H2 -c` accepts when run inside PATH\n"
+	      "  (commit, restore, ls and codec come in a later version)\n"
+	      "\n"
+	      "Options (before, among or after the operands; \"--\" ends them):\n"
+	      "  --socket PATH  the daemon's socket (default: $STAGE_SOCKET, else the daemon's\n"
+	      "                 default: /run/stage/staged.sock as root, else\n"
+	      "                 $XDG_RUNTIME_DIR/stage.sock or /tmp/stage-UID.sock)\n"
+	      "  --json         one JSON object per line on stdout, for scripts\n"
+	      "  -h, --help     this help\n"
+	      "  --version      the version\n"
+	      "\n"
+	      "Exit status: 0 success, 1 the operation failed, 2 usage or configuration error,\n"
+	      "3 the daemon could not be reached.\n", f);
+}

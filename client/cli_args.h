@@ -1,0 +1,54 @@
+/* The command line of `stage` (BRIEF §3): what the user asked for, parsed
+ * without touching the system, so every rule here is unit-tested.
+ *
+ * Options may stand anywhere: before the command, among the operands, after
+ * them; "--" ends them. An option belongs to one or more commands (--to to
+ * pull), or to all (--socket, --json); one given to a command it does not
+ * belong to is a usage error. */
+#ifndef STAGE_CLI_ARGS_H
+#define STAGE_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+enum cli_exit {
+	CLI_EXIT_OK = 0,
+	CLI_EXIT_FAILED = 1,        /* the operation ran and failed */
+	CLI_EXIT_USAGE = 2,         /* usage or configuration error */
+	CLI_EXIT_UNREACHABLE = 3,   /* the daemon could not be reached */
+};
+
+enum cli_cmd {
+	CLI_CMD_NONE,
+	CLI_CMD_HELP,
+	CLI_CMD_VERSION,
+	CLI_CMD_PULL,
+	CLI_CMD_VERIFY,
+	CLI_CMD_STATUS,
+	CLI_CMD_MANIFEST,
+};
+
+/* What the user asked for. Strings point into argv. */
+struct cli_args {
+	enum cli_cmd cmd;
+	const char *operand;        /* SRC or PATH; NULL for status */
+	const char *socket;         /* --socket, NULL if not given */
+	const char *to;             /* pull --to DEST */
+	bool json;
+	bool verify;                /* pull --verify */
+	bool deep;                  /* verify --deep */
+	bool cluster;               /* verify --cluster */
+	bool xxhsum;                /* manifest --xxhsum */
+};
+
+/* 0 and *a filled; or -EINVAL, a usage mistake; or -ENOTSUP, something this
+ * version does not do yet (commit, verify --cluster...). Both exit 2; err gets
+ * the message without the "stage: " prefix and without the "Try 'stage
+ * --help'." hint, which only the first deserves. --help and --version win as
+ * soon as they are seen. */
+int cli_args_parse(struct cli_args *a, int argc, char **argv, char *err, size_t errlen);
+
+void cli_args_usage(FILE *f);
+
+#endif

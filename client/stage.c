@@ -1,0 +1,158 @@
+/* stage: the command-line client of staged (BRIEF §3).
+ *
+ * main parses the line (cli_args), then either runs a local command
+ * (manifest) or sends one request to the daemon and renders its reply frames
+ * until the result (cli_conn, cli_out). The exit code is the result's:
+ * 0 done, 1 failed, 2 usage or configuration, 3 daemon unreachable. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/cli_args.h"
+#include "client/cli_conn.h"
+#include "client/cli_manifest.h"
+#include "client/cli_out.h"
+#include "common/paths.h"
+
+#define STAGE_VERSION "0.1.0"
+
+/* Relative operands are made absolute against our cwd, lexically: the daemon
+ * has another cwd, and it must see any ".." to judge path safety itself. */
+static int absolute(const char *arg, char **out)
+{
+	char *cwd = NULL;
+
+	if (arg[0] != '/' && !(cwd = getcwd(NULL, 0)))
+		return -errno;
+	*out = paths_absolute(cwd ? cwd : "/", arg);
+	free(cwd);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int on_frame(void *out, const struct msg *m)
+{
+	return cli_out_frame(out, m);
+}
+
+static const char *lost_why(int rc)
+{
+	if (rc == -ENOTCONN || rc == -ECONNRESET)
+		return "it closed the connection before the result";
+	if (rc == -EBADMSG)
+		return "malformed reply (is staged of another version?)";
+	return strerror(-rc);
+}
+
+static void build_request(struct msg *req, const struct cli_args *a, const char *path,
+			  const char *dest, bool progress)
+{
+	static const uint16_t types[] = {
+		[CLI_CMD_PULL] = MSG_PULL_REQ,
+		[CLI_CMD_VERIFY] = MSG_VERIFY_REQ,
+		[CLI_CMD_STATUS] = MSG_STATUS_REQ,
+	};
+	/* Each option belongs to one command (cli_args saw to it), so the
+	 * flags need not ask which command this is. */
+	uint64_t flags = (a->verify ? REQ_VERIFY : 0) | (a->deep ? REQ_DEEP : 0) |
+			 (progress ? REQ_PROGRESS : 0);
+
+	msg_init(req, types[a->cmd]);
+	if (path)
+		msg_put_str(req, K_PATH, path);
+	if (dest)
+		msg_put_str(req, K_DEST, dest);
+	if (a->cmd != CLI_CMD_STATUS)
+		msg_put_u64(req, K_FLAGS, flags);
+}
+
+/* One request, its reply frames, its result. Returns the exit code. */
+static int ask_daemon(struct cli_out *o, const struct cli_args *a, const char *path,
+		      const char *dest)
+{
+	char *sock;
+	struct msg req;
+	int fd, rc;
+
+	rc = cli_conn_socket_path(a->socket, &sock);
+	if (rc < 0) {
+		cli_out_fail(o, CLI_EXIT_USAGE, "cannot tell the daemon's socket: %s", strerror(-rc));
+		return CLI_EXIT_USAGE;
+	}
+	rc = cli_conn_open(sock, &fd);
+	if (rc < 0) {
+		cli_out_fail(o, CLI_EXIT_UNREACHABLE,
+			     "cannot reach staged at %s: %s. Is it running? Start it with `staged` "
+			     "(or point STAGE_SOCKET/--socket at its socket).", sock, strerror(-rc));
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out_free_sock;
+	}
+	build_request(&req, a, path, dest, o->progress || o->json);
+	rc = cli_conn_exchange(fd, &req, on_frame, o);
+	if (rc < 0) {
+		cli_out_fail(o, CLI_EXIT_FAILED, "lost the daemon at %s: %s", sock, lost_why(rc));
+		rc = CLI_EXIT_FAILED;
+	} else {
+		rc = o->code;
+	}
+	msg_free(&req);
+	close(fd);
+out_free_sock:
+	free(sock);
+	return rc;
+}
+
+/* Whatever stdout could not take turns success into failure. A closed pipe
+ * (`stage manifest X | head`) is the reader's choice: no message for it. */
+static int finish(int code)
+{
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return code;
+	if (errno != EPIPE)
+		fprintf(stderr, "stage: cannot write to stdout: %s\n", strerror(errno));
+	return code ? code : CLI_EXIT_FAILED;
+}
+
+int main(int argc, char **argv)
+{
+	char err[512], *path = NULL, *dest = NULL;
+	struct cli_args a;
+	struct cli_out o;
+	int rc;
+
+	/* A daemon gone mid-write must be an EPIPE we report, not a silent death. */
+	signal(SIGPIPE, SIG_IGN);
+	rc = cli_args_parse(&a, argc, argv, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "stage: %s\n", err);
+		if (rc == -EINVAL)
+			fputs("Try 'stage --help'.\n", stderr);
+		return CLI_EXIT_USAGE;
+	}
+	if (a.cmd == CLI_CMD_HELP) {
+		cli_args_usage(stdout);
+		return finish(CLI_EXIT_OK);
+	}
+	if (a.cmd == CLI_CMD_VERSION) {
+		puts("stage " STAGE_VERSION);
+		return finish(CLI_EXIT_OK);
+	}
+
+	cli_out_init(&o, stdout, stderr, a.json, isatty(STDERR_FILENO));
+	o.path_last = a.cmd == CLI_CMD_PULL;
+	if ((a.operand && (rc = absolute(a.operand, &path)) < 0) ||
+	    (a.to && (rc = absolute(a.to, &dest)) < 0)) {
+		cli_out_fail(&o, CLI_EXIT_FAILED, "cannot make %s absolute: %s",
+			     path ? a.to : a.operand, strerror(-rc));
+		rc = CLI_EXIT_FAILED;
+	} else if (a.cmd == CLI_CMD_MANIFEST) {
+		rc = cli_manifest_run(&o, path, a.xxhsum);
+	} else {
+		rc = ask_daemon(&o, &a, path, dest);
+	}
+	free(dest);
+	free(path);
+	return finish(rc);
+}

@@ -1,0 +1,967 @@
+/* Configuration.
+ *
+ * cfg_table is the only place a key is described. A default is written in
+ * config-file syntax and goes through the same setter as the file's text, so
+ * no default can break its key's rules; config_print writes every value in
+ * the syntax that setter reads. Every string value is checked to survive that
+ * trip (no control characters, nothing the INI reader would trim or take for
+ * a comment), which is what makes --print-config output parse back equal.
+ *
+ * config_parse is all or nothing: values are set on a shallow copy and only
+ * committed when the whole file is good, so a failed reload leaves the
+ * running configuration as it was. A key is set at most once per file
+ * (duplicates are errors), so each field of the copy is either shared with
+ * the original or freshly owned, never both; that is what commit and
+ * rollback rely on.
+ */
+#include "common/config.h"
+
+#include "common/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+#define CONFIG_MAX_FILE (1u << 20)
+#define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+enum cfg_type {
+	T_NAME,         /* char *: a node name, see config_check_name */
+	T_PATH,         /* char *: absolute, normalised */
+	T_PATHS,        /* char *[CFG_MAX_ROOTS] and an int count */
+	T_HOSTPORT,     /* char *: HOST:PORT */
+	T_BOOL,         /* bool */
+	T_INT,          /* int */
+	T_U32,          /* uint32_t */
+	T_SIZE,         /* uint64_t, bytes, written with binary units */
+	T_ENUM,         /* int, an index into names */
+};
+
+#define F_POW2 (1u << 0)        /* numbers: must be a power of two */
+#define F_ALL  (1u << 1)        /* T_INT: "all" means CFG_REPLICAS_ALL */
+
+struct cfg_entry {
+	const char *section;
+	const char *key;
+	enum cfg_type type;
+	unsigned flags;
+	uint64_t min, max;              /* numbers: inclusive; strings: max bytes (0: PATH_MAX) */
+	size_t off;                     /* the field in struct stage_config */
+	size_t count_off;               /* T_PATHS: the int counting them */
+	const char *const *names;       /* T_ENUM: value -> name, NULL-terminated */
+	const char *def;                /* default, in config-file syntax */
+	/* A default that depends on the host; returns def's replacement. */
+	const char *(*def_fn)(const struct cfg_entry *e, char *buf, size_t len);
+	const char *doc;                /* one line for --print-config */
+};
+
+static const char *default_name(const struct cfg_entry *e, char *buf, size_t len);
+static const char *default_socket(const struct cfg_entry *e, char *buf, size_t len);
+
+static const char *const log_level_names[] = {
+	[LOG_ERROR] = "error", [LOG_WARN] = "warn", [LOG_INFO] = "info", [LOG_DEBUG] = "debug", NULL,
+};
+static const char *const transport_names[] = {
+	[CFG_TRANSPORT_AUTO] = "auto", [CFG_TRANSPORT_TCP] = "tcp", [CFG_TRANSPORT_RDMA] = "rdma", NULL,
+};
+static const char *const compress_names[] = {
+	[CFG_COMPRESS_AUTO] = "auto", [CFG_COMPRESS_OFF] = "off",
+	[CFG_COMPRESS_ZSTD] = "zstd", [CFG_COMPRESS_FLOAT] = "float", NULL,
+};
+
+/* One macro per kind, naming the C type its field must have: pointing a key
+ * at a field of another type is a compile error, not a silent overwrite. */
+#define OFF(f, T) (offsetof(struct stage_config, f) + \
+		   0 * sizeof((T *){ 0 } = &((struct stage_config *)0)->f))
+#define KEY(s, k, t, f, T)       .section = s, .key = k, .type = t, .off = OFF(f, T)
+#define KEY_NAME(s, k, f)        KEY(s, k, T_NAME, f, char *)
+#define KEY_PATH(s, k, f)        KEY(s, k, T_PATH, f, char *)
+#define KEY_PATHS(s, k, f, n)    KEY(s, k, T_PATHS, f[0], char *), .count_off = OFF(n, int)
+#define KEY_HOSTPORT(s, k, f)    KEY(s, k, T_HOSTPORT, f, char *)
+#define KEY_BOOL(s, k, f)        KEY(s, k, T_BOOL, f, bool)
+#define KEY_INT(s, k, f)         KEY(s, k, T_INT, f, int)
+#define KEY_U32(s, k, f)         KEY(s, k, T_U32, f, uint32_t)
+#define KEY_SIZE(s, k, f)        KEY(s, k, T_SIZE, f, uint64_t)
+#define KEY_ENUM(s, k, f, list)  KEY(s, k, T_ENUM, f, int), .names = list
+
+static const struct cfg_entry cfg_table[] = {
+	{ KEY_NAME("node", "name", name), .def = "localhost", .def_fn = default_name,
+	  .doc = "this node's NAME in the hosts file (default: the host name)" },
+	{ KEY_PATH("node", "socket", socket), .max = SOCKET_PATH_MAX,
+	  .def = "/run/stage/staged.sock", .def_fn = default_socket,
+	  .doc = "control socket (non-root default: $XDG_RUNTIME_DIR/stage.sock or /tmp/stage-UID.sock)" },
+	{ KEY_HOSTPORT("node", "listen", listen), .def = "0.0.0.0:7420",
+	  .doc = "HOST:PORT for peer traffic; an IPv6 address goes in brackets" },
+	{ KEY_PATH("node", "state_dir", state_dir), .def = "/var/lib/stage/state",
+	  .doc = "the daemon's own state: queues, resume points" },
+	{ KEY_ENUM("node", "log_level", log_level, log_level_names), .def = "info",
+	  .doc = "error | warn | info | debug" },
+
+	{ KEY_PATHS("paths", "source_roots", source_roots, n_source_roots), .def = "/",
+	  .doc = "comma-separated; pull reads only under these" },
+	{ KEY_PATH("paths", "stage_root", stage_root), .def = "/var/lib/stage/data",
+	  .doc = "where pulled datasets land" },
+	{ KEY_PATH("paths", "ckpt_root", ckpt_root), .def = "/var/lib/stage/ckpt",
+	  .doc = "checkpoints written here are committed and replicated" },
+	{ KEY_PATH("paths", "replica_root", replica_root), .def = "/var/lib/stage/replicas",
+	  .doc = "where partners' checkpoint copies are kept" },
+
+	{ KEY_PATH("cluster", "hosts", hosts), .def = "/etc/stage/hosts",
+	  .doc = "one node a line: NAME HOST:PORT [domain=RACK] [rdma=ADDR]" },
+	{ KEY_PATH("cluster", "key_file", key_file), .def = "/etc/stage/cluster.key",
+	  .doc = "the cluster secret; must not be readable by group or others" },
+	{ KEY_INT("cluster", "replicas", replicas), .flags = F_ALL, .min = 0, .max = 64, .def = "1",
+	  .doc = "partner copies of each checkpoint: 0..64 or all" },
+	{ KEY_INT("cluster", "keep", keep), .min = 1, .max = 1000000, .def = "3",
+	  .doc = "checkpoints per job kept as replicas" },
+
+	{ KEY_ENUM("transfer", "transport", transport, transport_names), .def = "auto",
+	  .doc = "auto | tcp | rdma" },
+	{ KEY_ENUM("transfer", "compress", compress, compress_names), .def = "auto",
+	  .doc = "auto | off | zstd | float" },
+	{ KEY_BOOL("transfer", "watch", watch), .def = "on",
+	  .doc = "replicate checkpoints under ckpt_root automatically" },
+	{ KEY_SIZE("transfer", "memory", memory), .min = MiB, .max = 64 * GiB, .def = "64MiB",
+	  .doc = "I/O buffer budget per job" },
+	{ KEY_U32("transfer", "files_in_flight", files_in_flight), .min = 1, .max = 4096, .def = "64",
+	  .doc = "files open at once per pull" },
+	{ KEY_SIZE("transfer", "io_size", io_size), .flags = F_POW2, .min = 64 * KiB, .max = 256 * MiB,
+	  .def = "4MiB", .doc = "largest single read or write; a power of two" },
+	{ KEY_SIZE("transfer", "chunk_size", chunk_size), .flags = F_POW2, .min = 4 * KiB, .max = GiB,
+	  .def = "4MiB", .doc = "manifest hashing granularity; a power of two" },
+};
+
+#define N_ENTRIES (sizeof(cfg_table) / sizeof(cfg_table[0]))
+#define FIELD(c, e, T) ((T *)((char *)(c) + (e)->off))
+#define CFIELD(c, e, T) ((const T *)((const char *)(c) + (e)->off))
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static bool is_ws(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
+}
+
+static bool is_ctl(char ch)
+{
+	return (unsigned char)ch < 0x20 || ch == 0x7f;
+}
+
+static char *trim(char *s)
+{
+	size_t n;
+
+	while (is_ws(*s))
+		s++;
+	n = strlen(s);
+	while (n && is_ws(s[n - 1]))
+		s[--n] = '\0';
+	return s;
+}
+
+/* Could the INI reader give back s exactly? It trims white space, and '#' or
+ * ';' after white space (or first) starts a comment. */
+static int check_text(const char *s, const char **why)
+{
+	size_t n = strlen(s);
+
+	for (size_t i = 0; i < n; i++) {
+		if (is_ctl(s[i])) {
+			*why = "control character in value";
+			return -EINVAL;
+		}
+		if ((s[i] == '#' || s[i] == ';') && (i == 0 || is_ws(s[i - 1]))) {
+			*why = "'#' or ';' there would start a comment";
+			return -EINVAL;
+		}
+	}
+	if (n && (is_ws(s[0]) || is_ws(s[n - 1]))) {
+		*why = "value starts or ends with white space";
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Consumes decimal digits; at least one, no sign, no overflow. */
+static int parse_digits(const char **sp, uint64_t *out)
+{
+	const char *s = *sp;
+	uint64_t v = 0;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		unsigned d = (unsigned)(*s - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			return -EINVAL;
+		v = v * 10 + d;
+	}
+	*sp = s;
+	*out = v;
+	return 0;
+}
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+	if (parse_digits(&s, out) || *s)
+		return -EINVAL;
+	return 0;
+}
+
+/* size_units[i] is 2^(10 * (i + 1)). */
+static const char size_units[] = "KMGT";
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+	unsigned shift = 0;
+	uint64_t v;
+
+	if (parse_digits(&s, &v))
+		return -EINVAL;
+	if (*s) {
+		char up = *s >= 'a' && *s <= 'z' ? (char)(*s - 'a' + 'A') : *s;
+		const char *u = strchr(size_units, up);
+
+		if (!u)
+			return -EINVAL;
+		shift = 10 * (unsigned)(u - size_units + 1);
+		if (s[1] && strcasecmp(s + 1, "iB") != 0)
+			return -EINVAL;
+	}
+	if (v > UINT64_MAX >> shift)
+		return -EINVAL;
+	*out = v << shift;
+	return 0;
+}
+
+/* The largest unit that divides v exactly, so the text reads back equal. */
+static void format_size(uint64_t v, char *buf, size_t len)
+{
+	for (int i = (int)sizeof(size_units) - 2; i >= 0; i--) {
+		unsigned shift = 10 * (unsigned)(i + 1);
+
+		if (v && (v & ((1ull << shift) - 1)) == 0) {
+			snprintf(buf, len, "%llu%ciB", (unsigned long long)(v >> shift), size_units[i]);
+			return;
+		}
+	}
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+static void format_number(const struct cfg_entry *e, uint64_t v, char *buf, size_t len)
+{
+	if (e->type == T_SIZE)
+		format_size(v, buf, len);
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+/* RFC 1123 names; '_' too, since real hosts files carry it. */
+static bool is_hostname(const char *h)
+{
+	size_t label = 0, n = 0;
+
+	for (; h[n]; n++) {
+		char ch = h[n];
+
+		if (ch == '.') {
+			if (label == 0)
+				return false;
+			label = 0;
+		} else if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			   (ch >= '0' && ch <= '9') || ch == '-' || ch == '_') {
+			if (++label > 63)
+				return false;
+		} else {
+			return false;
+		}
+	}
+	return n > 0 && n <= 253 && label > 0;
+}
+
+int config_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port,
+			  const char **why)
+{
+	char h[256];
+	const char *hb, *he, *p;
+	uint64_t v;
+	unsigned char addr[sizeof(struct in6_addr)];
+
+	if (s[0] == '[') {
+		hb = s + 1;
+		he = strchr(hb, ']');
+		if (!he) {
+			*why = "missing ']' after the IPv6 address";
+			return -EINVAL;
+		}
+		p = he + 1;
+		if (*p != ':') {
+			*why = "expected ':PORT' after ']'";
+			return -EINVAL;
+		}
+	} else {
+		hb = s;
+		he = strrchr(s, ':');
+		if (!he) {
+			*why = "expected HOST:PORT";
+			return -EINVAL;
+		}
+		if (memchr(hb, ':', (size_t)(he - hb))) {
+			*why = "an IPv6 address goes in brackets: [ADDR]:PORT";
+			return -EINVAL;
+		}
+		p = he;
+	}
+	if (he == hb) {
+		*why = "missing host";
+		return -EINVAL;
+	}
+	if ((size_t)(he - hb) >= sizeof(h)) {
+		*why = "host name too long";
+		return -EINVAL;
+	}
+	memcpy(h, hb, (size_t)(he - hb));
+	h[he - hb] = '\0';
+
+	if (hb != s) {
+		if (inet_pton(AF_INET6, h, addr) != 1) {
+			*why = "not an IPv6 address inside '[...]'";
+			return -EINVAL;
+		}
+	} else if (h[strspn(h, "0123456789.")] == '\0') {
+		/* All digits and dots: an address, never a name. */
+		if (inet_pton(AF_INET, h, addr) != 1) {
+			*why = "not an IPv4 address";
+			return -EINVAL;
+		}
+	} else if (!is_hostname(h)) {
+		*why = "not a host name or address";
+		return -EINVAL;
+	}
+
+	if (parse_uint(p + 1, &v) || v < 1 || v > 65535) {
+		*why = "PORT must be a number from 1 to 65535";
+		return -EINVAL;
+	}
+	if (host) {
+		if (strlen(h) >= hostlen) {
+			*why = "host name too long";
+			return -EINVAL;
+		}
+		strcpy(host, h);
+	}
+	if (port)
+		*port = (uint16_t)v;
+	return 0;
+}
+
+int config_check_name(const char *s, const char **why)
+{
+	size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-");
+
+	if (!*s)
+		*why = "empty name";
+	else if (s[n])
+		*why = "a name has only letters, digits, '.', '-' and '_'";
+	else if (s[0] == '.' || s[0] == '-')
+		*why = "a name does not start with '.' or '-'";
+	else if (n > 255)
+		*why = "name longer than 255 bytes";
+	else
+		return 0;
+	return -EINVAL;
+}
+
+/* Lexical normalisation: repeated and trailing '/' and "." components go;
+ * ".." is refused because roots are compared as path prefixes. */
+static int path_normalise(const char *s, size_t max, char **out, const char **why)
+{
+	size_t n = strlen(s), o = 0;
+	char *r;
+
+	if (s[0] != '/') {
+		*why = "not an absolute path";
+		return -EINVAL;
+	}
+	r = malloc(n + 1);
+	if (!r)
+		return -ENOMEM;
+	for (size_t i = 0; i < n;) {
+		size_t j = i, c;
+
+		while (j < n && s[j] != '/')
+			j++;
+		c = j - i;
+		if (c == 2 && s[i] == '.' && s[i + 1] == '.') {
+			free(r);
+			*why = "'..' is not allowed in a path";
+			return -EINVAL;
+		}
+		if (c && !(c == 1 && s[i] == '.')) {
+			r[o++] = '/';
+			memcpy(r + o, s + i, c);
+			o += c;
+		}
+		i = j + 1;
+	}
+	if (o == 0)
+		r[o++] = '/';
+	r[o] = '\0';
+	if (o > (max ? max : PATH_MAX - 1)) {
+		free(r);
+		*why = "path too long";
+		return -EINVAL;
+	}
+	*out = r;
+	return 0;
+}
+
+/* A path value as stored: normalised, then checked to print back. */
+static int parse_path(const char *s, size_t max, char **out, const char **why)
+{
+	int rc = path_normalise(s, max, out, why);
+
+	if (rc == 0 && (rc = check_text(*out, why)) != 0) {
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+static void free_paths(char **v, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(v[i]);
+}
+
+static int parse_paths(const char *s, char **v, int *count, const char **why)
+{
+	char *copy = strdup(s), *rest = copy, *item;
+	int n = 0, rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	while (rc == 0 && (item = strsep(&rest, ",")) != NULL) {
+		item = trim(item);
+		if (!*item) {
+			*why = "empty item in the list";
+			rc = -EINVAL;
+		} else if (n == CFG_MAX_ROOTS) {
+			*why = "more than " STR(CFG_MAX_ROOTS) " paths";
+			rc = -EINVAL;
+		} else if ((rc = parse_path(item, 0, &v[n], why)) == 0) {
+			n++;
+		}
+	}
+	free(copy);
+	if (rc) {
+		free_paths(v, n);
+		return rc;
+	}
+	*count = n;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+	static const struct { const char *name; bool v; } words[] = {
+		{ "on", true }, { "off", false }, { "true", true }, { "false", false },
+		{ "yes", true }, { "no", false }, { "1", true }, { "0", false },
+	};
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		if (strcasecmp(s, words[i].name) == 0) {
+			*out = words[i].v;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* A number within e's bounds; otherwise why states them in e's own units. */
+static int parse_number(const struct cfg_entry *e, const char *s, uint64_t *out,
+			char *why, size_t whylen)
+{
+	char lo[32], hi[32];
+	uint64_t v;
+	int rc;
+
+	rc = e->type == T_SIZE ? config_parse_size(s, &v) : parse_uint(s, &v);
+	if (rc || v < e->min || v > e->max) {
+		format_number(e, e->min, lo, sizeof(lo));
+		format_number(e, e->max, hi, sizeof(hi));
+		snprintf(why, whylen, "not %s from %s to %s%s",
+			 e->type == T_SIZE ? "a size (bytes, or K, M, G, T: binary units)" : "a number",
+			 lo, hi, e->flags & F_ALL ? ", or all" : "");
+		return -EINVAL;
+	}
+	if ((e->flags & F_POW2) && (v & (v - 1))) {
+		snprintf(why, whylen, "not a power of two");
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static void number_store(const struct cfg_entry *e, struct stage_config *c, uint64_t v)
+{
+	switch (e->type) {
+	case T_INT:
+		*FIELD(c, e, int) = (int)v;
+		break;
+	case T_U32:
+		*FIELD(c, e, uint32_t) = (uint32_t)v;
+		break;
+	default:
+		*FIELD(c, e, uint64_t) = v;
+		break;
+	}
+}
+
+static int parse_enum(const struct cfg_entry *e, const char *s, int *out, char *why, size_t whylen)
+{
+	size_t o;
+
+	for (int i = 0; e->names[i]; i++) {
+		if (strcasecmp(s, e->names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	}
+	o = (size_t)snprintf(why, whylen, "not one of");
+	for (int i = 0; e->names[i] && o < whylen; i++)
+		o += (size_t)snprintf(why + o, whylen - o, "%s %s", i ? "," : "", e->names[i]);
+	return -EINVAL;
+}
+
+/* The string kinds: each checks s and returns the string to keep. */
+static int parse_string(const struct cfg_entry *e, const char *s, char **out, const char **why)
+{
+	int rc;
+
+	switch (e->type) {
+	case T_NAME:
+		rc = config_check_name(s, why);
+		break;
+	case T_HOSTPORT:
+		rc = config_parse_hostport(s, NULL, 0, NULL, why);
+		break;
+	default:
+		return parse_path(s, e->max, out, why);
+	}
+	if (rc)
+		return rc;
+	*out = strdup(s);
+	return *out ? 0 : -ENOMEM;
+}
+
+/* Parses s into e's field of c, overwriting (not freeing) what was there. On
+ * failure the field is untouched and why says what is wrong with s. */
+static int entry_set(const struct cfg_entry *e, struct stage_config *c, const char *s,
+		     char *why, size_t whylen)
+{
+	char detail[256];
+	const char *w = detail;
+	uint64_t v;
+	bool b;
+	int rc = -EINVAL, i;
+
+	switch (e->type) {
+	case T_NAME:
+	case T_PATH:
+	case T_HOSTPORT: {
+		char *str;
+
+		rc = parse_string(e, s, &str, &w);
+		if (rc == 0)
+			*FIELD(c, e, char *) = str;
+		break;
+	}
+	case T_PATHS: {
+		char *tmp[CFG_MAX_ROOTS] = { 0 };
+		int n;
+
+		rc = parse_paths(s, tmp, &n, &w);
+		if (rc == 0) {
+			memcpy(FIELD(c, e, char *), tmp, sizeof(tmp));
+			*(int *)((char *)c + e->count_off) = n;
+		}
+		break;
+	}
+	case T_BOOL:
+		rc = parse_bool(s, &b);
+		if (rc == 0)
+			*FIELD(c, e, bool) = b;
+		w = "not on or off (or true/false, yes/no, 1/0)";
+		break;
+	case T_INT:
+	case T_U32:
+	case T_SIZE:
+		if ((e->flags & F_ALL) && strcasecmp(s, "all") == 0) {
+			*FIELD(c, e, int) = CFG_REPLICAS_ALL;
+			return 0;
+		}
+		rc = parse_number(e, s, &v, detail, sizeof(detail));
+		if (rc == 0)
+			number_store(e, c, v);
+		break;
+	case T_ENUM:
+		rc = parse_enum(e, s, &i, detail, sizeof(detail));
+		if (rc == 0)
+			*FIELD(c, e, int) = i;
+		break;
+	}
+	if (rc == -EINVAL)
+		snprintf(why, whylen, "'%s': %s", s, w);
+	return rc;
+}
+
+static void entry_release(const struct cfg_entry *e, struct stage_config *c)
+{
+	switch (e->type) {
+	case T_NAME:
+	case T_PATH:
+	case T_HOSTPORT:
+		free(*FIELD(c, e, char *));
+		*FIELD(c, e, char *) = NULL;
+		break;
+	case T_PATHS: {
+		int *n = (int *)((char *)c + e->count_off);
+
+		free_paths(FIELD(c, e, char *), *n);
+		*n = 0;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+static bool entry_accepts(const struct cfg_entry *e, const char *s)
+{
+	struct stage_config scratch = { 0 };
+	char why[8];
+	bool ok = entry_set(e, &scratch, s, why, sizeof(why)) == 0;
+
+	entry_release(e, &scratch);
+	return ok;
+}
+
+static const char *default_name(const struct cfg_entry *e, char *buf, size_t len)
+{
+	if (gethostname(buf, len - 1) != 0)
+		return e->def;
+	buf[len - 1] = '\0';
+	return entry_accepts(e, buf) ? buf : e->def;
+}
+
+static const char *default_socket(const struct cfg_entry *e, char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (geteuid() == 0)
+		return e->def;
+	if (xdg && *xdg) {
+		n = snprintf(buf, len, "%s/stage.sock", xdg);
+		if (n > 0 && (size_t)n < len && entry_accepts(e, buf))
+			return buf;
+	}
+	snprintf(buf, len, "/tmp/stage-%u.sock", (unsigned)getuid());
+	return buf;
+}
+
+void config_free(struct stage_config *c)
+{
+	for (size_t i = 0; i < N_ENTRIES; i++)
+		entry_release(&cfg_table[i], c);
+}
+
+int config_defaults(struct stage_config *c)
+{
+	char buf[PATH_MAX], why[256];
+
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < N_ENTRIES; i++) {
+		const struct cfg_entry *e = &cfg_table[i];
+		const char *s = e->def_fn ? e->def_fn(e, buf, sizeof(buf)) : e->def;
+		int rc = entry_set(e, c, s, why, sizeof(why));
+
+		if (rc) {
+			config_free(c);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+struct parser {
+	struct stage_config next;       /* the values being built; shallow copy at first */
+	unsigned set_on[N_ENTRIES];     /* line each key was set on, 0 if not */
+	const char *section;            /* cfg_table's spelling, NULL before the first */
+	const char *fname;
+	unsigned line;
+	char *err;
+	size_t errlen;
+};
+
+static int fail(struct parser *p, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(struct parser *p, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!p->err || !p->errlen)
+		return rc;
+	n = p->line ? snprintf(p->err, p->errlen, "%s:%u: ", p->fname, p->line)
+		    : snprintf(p->err, p->errlen, "%s: ", p->fname);
+	if (n >= 0 && (size_t)n < p->errlen) {
+		va_start(ap, fmt);
+		vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+	/* The message quotes the file's bytes; keep a terminal safe from them. */
+	for (char *s = p->err; *s; s++)
+		if (is_ctl(*s))
+			*s = '?';
+	return rc;
+}
+
+static int parse_section(struct parser *p, char *s)
+{
+	size_t n = strlen(s);
+	char *name;
+
+	if (s[n - 1] != ']')
+		return fail(p, -EINVAL, "expected '[section]'");
+	s[n - 1] = '\0';
+	name = trim(s + 1);
+	for (size_t i = 0; i < N_ENTRIES; i++) {
+		if (strcmp(cfg_table[i].section, name) == 0) {
+			p->section = cfg_table[i].section;
+			return 0;
+		}
+	}
+	return fail(p, -EINVAL, "section '[%s]': unknown section", name);
+}
+
+static int parse_line(struct parser *p, char *line)
+{
+	char why[512];
+	char *s, *eq, *key, *val;
+	size_t i;
+	int rc;
+
+	for (i = 0; line[i]; i++) {
+		if ((line[i] == '#' || line[i] == ';') && (i == 0 || is_ws(line[i - 1]))) {
+			line[i] = '\0';
+			break;
+		}
+	}
+	s = trim(line);
+	if (!*s)
+		return 0;
+	if (*s == '[')
+		return parse_section(p, s);
+	eq = strchr(s, '=');
+	if (!eq)
+		return fail(p, -EINVAL, "expected 'key = value'");
+	*eq = '\0';
+	key = trim(s);
+	val = trim(eq + 1);
+	if (!*key)
+		return fail(p, -EINVAL, "expected 'key = value'");
+	if (!p->section)
+		return fail(p, -EINVAL, "key '%s': key before any section", key);
+	for (i = 0; i < N_ENTRIES; i++)
+		if (strcmp(cfg_table[i].section, p->section) == 0 && strcmp(cfg_table[i].key, key) == 0)
+			break;
+	if (i == N_ENTRIES)
+		return fail(p, -EINVAL, "key '%s.%s': unknown key", p->section, key);
+	if (p->set_on[i])
+		return fail(p, -EINVAL, "key '%s.%s': duplicate key (first set on line %u)",
+			    p->section, key, p->set_on[i]);
+	rc = entry_set(&cfg_table[i], &p->next, val, why, sizeof(why));
+	if (rc == -ENOMEM)
+		return fail(p, rc, "key '%s.%s': out of memory", p->section, key);
+	if (rc)
+		return fail(p, rc, "key '%s.%s': %s", p->section, key, why);
+	p->set_on[i] = p->line;
+	return 0;
+}
+
+static int parse_text(struct parser *p, char *text, size_t len)
+{
+	char *end = text + len;
+	int rc = 0;
+
+	for (char *s = text; s < end && rc == 0; ) {
+		char *nl = memchr(s, '\n', (size_t)(end - s));
+		size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+
+		p->line++;
+		s[n] = '\0';    /* the '\n', or text's terminator */
+		if (strlen(s) != n)
+			return fail(p, -EINVAL, "NUL byte in file");
+		rc = parse_line(p, s);
+		s += n + 1;
+	}
+	return rc;
+}
+
+int config_parse(struct stage_config *c, const char *text, size_t len,
+		 const char *fname, char *err, size_t errlen)
+{
+	struct parser p = {
+		.next = *c,
+		.fname = fname ? fname : "<config>",
+		.err = err,
+		.errlen = err ? errlen : 0,
+	};
+	char *buf;
+	int rc;
+
+	if (p.errlen)
+		err[0] = '\0';
+	buf = malloc(len + 1);
+	if (!buf)
+		return fail(&p, -ENOMEM, "out of memory");
+	if (len)
+		memcpy(buf, text, len);
+	buf[len] = '\0';
+
+	rc = parse_text(&p, buf, len);
+	/* Each key set here is owned by p.next; the loser of the two is freed. */
+	for (size_t i = 0; i < N_ENTRIES; i++)
+		if (p.set_on[i])
+			entry_release(&cfg_table[i], rc ? &p.next : c);
+	if (rc == 0)
+		*c = p.next;
+	free(buf);
+	return rc;
+}
+
+/* Reads at most CONFIG_MAX_FILE bytes; one byte more is -EFBIG. */
+static int read_file(const char *path, char **out, size_t *outlen)
+{
+	size_t len = 0;
+	ssize_t n = 1;
+	char *buf;
+	int fd, rc = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	buf = malloc(CONFIG_MAX_FILE + 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	while (n != 0 && len <= CONFIG_MAX_FILE) {
+		n = read(fd, buf + len, CONFIG_MAX_FILE + 1 - len);
+		if (n < 0 && errno != EINTR) {
+			rc = -errno;
+			break;
+		}
+		if (n > 0)
+			len += (size_t)n;
+	}
+	if (rc == 0 && len > CONFIG_MAX_FILE)
+		rc = -EFBIG;
+	if (rc) {
+		free(buf);
+		goto out_close;
+	}
+	*out = buf;
+	*outlen = len;
+out_close:
+	close(fd);
+	return rc;
+}
+
+int config_load(struct stage_config *c, const char *path, char *err, size_t errlen)
+{
+	size_t len = 0;
+	char *text = NULL;
+	int rc;
+
+	rc = read_file(path, &text, &len);
+	if (rc) {
+		if (err)
+			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	rc = config_parse(c, text, len, path, err, errlen);
+	free(text);
+	return rc;
+}
+
+static void print_value(const struct cfg_entry *e, const struct stage_config *c, FILE *out)
+{
+	char buf[32];
+
+	switch (e->type) {
+	case T_NAME:
+	case T_PATH:
+	case T_HOSTPORT:
+		fputs(*CFIELD(c, e, char *), out);
+		break;
+	case T_PATHS: {
+		int n = *(const int *)((const char *)c + e->count_off);
+
+		for (int i = 0; i < n; i++)
+			fprintf(out, "%s%s", i ? ", " : "", CFIELD(c, e, char *)[i]);
+		break;
+	}
+	case T_BOOL:
+		fputs(*CFIELD(c, e, bool) ? "on" : "off", out);
+		break;
+	case T_INT:
+		if ((e->flags & F_ALL) && *CFIELD(c, e, int) == CFG_REPLICAS_ALL)
+			fputs("all", out);
+		else
+			fprintf(out, "%d", *CFIELD(c, e, int));
+		break;
+	case T_U32:
+		fprintf(out, "%u", *CFIELD(c, e, uint32_t));
+		break;
+	case T_SIZE:
+		format_size(*CFIELD(c, e, uint64_t), buf, sizeof(buf));
+		fputs(buf, out);
+		break;
+	case T_ENUM:
+		fputs(e->names[*CFIELD(c, e, int)], out);
+		break;
+	}
+}
+
+void config_print(const struct stage_config *c, FILE *out)
+{
+	const char *section = NULL;
+
+	fputs("# stage configuration: every key with its value (staged --print-config)\n", out);
+	for (size_t i = 0; i < N_ENTRIES; i++) {
+		const struct cfg_entry *e = &cfg_table[i];
+
+		if (!section || strcmp(section, e->section) != 0) {
+			section = e->section;
+			fprintf(out, "\n[%s]\n", section);
+		}
+		fprintf(out, "# %s\n%s = ", e->doc, e->key);
+		print_value(e, c, out);
+		fputc('\n', out);
+	}
+}

@@ -1,0 +1,342 @@
+/* Framing: the wire format is in proto.h and docs/PROTOCOL.md.
+ *
+ * Integers are assembled byte by byte, so the code is the same on any host
+ * and never reads unaligned. A received payload is checked whole before any
+ * msg_get_* sees it; the getters still bound every read, so a msg built by
+ * hand cannot make them run past its buffer either.
+ */
+#include "common/proto.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static void put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	put_le16(p, (uint16_t)v);
+	put_le16(p + 2, (uint16_t)(v >> 16));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	put_le32(p, (uint32_t)v);
+	put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint16_t get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	return get_le16(p) | (uint32_t)get_le16(p + 2) << 16;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	return get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+void proto_encode_hdr(uint8_t hdr[PROTO_HDR_LEN], uint16_t type, uint16_t flags, uint32_t len)
+{
+	memcpy(hdr, PROTO_MAGIC, 4);
+	put_le16(hdr + 4, type);
+	put_le16(hdr + 6, flags);
+	put_le32(hdr + 8, len);
+	put_le32(hdr + 12, 0);
+}
+
+int proto_decode_hdr(const uint8_t hdr[PROTO_HDR_LEN], uint16_t *type, uint16_t *flags, uint32_t *len)
+{
+	uint32_t n = get_le32(hdr + 8);
+
+	if (memcmp(hdr, PROTO_MAGIC, 4) != 0 || get_le32(hdr + 12) != 0 || n > PROTO_MAX_PAYLOAD)
+		return -EBADMSG;
+	*type = get_le16(hdr + 4);
+	*flags = get_le16(hdr + 6);
+	*len = n;
+	return 0;
+}
+
+/* The field at *off of p[0..n): 1 and advances *off, 0 at the end, or
+ * -EBADMSG if what is there is not a whole field. */
+static int field_at(const uint8_t *p, size_t n, size_t *off, uint16_t *key,
+		    const uint8_t **val, size_t *len)
+{
+	size_t o = *off, flen;
+
+	if (o == n)
+		return 0;
+	if (o > n || n - o < PROTO_FIELD_HDR_LEN || get_le16(p + o + 2) != 0)
+		return -EBADMSG;
+	flen = get_le32(p + o + 4);
+	if (flen > n - o - PROTO_FIELD_HDR_LEN)
+		return -EBADMSG;
+	*key = get_le16(p + o);
+	*val = p + o + PROTO_FIELD_HDR_LEN;
+	*len = flen;
+	*off = o + PROTO_FIELD_HDR_LEN + flen;
+	return 1;
+}
+
+int proto_check_payload(const uint8_t *p, size_t n)
+{
+	const uint8_t *val;
+	size_t off = 0, len;
+	uint16_t key;
+	int rc;
+
+	if (n > PROTO_MAX_PAYLOAD)
+		return -EBADMSG;
+	while ((rc = field_at(p, n, &off, &key, &val, &len)) > 0)
+		;
+	return rc;
+}
+
+int msg_next_field(const struct msg *m, size_t *off, uint16_t *key, const uint8_t **p, size_t *n)
+{
+	/* A malformed tail ends the walk: callers loop on "while (... > 0)". */
+	return field_at(m->buf, m->len, off, key, p, n) > 0;
+}
+
+void msg_init(struct msg *m, uint16_t type)
+{
+	memset(m, 0, sizeof(*m));
+	m->type = type;
+}
+
+void msg_free(struct msg *m)
+{
+	free(m->buf);
+	m->buf = NULL;
+	m->len = m->cap = 0;
+	m->err = 0;
+}
+
+/* Room for one more field of n bytes; the pointer to write it at, or NULL
+ * with m->err set (and then every later put is a no-op). */
+static uint8_t *msg_reserve(struct msg *m, size_t n)
+{
+	size_t need, cap;
+	uint8_t *nb;
+
+	if (m->err)
+		return NULL;
+	if (n > PROTO_MAX_PAYLOAD - PROTO_FIELD_HDR_LEN ||
+	    m->len > PROTO_MAX_PAYLOAD - PROTO_FIELD_HDR_LEN - n) {
+		m->err = -E2BIG;
+		return NULL;
+	}
+	need = m->len + PROTO_FIELD_HDR_LEN + n;
+	if (need > m->cap) {
+		cap = m->cap ? m->cap : 256;
+		/* Powers of two from 256 meet PROTO_MAX_PAYLOAD exactly. */
+		while (cap < need)
+			cap *= 2;
+		nb = realloc(m->buf, cap);
+		if (!nb) {
+			m->err = -ENOMEM;
+			return NULL;
+		}
+		m->buf = nb;
+		m->cap = cap;
+	}
+	return m->buf + m->len;
+}
+
+void msg_put_bytes(struct msg *m, uint16_t key, const void *p, size_t n)
+{
+	uint8_t *f = msg_reserve(m, n);
+
+	if (!f)
+		return;
+	put_le16(f, key);
+	put_le16(f + 2, 0);
+	put_le32(f + 4, (uint32_t)n);
+	if (n)
+		memcpy(f + PROTO_FIELD_HDR_LEN, p, n);
+	m->len += PROTO_FIELD_HDR_LEN + n;
+}
+
+void msg_put_u64(struct msg *m, uint16_t key, uint64_t v)
+{
+	uint8_t b[8];
+
+	put_le64(b, v);
+	msg_put_bytes(m, key, b, sizeof(b));
+}
+
+void msg_put_str(struct msg *m, uint16_t key, const char *s)
+{
+	msg_put_bytes(m, key, s, strlen(s));
+}
+
+int msg_get_bytes(const struct msg *m, uint16_t key, const uint8_t **p, size_t *n)
+{
+	size_t off = 0;
+	uint16_t k;
+
+	while (msg_next_field(m, &off, &k, p, n) > 0)
+		if (k == key)
+			return 0;
+	return -ENOENT;
+}
+
+int msg_get_u64(const struct msg *m, uint16_t key, uint64_t *v)
+{
+	const uint8_t *p;
+	size_t n;
+	int rc = msg_get_bytes(m, key, &p, &n);
+
+	if (rc)
+		return rc;
+	if (n != 8)
+		return -EBADMSG;
+	*v = get_le64(p);
+	return 0;
+}
+
+int msg_get_str(const struct msg *m, uint16_t key, char **out)
+{
+	const uint8_t *p;
+	size_t n;
+	char *s;
+	int rc = msg_get_bytes(m, key, &p, &n);
+
+	if (rc)
+		return rc;
+	if (memchr(p, '\0', n))
+		return -EINVAL;
+	s = malloc(n + 1);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, p, n);
+	s[n] = '\0';
+	*out = s;
+	return 0;
+}
+
+/* Reads exactly n bytes: n, or fewer at EOF, or -errno. */
+static ssize_t read_full(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+int msg_recv(int fd, struct msg *m)
+{
+	uint8_t hdr[PROTO_HDR_LEN];
+	uint16_t type, flags;
+	uint32_t len;
+	uint8_t *buf = NULL;
+	ssize_t r;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	r = read_full(fd, hdr, sizeof(hdr));
+	if (r < 0)
+		return (int)r;
+	if (r == 0)
+		return -ENOTCONN;
+	if (r < PROTO_HDR_LEN)
+		return -ECONNRESET;
+	rc = proto_decode_hdr(hdr, &type, &flags, &len);
+	if (rc)
+		return rc;
+	/* len <= PROTO_MAX_PAYLOAD: decode checked it before we trust it. */
+	if (len) {
+		buf = malloc(len);
+		if (!buf)
+			return -ENOMEM;
+		r = read_full(fd, buf, len);
+		if (r != (ssize_t)len) {
+			rc = r < 0 ? (int)r : -ECONNRESET;
+			goto out_free;
+		}
+		rc = proto_check_payload(buf, len);
+		if (rc)
+			goto out_free;
+	}
+	m->type = type;
+	m->flags = flags;
+	m->buf = buf;
+	m->len = m->cap = len;
+	return 0;
+out_free:
+	free(buf);
+	return rc;
+}
+
+/* sendmsg so a vanished peer is -EPIPE, not SIGPIPE; plain writev for pipes
+ * and files, which cannot take MSG_NOSIGNAL. */
+static ssize_t send_iov(int fd, struct iovec *iov, int iovcnt, bool *not_sock)
+{
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t r;
+
+	if (!*not_sock) {
+		r = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		if (r >= 0 || errno != ENOTSOCK)
+			return r;
+		*not_sock = true;
+	}
+	return writev(fd, iov, iovcnt);
+}
+
+int msg_send(int fd, const struct msg *m)
+{
+	uint8_t hdr[PROTO_HDR_LEN];
+	struct iovec iov[2], *v = iov;
+	int cnt = m->len ? 2 : 1;
+	bool not_sock = false;
+
+	if (m->err)
+		return m->err;
+	if (m->len > PROTO_MAX_PAYLOAD)
+		return -E2BIG;
+	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)m->len);
+	iov[0] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
+	iov[1] = (struct iovec){ .iov_base = m->buf, .iov_len = m->len };
+
+	while (cnt) {
+		ssize_t r = send_iov(fd, v, cnt, &not_sock);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		/* Short write: drop what went, resume mid-iovec. */
+		while (cnt && (size_t)r >= v->iov_len) {
+			r -= (ssize_t)v->iov_len;
+			v++;
+			cnt--;
+		}
+		if (cnt) {
+			v->iov_base = (uint8_t *)v->iov_base + r;
+			v->iov_len -= (size_t)r;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,329 @@
+"""Fixtures of the integration suite: real staged daemons on real files.
+
+Every test gets a time limit (SIGALRM, default 120 s, STAGE_TEST_TIMEOUT or
+@pytest.mark.timeout(N) to change it) and every subprocess its own timeout,
+so a hung daemon fails one test instead of the run.
+"""
+import faulthandler
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import IS_ROOT, STAGE, STAGED, client_env, rm_tree, sanitizer_report, wait_for
+
+DEFAULT_TIMEOUT = int(os.environ.get("STAGE_TEST_TIMEOUT", "120"))
+NOBODY = (65534, 65534)
+_names = itertools.count()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timeout(seconds): this test's time limit (SIGALRM)")
+
+
+def pytest_sessionstart(session):
+    missing = [str(p) for p in (STAGED, STAGE) if not os.access(p, os.X_OK)]
+    if missing:
+        pytest.exit(f"not built: {', '.join(missing)} (run `make`)", returncode=2)
+
+
+@pytest.fixture(autouse=True)
+def _time_limit(request):
+    m = request.node.get_closest_marker("timeout")
+    secs = int(m.args[0]) if m else DEFAULT_TIMEOUT
+
+    def on_alarm(signum, frame):
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=False)
+        pytest.fail(f"test exceeded its time limit of {secs} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(secs)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """One staged with its own config, roots, state and socket.
+
+    base/            config, logs (one per start), state/, ckpt/, replicas/
+    source_roots     default [base/src]
+    stage_root       default base/stage
+    socket           in a short private directory under /tmp (sun_path is 108 bytes)
+    user             None (run as we are) or (uid, gid): daemon and client run
+                     under setpriv with that identity
+    """
+
+    def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None,
+                 name=None, extra_config=""):
+        self.base = Path(base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.name = name or f"it-n{next(_names)}"
+        self.user = user
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="stg-", dir="/tmp"))
+        self.socket = self.sock_dir / "staged.sock"
+        self.state_dir = self.base / "state"
+        self.source_roots = [Path(p) for p in (source_roots or [self.base / "src"])]
+        self.src_root = self.source_roots[0]
+        self.stage_root = Path(stage_root) if stage_root else self.base / "stage"
+        self.transfer = {"chunk_size": "64KiB", **(transfer or {})}
+        self.extra_config = extra_config
+        self.config_path = self.base / "staged.conf"
+        self.proc = None
+        self.runs = []        # [(log path, how it ended: None running, "term", "kill9", "died")]
+        for p in [self.state_dir, self.stage_root, self.base / "ckpt", self.base / "replicas",
+                  *self.source_roots]:
+            p.mkdir(parents=True, exist_ok=True)
+        if user:
+            for p in [self.base, self.sock_dir, self.state_dir, self.stage_root,
+                      self.base / "ckpt", self.base / "replicas"]:
+                os.chown(p, *user)
+        self.write_config()
+
+    # ------------------------------------------------------------ config
+
+    def config_text(self):
+        t = "\n".join(f"{k} = {v}" for k, v in self.transfer.items())
+        return (
+            "[node]\n"
+            f"name = {self.name}\n"
+            f"socket = {self.socket}\n"
+            f"listen = 127.0.0.1:{free_port()}\n"
+            f"state_dir = {self.state_dir}\n"
+            "[paths]\n"
+            f"source_roots = {','.join(str(p) for p in self.source_roots)}\n"
+            f"stage_root = {self.stage_root}\n"
+            f"ckpt_root = {self.base / 'ckpt'}\n"
+            f"replica_root = {self.base / 'replicas'}\n"
+            "[transfer]\n"
+            f"{t}\n"
+            f"{self.extra_config}"
+        )
+
+    def write_config(self):
+        self.config_path.write_text(self.config_text())
+        os.chmod(self.config_path, 0o644)
+
+    @property
+    def prefix(self):
+        if not self.user:
+            return []
+        uid, gid = self.user
+        return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+
+    # ------------------------------------------------------------ life cycle
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout=15):
+        assert not self.running
+        log = self.base / f"staged.{len(self.runs)}.log"
+        with open(log, "wb") as f:
+            self.proc = subprocess.Popen(
+                self.prefix + [str(STAGED), "--config", str(self.config_path), "--foreground"],
+                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, cwd=self.base)
+        self.runs.append([log, None])
+
+        def ready():
+            if self.proc.poll() is not None:
+                self.runs[-1][1] = "died"
+                raise AssertionError(f"staged exited {self.proc.returncode} while starting:\n{self.log()}")
+            if not self.socket.exists():
+                return False
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(str(self.socket))
+                    return True
+                except (ConnectionRefusedError, FileNotFoundError):
+                    return False
+
+        wait_for(ready, timeout, f"staged to listen on {self.socket}")
+        return self
+
+    def stop(self, timeout=20):
+        """SIGTERM; returns the exit status."""
+        if not self.running:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+            self.runs[-1][1] = "term"
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.runs[-1][1] = "hung"
+            raise AssertionError(f"staged did not exit within {timeout} s of SIGTERM")
+        return rc
+
+    def kill9(self):
+        assert self.running, "staged is not running"
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.runs[-1][1] = "kill9"
+
+    def restart(self):
+        if self.running:
+            rc = self.stop()
+            assert rc == 0, f"staged exited {rc} on SIGTERM"
+        return self.start()
+
+    def log(self, all_runs=False):
+        runs = self.runs if all_runs else self.runs[-1:]
+        return "".join(Path(p).read_text(errors="replace") for p, _ in runs if Path(p).exists())
+
+    def close(self):
+        """Teardown: stop the daemon; problems found (exit status, sanitizer reports)."""
+        problems = []
+        if self.running:
+            try:
+                rc = self.stop()
+                if rc != 0:
+                    problems.append(f"staged {self.name} exited {rc} on SIGTERM; log:\n{self.log()[-3000:]}")
+            except AssertionError as ex:
+                problems.append(str(ex))
+        elif self.proc is not None and self.runs and self.runs[-1][1] is None:
+            self.runs[-1][1] = "died"
+            problems.append(f"staged {self.name} died on its own with status {self.proc.returncode}; "
+                            f"log:\n{self.log()[-3000:]}")
+        for log, how in self.runs:
+            # A run ended by kill -9 cannot have run its exit-time (leak)
+            # checks, but anything it reported before the kill is real.
+            rep = sanitizer_report(Path(log).read_text(errors="replace")) if Path(log).exists() else None
+            if rep:
+                problems.append(f"sanitizer report in {log} (run ended: {how}): {rep}")
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+        return problems
+
+    # ------------------------------------------------------------ the client
+
+    def cmd(self, *args, json=False):
+        return self.prefix + [str(STAGE), "--socket", str(self.socket)] + (["--json"] if json else []) + \
+            [str(a) for a in args]
+
+    def run(self, *args, json=False, timeout=60, cwd=None, env=None):
+        """Runs `stage --socket SOCK [--json] ARGS...`; CompletedProcess with str output."""
+        cp = subprocess.run(self.cmd(*args, json=json), capture_output=True, timeout=timeout,
+                            cwd=cwd or self.base, env=client_env(env),
+                            encoding="utf-8", errors="surrogateescape")
+        rep = sanitizer_report(cp.stderr)
+        assert rep is None, f"sanitizer report from stage {args}: {rep}\n{cp.stderr}"
+        return cp
+
+    def popen(self, *args, json=False, out=None):
+        """Starts the client in the background, output to files (a full pipe
+        must never throttle the daemon)."""
+        out = Path(out or self.base / f"client.{time.monotonic_ns()}")
+        so, se = open(f"{out}.out", "wb"), open(f"{out}.err", "wb")
+        try:
+            p = subprocess.Popen(self.cmd(*args, json=json), stdin=subprocess.DEVNULL, stdout=so, stderr=se,
+                                 cwd=self.base, env=client_env())
+        finally:
+            so.close()
+            se.close()
+        p.out_path, p.err_path = Path(f"{out}.out"), Path(f"{out}.err")
+        return p
+
+    def pull(self, src, *args, **kw):
+        return self.run("pull", src, *args, **kw)
+
+    def status(self, **kw):
+        return self.run("status", **kw)
+
+    def assert_serving(self):
+        assert self.running, f"staged is not running; log:\n{self.log()[-3000:]}"
+        cp = self.status(timeout=20)
+        assert cp.returncode == 0, f"stage status exited {cp.returncode}: {cp.stderr}"
+
+    def dest_of(self, src):
+        """Default destination of SRC: stage_root + its path below its source root."""
+        src = Path(src)
+        for r in self.source_roots:
+            if src == r or r in src.parents:
+                return self.stage_root / src.relative_to(r)
+        raise ValueError(src)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    rep = (yield).get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+@pytest.fixture
+def make_daemon(request, tmp_path):
+    made = []
+
+    def make(base=None, start=True, **kw):
+        d = Daemon(base or tmp_path / f"d{len(made)}", **kw)
+        made.append(d)
+        if start:
+            d.start()
+        return d
+
+    yield make
+    problems = []
+    for d in made:
+        problems += d.close()
+    if problems:
+        pytest.fail("daemon teardown:\n" + "\n".join(problems), pytrace=False)
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.passed:
+        for d in made:            # thousands of files: gone now, not in pytest's next cleanup
+            if tmp_path in d.base.parents:
+                rm_tree(d.base)
+
+
+@pytest.fixture
+def daemon(make_daemon):
+    return make_daemon()
+
+
+def need_root(what):
+    if not IS_ROOT:
+        pytest.skip(f"needs root: {what}")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """An 8 MiB tmpfs (root only); unmounted at teardown. Request it before
+    make_daemon so the daemon stops first."""
+    need_root("mounting a size-limited tmpfs")
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(mnt)],
+                   check=True, timeout=30)
+    yield mnt
+    r = subprocess.run(["umount", str(mnt)], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        subprocess.run(["umount", "-l", str(mnt)], timeout=30)
+        pytest.fail(f"umount {mnt}: {r.stderr.strip()}", pytrace=False)
+
+
+@pytest.fixture
+def nobody_base():
+    """A base directory an unprivileged user can reach (pytest's tmp_path is
+    under a 0700 root-owned directory), owned by nobody. Root only."""
+    need_root("running the daemon as an unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="stage-it-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    os.chown(base, *NOBODY)
+    yield base
+    rm_tree(base)

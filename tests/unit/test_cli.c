@@ -1,0 +1,537 @@
+/* The pure parts of the `stage` client: its command line, its JSON strings,
+ * its human numbers, the lines of `stage manifest --xxhsum`, and how reply
+ * frames are rendered (into memory streams). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+
+#include <cmocka.h>
+
+#include "client/cli_args.h"
+#include "client/cli_fmt.h"
+#include "client/cli_json.h"
+#include "client/cli_manifest.h"
+#include "client/cli_out.h"
+#include "common/paths.h"
+
+#define ARGV(...) ((char *[]){ "stage", __VA_ARGS__, NULL })
+#define ARGC(...) ((int)(sizeof((char *[]){ "stage", __VA_ARGS__ }) / sizeof(char *)))
+#define PARSE(a, err, ...) \
+	cli_args_parse((a), ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), (err), sizeof(err))
+
+/* A memory stream and the text written to it. */
+struct capture {
+	FILE *f;
+	char *buf;
+	size_t len;
+};
+
+static void cap_open(struct capture *c)
+{
+	c->f = open_memstream(&c->buf, &c->len);
+	assert_non_null(c->f);
+}
+
+static const char *cap_text(struct capture *c)
+{
+	fflush(c->f);
+	return c->buf;
+}
+
+static void cap_close(struct capture *c)
+{
+	fclose(c->f);
+	free(c->buf);
+}
+
+/* ---- command line ---- */
+
+static void test_args_pull_options_anywhere(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	assert_int_equal(PARSE(&a, err, "--json", "pull", "data", "--to", "/d", "--verify",
+			       "--socket=/s"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_PULL);
+	assert_string_equal(a.operand, "data");
+	assert_string_equal(a.to, "/d");
+	assert_string_equal(a.socket, "/s");
+	assert_true(a.json && a.verify);
+	assert_false(a.deep || a.xxhsum);
+
+	assert_int_equal(PARSE(&a, err, "--verify", "--to=x", "pull", "--socket", "/s", "src"), 0);
+	assert_string_equal(a.operand, "src");
+	assert_string_equal(a.to, "x");
+}
+
+static void test_args_dashdash(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	assert_int_equal(PARSE(&a, err, "verify", "--deep", "--", "--json"), 0);
+	assert_string_equal(a.operand, "--json");
+	assert_true(a.deep);
+	assert_false(a.json);
+	assert_int_equal(PARSE(&a, err, "manifest", "-"), 0);
+	assert_string_equal(a.operand, "-");
+}
+
+static void test_args_usage_errors(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--bogus"), -EINVAL);
+	assert_non_null(strstr(err, "'--bogus'"));
+	assert_int_equal(PARSE(&a, err, "pull"), -EINVAL);
+	assert_non_null(strstr(err, "missing operand"));
+	assert_int_equal(PARSE(&a, err, "pull", "a", "b"), -EINVAL);
+	assert_non_null(strstr(err, "extra operand 'b'"));
+	assert_int_equal(PARSE(&a, err, "status", "x"), -EINVAL);
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--deep"), -EINVAL);
+	assert_non_null(strstr(err, "'--deep' does not apply to 'pull'"));
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--to"), -EINVAL);
+	assert_non_null(strstr(err, "'--to' needs a value"));
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--to="), -EINVAL);
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--verify=yes"), -EINVAL);
+	assert_int_equal(PARSE(&a, err, "pull", ""), -EINVAL);
+	assert_int_equal(PARSE(&a, err, "frobnicate"), -EINVAL);
+	assert_non_null(strstr(err, "'frobnicate'"));
+	assert_int_equal(PARSE(&a, err, "--json"), -EINVAL);
+	assert_non_null(strstr(err, "missing command"));
+	assert_int_equal(PARSE(&a, err, "manifest", "x", "--xxhsum", "--json"), -EINVAL);
+	assert_int_equal(PARSE(&a, err, "-x"), -EINVAL);
+}
+
+static void test_args_not_in_this_version(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	/* The command is named before its (unknown to us) options are looked at. */
+	assert_int_equal(PARSE(&a, err, "commit", "dir", "--wait"), -ENOTSUP);
+	assert_string_equal(err, "'commit' is not available in this version yet");
+	assert_int_equal(PARSE(&a, err, "--json", "codec", "bench", "f"), -ENOTSUP);
+	assert_int_equal(PARSE(&a, err, "verify", "p", "--cluster"), -ENOTSUP);
+	assert_non_null(strstr(err, "verify --cluster needs checkpoint replication"));
+}
+
+static void test_args_help_version(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	assert_int_equal(PARSE(&a, err, "pull", "--help"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_HELP);
+	assert_int_equal(PARSE(&a, err, "-h"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_HELP);
+	assert_int_equal(PARSE(&a, err, "--version"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_VERSION);
+	assert_int_equal(PARSE(&a, err, "status"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_STATUS);
+	assert_null(a.operand);
+}
+
+/* What the client relies on from paths_absolute: lexical, ".." kept. */
+static void test_absolute_paths(void **state)
+{
+	static const char *const cases[][3] = {
+		{ "/home/u", "data", "/home/u/data" },
+		{ "/home/u", "./a//b/./c/", "/home/u/a/b/c" },
+		{ "/home/u", "../x", "/home/u/../x" },
+		{ "/home/u", "/abs/.", "/abs" },
+		{ "/", ".", "/" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *p = paths_absolute(cases[i][0], cases[i][1]);
+
+		assert_non_null(p);
+		assert_string_equal(p, cases[i][2]);
+		free(p);
+	}
+}
+
+/* ---- JSON strings ---- */
+
+static void check_json(const char *in, size_t n, const char *want)
+{
+	struct capture c;
+
+	cap_open(&c);
+	cli_json_string(c.f, in, n);
+	assert_string_equal(cap_text(&c), want);
+	cap_close(&c);
+}
+
+#define CHECK_JSON(lit, want) check_json((lit), sizeof(lit) - 1, (want))
+
+static void test_json_escaping(void **state)
+{
+	CHECK_JSON("plain/path.bin", "\"plain/path.bin\"");
+	CHECK_JSON("q\"b\\s", "\"q\\\"b\\\\s\"");
+	CHECK_JSON("a\nb\tc\rd\x01\x1f\x7f", "\"a\\nb\\tc\\rd\\u0001\\u001f\x7f\"");
+	CHECK_JSON("nul\0x", "\"nul\\u0000x\"");
+	/* Valid UTF-8 of 2, 3 and 4 bytes passes through. */
+	CHECK_JSON("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"");
+	/* Not UTF-8: stray, overlong, surrogate, past U+10FFFF, truncated. */
+	CHECK_JSON("\xff", "\"\\u00ff\"");
+	CHECK_JSON("\xc0\x80", "\"\\u00c0\\u0080\"");
+	CHECK_JSON("\xed\xa0\x80", "\"\\u00ed\\u00a0\\u0080\"");
+	CHECK_JSON("\xf4\x90\x80\x80", "\"\\u00f4\\u0090\\u0080\\u0080\"");
+	CHECK_JSON("\xe2\x82", "\"\\u00e2\\u0082\"");
+	CHECK_JSON("a\xe2\x82z", "\"a\\u00e2\\u0082z\"");
+}
+
+static void test_json_object(void **state)
+{
+	struct capture c;
+	struct cli_json j;
+
+	cap_open(&c);
+	cli_json_begin(&j, c.f, "x");
+	cli_json_u64(&j, "n", UINT64_MAX);
+	cli_json_strn(&j, "s", "a\"", 2);
+	cli_json_end(&j);
+	cli_json_begin(&j, c.f, NULL);
+	cli_json_end(&j);
+	assert_string_equal(cap_text(&c),
+			    "{\"event\":\"x\",\"n\":18446744073709551615,\"s\":\"a\\\"\"}\n{}\n");
+	cap_close(&c);
+}
+
+/* ---- human numbers ---- */
+
+static void test_fmt_size(void **state)
+{
+	static const struct { uint64_t v; const char *want; } cases[] = {
+		{ 0, "0 B" }, { 1023, "1023 B" }, { 1024, "1.0 KiB" }, { 1536, "1.5 KiB" },
+		{ 1048575, "1.0 MiB" }, { 150u << 20, "150 MiB" }, { (99u << 20) + (972u << 10), "99.9 MiB" },
+		{ UINT64_C(4) << 30, "4.0 GiB" }, { UINT64_MAX, "16.0 EiB" },
+	};
+	char buf[32];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cli_fmt_size(buf, sizeof(buf), cases[i].v);
+		assert_string_equal(buf, cases[i].want);
+	}
+}
+
+static void test_fmt_count_eta(void **state)
+{
+	char buf[32];
+
+	cli_fmt_count(buf, sizeof(buf), 0);
+	assert_string_equal(buf, "0");
+	cli_fmt_count(buf, sizeof(buf), 999);
+	assert_string_equal(buf, "999");
+	cli_fmt_count(buf, sizeof(buf), 1000);
+	assert_string_equal(buf, "1,000");
+	cli_fmt_count(buf, sizeof(buf), 1234567);
+	assert_string_equal(buf, "1,234,567");
+	cli_fmt_count(buf, sizeof(buf), UINT64_MAX);
+	assert_string_equal(buf, "18,446,744,073,709,551,615");
+	cli_fmt_count(buf, 4, 1234567);
+	assert_string_equal(buf, "1,2");
+
+	cli_fmt_eta(buf, sizeof(buf), 0);
+	assert_string_equal(buf, "0:00");
+	cli_fmt_eta(buf, sizeof(buf), 63);
+	assert_string_equal(buf, "1:03");
+	cli_fmt_eta(buf, sizeof(buf), 3723);
+	assert_string_equal(buf, "1:02:03");
+}
+
+static void test_fmt_progress(void **state)
+{
+	struct cli_progress p = {
+		.phase = "copy", .files_done = 1234, .files_total = 20000,
+		.bytes_done = UINT64_C(1288490189), .bytes_total = UINT64_C(4) << 30,
+		.rate = 850u << 20,
+	};
+	char buf[160];
+
+	cli_fmt_progress(buf, sizeof(buf), &p);
+	assert_string_equal(buf, "copy  1,234/20,000 files  1.2/4.0 GiB  850 MiB/s  ETA 0:04");
+
+	p = (struct cli_progress){ .phase = "scan", .files_done = 5, .bytes_done = 2048 };
+	cli_fmt_progress(buf, sizeof(buf), &p);
+	assert_string_equal(buf, "scan  5 files  2.0 KiB");
+
+	/* Cut short, still terminated. */
+	p.phase = "verify";
+	cli_fmt_progress(buf, 9, &p);
+	assert_string_equal(buf, "verify  ");
+}
+
+/* ---- stage manifest ---- */
+
+static struct mf_entry file_entry(const char *path)
+{
+	struct mf_entry e = { .type = MF_FILE, .path = (char *)path, .size = 1, .mode = 0644,
+			      .mtime_ns = -5, .digest = digest_of("a", 1) };
+	return e;
+}
+
+static void test_manifest_xxhsum_lines(void **state)
+{
+	struct mf_entry e = file_entry(" lead\\ing tab\there ");
+	struct mf_entry d = { .type = MF_DIR, .path = "dir", .mode = 0755 };
+	struct capture c;
+
+	cap_open(&c);
+	/* The digest is the one `xxhsum -H2` prints for a file holding "a". */
+	assert_int_equal(cli_manifest_xxhsum(c.f, &e), 0);
+	assert_int_equal(cli_manifest_xxhsum(c.f, &d), 0);
+	e.path = "new\nline";
+	assert_int_equal(cli_manifest_xxhsum(c.f, &e), -EINVAL);
+	assert_string_equal(cap_text(&c),
+			    "a96faf705af16834e6c632b61e964e1f   lead\\ing tab\there \n");
+	cap_close(&c);
+}
+
+static void test_manifest_json_entry(void **state)
+{
+	struct mf_entry e = file_entry("d/\xff.bin");
+	struct mf_entry l = { .type = MF_LINK, .path = "ln", .size = 1, .mode = 0777,
+			      .mtime_ns = 7, .digest = digest_of("a", 1), .target = "a" };
+	struct capture c;
+
+	cap_open(&c);
+	cli_manifest_json(c.f, &e);
+	cli_manifest_json(c.f, &l);
+	assert_string_equal(cap_text(&c),
+		"{\"type\":\"f\",\"path\":\"d/\\u00ff.bin\",\"size\":1,\"mode\":\"0644\","
+		"\"mtime_ns\":-5,\"digest\":\"a96faf705af16834e6c632b61e964e1f\"}\n"
+		"{\"type\":\"l\",\"path\":\"ln\",\"size\":1,\"mode\":\"0777\",\"mtime_ns\":7,"
+		"\"digest\":\"a96faf705af16834e6c632b61e964e1f\",\"target\":\"a\"}\n");
+	cap_close(&c);
+}
+
+/* ---- reply frames ---- */
+
+struct frames {
+	struct capture out, err;
+	struct cli_out o;
+};
+
+static double fake_clock;
+
+static double fake_now(void)
+{
+	return fake_clock;
+}
+
+static int frames_setup(void **state)
+{
+	struct frames *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	cap_open(&f->out);
+	cap_open(&f->err);
+	cli_out_init(&f->o, f->out.f, f->err.f, false, false);
+	f->o.now = fake_now;
+	fake_clock = 100;
+	*state = f;
+	return 0;
+}
+
+static int frames_teardown(void **state)
+{
+	struct frames *f = *state;
+
+	cap_close(&f->out);
+	cap_close(&f->err);
+	free(f);
+	return 0;
+}
+
+static void send_result(struct cli_out *o, uint64_t code, const char *text, const char *path)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_RESULT);
+	msg_put_u64(&m, K_CODE, code);
+	msg_put_str(&m, K_TEXT, text);
+	if (path)
+		msg_put_str(&m, K_PATH, path);
+	msg_put_u64(&m, K_ELAPSED_NS, 2500000000u);
+	assert_int_equal(cli_out_frame(o, &m), 0);
+	msg_free(&m);
+}
+
+static void send_note(struct cli_out *o, const char *kind, const char *path, const char *text)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_NOTE);
+	msg_put_u64(&m, K_LEVEL, 1);
+	if (kind)
+		msg_put_str(&m, K_KIND, kind);
+	if (path)
+		msg_put_str(&m, K_PATH, path);
+	msg_put_str(&m, K_TEXT, text);
+	assert_int_equal(cli_out_frame(o, &m), 0);
+	msg_free(&m);
+}
+
+static void test_frames_human(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	f->o.path_last = true;
+	send_note(&f->o, "missing", "a/b", "gone");
+	send_note(&f->o, NULL, NULL, "source changed under us, retrying");
+	msg_init(&m, 999);      /* from a newer daemon: skipped */
+	msg_put_str(&m, K_TEXT, "future");
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	send_result(&f->o, 0, "pulled 3 files", "/stage/data");
+	assert_int_equal(f->o.code, 0);
+	assert_string_equal(cap_text(&f->out), "missing a/b\n/stage/data\n");
+	assert_string_equal(cap_text(&f->err),
+			    "stage: source changed under us, retrying\npulled 3 files\n");
+}
+
+static void test_frames_failure_and_clamp(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	f->o.path_last = true;
+	send_result(&f->o, 7, "copy failed: disk full at /stage/x", "/stage/x");
+	assert_int_equal(f->o.code, 2);
+	assert_string_equal(cap_text(&f->out), "");    /* no path for a failed pull */
+	assert_string_equal(cap_text(&f->err), "stage: copy failed: disk full at /stage/x\n");
+
+	msg_init(&m, MSG_RESULT);       /* a result must carry its exit code */
+	msg_put_str(&m, K_TEXT, "?");
+	assert_int_equal(cli_out_frame(&f->o, &m), -EBADMSG);
+	msg_free(&m);
+}
+
+static void test_frames_json(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	f->o.json = true;
+	msg_init(&m, MSG_PROGRESS);
+	msg_put_str(&m, K_PHASE, "copy");
+	msg_put_u64(&m, K_FILES_DONE, 1);
+	msg_put_u64(&m, K_BYTES_DONE, 1000);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	fake_clock += 2;
+	msg_init(&m, MSG_PROGRESS);
+	msg_put_str(&m, K_PHASE, "copy");
+	msg_put_u64(&m, K_FILES_DONE, 2);
+	msg_put_u64(&m, K_FILES_TOTAL, 2);
+	msg_put_u64(&m, K_BYTES_DONE, 5000);
+	msg_put_u64(&m, K_BYTES_TOTAL, 5000);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	send_note(&f->o, "changed", "x\"y", "size differs");
+	send_result(&f->o, 1, "verify failed", NULL);
+	assert_string_equal(cap_text(&f->out),
+		"{\"event\":\"progress\",\"phase\":\"copy\",\"files_done\":1,\"bytes_done\":1000,\"rate\":0}\n"
+		"{\"event\":\"progress\",\"phase\":\"copy\",\"files_done\":2,\"files_total\":2,"
+		"\"bytes_done\":5000,\"bytes_total\":5000,\"rate\":2000}\n"
+		"{\"event\":\"note\",\"level\":\"warn\",\"kind\":\"changed\",\"path\":\"x\\\"y\","
+		"\"text\":\"size differs\"}\n"
+		"{\"event\":\"result\",\"code\":1,\"text\":\"verify failed\",\"elapsed_ms\":2500}\n");
+	assert_string_equal(cap_text(&f->err), "");
+}
+
+static void status_frame(struct msg *m)
+{
+	static const char *const pairs[][2] = {
+		{ "node", "n0" }, { "job", "pull /nfs/a" }, { "transport", "tcp" },
+		{ "job", "verify /stage/b" },
+	};
+
+	msg_init(m, MSG_STATUS);
+	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+		msg_put_str(m, K_NAME, pairs[i][0]);
+		msg_put_str(m, K_VALUE, pairs[i][1]);
+	}
+	msg_put_str(m, K_NAME, "peers");        /* a name without a value */
+}
+
+static void test_frames_status(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	status_frame(&m);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	assert_string_equal(cap_text(&f->out),
+			    "node:      n0\n"
+			    "job:       pull /nfs/a\n"
+			    "transport: tcp\n"
+			    "job:       verify /stage/b\n"
+			    "peers:     \n");
+	f->o.json = true;
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	assert_non_null(strstr(cap_text(&f->out),
+		"{\"event\":\"status\",\"node\":\"n0\",\"job\":[\"pull /nfs/a\",\"verify /stage/b\"],"
+		"\"transport\":\"tcp\",\"peers\":\"\"}\n"));
+	msg_free(&m);
+}
+
+static void test_frames_progress_line(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	f->o.progress = true;
+	msg_init(&m, MSG_PROGRESS);
+	msg_put_str(&m, K_PHASE, "scan");
+	msg_put_u64(&m, K_FILES_DONE, 12);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	fake_clock += 0.01;     /* too soon to redraw */
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	send_note(&f->o, NULL, NULL, "hello");
+	assert_string_equal(cap_text(&f->err),
+			    "\rscan  12 files  0 B"
+			    "\r                   \r"
+			    "stage: hello\n");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_args_pull_options_anywhere),
+		cmocka_unit_test(test_args_dashdash),
+		cmocka_unit_test(test_args_usage_errors),
+		cmocka_unit_test(test_args_not_in_this_version),
+		cmocka_unit_test(test_args_help_version),
+		cmocka_unit_test(test_absolute_paths),
+		cmocka_unit_test(test_json_escaping),
+		cmocka_unit_test(test_json_object),
+		cmocka_unit_test(test_fmt_size),
+		cmocka_unit_test(test_fmt_count_eta),
+		cmocka_unit_test(test_fmt_progress),
+		cmocka_unit_test(test_manifest_xxhsum_lines),
+		cmocka_unit_test(test_manifest_json_entry),
+		cmocka_unit_test_setup_teardown(test_frames_human, frames_setup, frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_failure_and_clamp, frames_setup,
+						frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_json, frames_setup, frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_status, frames_setup, frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_progress_line, frames_setup,
+						frames_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
