@@ -133,7 +133,8 @@ static void submit_open(struct copier *c, struct cp_file *f, bool dst)
 	sqe = prep(c, f, op);
 	if (!sqe)
 		return;
-	io_uring_prep_openat2(sqe, dst ? c->dst_root : c->src_root, dst ? f->dst : f->src, how);
+	io_uring_prep_openat2(sqe, dst || f->src_in_dst ? c->dst_root : c->src_root,
+			      dst ? f->dst : f->src, how);
 	f->opens_pending++;
 }
 

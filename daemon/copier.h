@@ -42,7 +42,7 @@ enum cp_state { CP_IDLE, CP_OPENING, CP_DATA, CP_SYNCING, CP_DONE };
  * and in place from copier_start until its done callback returns. */
 struct cp_file {
 	/* in */
-	const char *src;        /* relative to the source root */
+	const char *src;        /* relative to the source root (or the destination's, below) */
 	const char *dst;        /* temporary name relative to the destination root; NULL: hash only */
 	uint64_t size;          /* bytes expected (from the walk) */
 	int64_t mtime_ns;       /* expected source mtime; also given to the destination */
@@ -50,6 +50,7 @@ struct cp_file {
 	uid_t uid;
 	gid_t gid;
 	bool chown;             /* give the destination uid/gid (we are root) */
+	bool src_in_dst;        /* hash-only: read src beneath the destination root */
 	void *owner;            /* the caller's */
 
 	/* out, valid in the done callback */

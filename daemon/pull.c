@@ -209,7 +209,7 @@ static void retire(struct pull *p)
 		p->head = (p->head + 1) % WINDOW;
 		p->count--;
 	}
-	if (job_now_ns() - p->t_flush_ns > 250000000ull) {
+	if (job_now_ns() - p->t_flush_ns > 20000000ull) {
 		/* The journal is what a killed pull resumes from: keep it recent. */
 		mf_writer_flush(p->mw);
 		p->t_flush_ns = job_now_ns();
@@ -221,7 +221,13 @@ static void on_copied(struct cp_file *cf, void *arg)
 	struct pending *pe = cf->owner;
 	struct pull *p = arg;
 
-	if (cf->err) {
+	if (cf->src_in_dst && cf->err && !cf->err_dst) {
+		/* Adopting failed (the file changed under us?): copy it after all. */
+		pe->st = P_FAILED;
+		p->failed++;
+		job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot read %s/%s (%s): %s",
+			 p->dst, pe->e.path, cf->err_op, strerror(-cf->err));
+	} else if (cf->err) {
 		pe->st = P_FAILED;
 		if (cf->err_dst) {
 			note_fatal(p, cf->err, "%s/%s: %s", p->dst, pe->e.path);
@@ -230,7 +236,7 @@ static void on_copied(struct cp_file *cf, void *arg)
 			job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot copy %s/%s (%s): %s",
 				 p->src, pe->e.path, cf->err_op, strerror(-cf->err));
 		}
-	} else if (renameat(p->dst_fd, pe->tmp, p->dst_fd, pe->e.path) < 0) {
+	} else if (pe->tmp && renameat(p->dst_fd, pe->tmp, p->dst_fd, pe->e.path) < 0) {
 		pe->st = P_FAILED;
 		note_fatal(p, -errno, "%s/%s: rename: %s", p->dst, pe->e.path);
 		unlinkat(p->dst_fd, pe->tmp, 0);
@@ -240,8 +246,10 @@ static void on_copied(struct cp_file *cf, void *arg)
 		pe->e.chunks = cf->chunks;
 		cf->chunks = NULL;
 		pe->st = P_READY;
-		p->copied++;
-		p->bytes_copied += cf->size;
+		if (pe->tmp) {
+			p->copied++;
+			p->bytes_copied += cf->size;
+		}
 	}
 	copier_release(cf);
 }
@@ -258,17 +266,24 @@ static const struct mf_entry *earlier(struct pull *p, const char *rel)
 	return NULL;
 }
 
-/* The destination already holds this file with the content an earlier
- * manifest recorded for this very size and mtime: keep it. */
+/* Whether the destination holds a finished copy of this source file: same
+ * size and mtime. Only a complete, durable copy is ever under a final name
+ * with the source's mtime (it is set before the rename), so this is the
+ * same trust rsync places in size and mtime. *d gets the destination's stat. */
+static bool landed(const struct walk_ent *w, struct stat *d)
+{
+	if (w->other_type != 'f' || fstatat(w->other_dirfd, w->name, d, AT_SYMLINK_NOFOLLOW) < 0)
+		return false;
+	return d->st_size == w->st.st_size && mtime_ns(d) == mtime_ns(&w->st);
+}
+
+/* ... and an earlier manifest knows that copy's digests. */
 static bool reusable(const struct walk_ent *w, const struct mf_entry *old, struct stat *d)
 {
-	if (!old || old->type != MF_FILE || w->other_type != 'f')
+	if (!old || old->type != MF_FILE || old->size != (uint64_t)w->st.st_size ||
+	    old->mtime_ns != mtime_ns(&w->st))
 		return false;
-	if (old->size != (uint64_t)w->st.st_size || old->mtime_ns != mtime_ns(&w->st))
-		return false;
-	if (fstatat(w->other_dirfd, w->name, d, AT_SYMLINK_NOFOLLOW) < 0)
-		return false;
-	return (uint64_t)d->st_size == old->size && mtime_ns(d) == old->mtime_ns;
+	return landed(w, d);
 }
 
 static int entry_init(struct pending *pe, char type, const struct walk_ent *w)

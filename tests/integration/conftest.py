@@ -7,6 +7,7 @@ so a hung daemon fails one test instead of the run.
 import faulthandler
 import itertools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -84,7 +85,12 @@ class Daemon:
         self.stage_root = Path(stage_root) if stage_root else self.base / "stage"
         self.transfer = {"chunk_size": "64KiB", **(transfer or {})}
         self.extra_config = extra_config
-        self.config_path = self.base / "staged.conf"
+        self.config_path = self.base / "daemon.conf"
+        # The daemon runs through a symlink with a name of its own: other
+        # people's `pkill staged` / `pidof staged` on a shared machine must
+        # not stop our daemons mid-test. Same binary, same behaviour.
+        self.exe = self.sock_dir / "it-daemon"
+        os.symlink(STAGED, self.exe)
         self.proc = None
         self.runs = []        # [(log path, how it ended: None running, "term", "kill9", "died")]
         for p in [self.state_dir, self.stage_root, self.base / "ckpt", self.base / "replicas",
@@ -135,10 +141,10 @@ class Daemon:
 
     def start(self, timeout=15):
         assert not self.running
-        log = self.base / f"staged.{len(self.runs)}.log"
+        log = self.base / f"daemon.{len(self.runs)}.log"
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(
-                self.prefix + [str(STAGED), "--config", str(self.config_path), "--foreground"],
+                self.prefix + [str(self.exe), "--config", str(self.config_path), "--foreground"],
                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, cwd=self.base)
         self.runs.append([log, None])
 
@@ -204,11 +210,15 @@ class Daemon:
             problems.append(f"staged {self.name} died on its own with status {self.proc.returncode}; "
                             f"log:\n{self.log()[-3000:]}")
         for log, how in self.runs:
+            text = Path(log).read_text(errors="replace") if Path(log).exists() else ""
             # A run ended by kill -9 cannot have run its exit-time (leak)
             # checks, but anything it reported before the kill is real.
-            rep = sanitizer_report(Path(log).read_text(errors="replace")) if Path(log).exists() else None
+            rep = sanitizer_report(text)
             if rep:
                 problems.append(f"sanitizer report in {log} (run ended: {how}): {rep}")
+            if how != "term" and re.search(r"signal (15|2)\b", text):
+                problems.append(f"{log}: staged was stopped by a signal this test did not send "
+                                "(someone else on this machine?)")
         shutil.rmtree(self.sock_dir, ignore_errors=True)
         return problems
 

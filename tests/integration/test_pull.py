@@ -359,7 +359,7 @@ def test_special_files_do_not_hang_the_pull(daemon):
     daemon.assert_serving()
 
 
-def test_unstaged_directory_has_no_manifest(daemon):
+def test_directory_never_pulled_has_no_manifest(daemon):
     make_tree(daemon.src_root / "x", [F("f", b"f")])
     cp = daemon.run("manifest", daemon.src_root / "x")        # nothing staged there
     assert cp.returncode in (1, 2) and cp.stderr.strip()
