@@ -44,7 +44,7 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 BIN := $(BUILD)/bin/staged $(BUILD)/bin/stage
 
-.PHONY: all check unit integration demo deps help clean bench-smoke
+.PHONY: all check unit integration demo deps help clean bench-smoke fuzz fuzz-smoke
 all: $(BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -97,6 +97,29 @@ demo: deps
 bench-smoke: $(BIN)
 	@tools/bench/pull --smoke
 
+# libFuzzer targets, one per parser of outside bytes; built with clang.
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address,undefined
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRC)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash
+
+fuzz: $(FUZZ_BIN)
+
+# A short run of each target over its corpus: proves they still build and run.
+fuzz-smoke: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do \
+		n=$${f##*/fuzz_}; \
+		echo "== $$f ($${FUZZ_SECONDS:-10} s)"; \
+		rm -rf $(BUILD)/fuzz/new-$$n && mkdir -p $(BUILD)/fuzz/new-$$n; \
+		$$f -max_total_time=$${FUZZ_SECONDS:-10} $(BUILD)/fuzz/new-$$n \
+			tests/fuzz/corpus/$$n > $(BUILD)/fuzz/$$n.log 2>&1 \
+			|| { tail -n 30 $(BUILD)/fuzz/$$n.log; exit 1; }; \
+		tail -n 1 $(BUILD)/fuzz/$$n.log; \
+	done
+
 help:
 	@echo "make              build build/bin/staged and build/bin/stage (warnings are errors)"
 	@echo "make check        install missing dependencies, build, run unit and integration tests"
@@ -104,6 +127,7 @@ help:
 	@echo "make unit         build and run the cmocka unit tests"
 	@echo "make integration  run the pytest integration tests (real daemons)"
 	@echo "make deps         apt-get what the build, tests and benchmarks need"
+	@echo "make fuzz         build the libFuzzer targets (clang); make fuzz-smoke runs each briefly"
 	@echo "make SANITIZE=address|undefined ...   build with sanitizers"
 	@echo "make clean"
 
