@@ -71,15 +71,14 @@ def files_of(src):
 
 
 @pytest.mark.timeout(240)
-def test_kill9_mid_pull_then_resume(make_daemon):
+@pytest.mark.parametrize("delay", [0.0, 1.0], ids=["as-first-files-land", "after-1s-of-landing"])
+def test_kill9_mid_pull_then_resume(make_daemon, delay):
     d = make_daemon(transfer=SLOW)
     src = d.src_root / "ds"
     dest = d.dest_of(src)
     for scale in SCALES:
-        # Long enough that files land for a second before the kill: the
-        # daemon has had every chance to record them.
         make_big_source(src, scale, per_scale=6000)
-        proc, fired = pull_until(d, src, landed_for(dest, 1.0, at_least=30))
+        proc, fired = pull_until(d, src, landed_for(dest, delay, at_least=10))
         if fired:
             d.kill9()
         rc = wait_client(proc, "the daemon was killed" if fired else "the pull")
