@@ -152,16 +152,14 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 			return;
 		}
 	}
-	if (mtime_ns(&w->st) != m->mtime_ns)
-		{
-			finding(v, "changed", m->path, "mtime differs from the manifest");
-			return;
-		}
-	if (deep)
-		{
-			rehash(v, m, &w->st);
-			return;
-		}
+	if (mtime_ns(&w->st) != m->mtime_ns) {
+		finding(v, "changed", m->path, "mtime differs from the manifest");
+		return;
+	}
+	if (deep) {
+		rehash(v, m, &w->st);
+		return;
+	}
 	atomic_fetch_add(&v->job->files_done, 1);
 	atomic_fetch_add(&v->job->bytes_done, m->size);
 }
