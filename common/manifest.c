@@ -364,7 +364,7 @@ int mf_writer_open(struct mf_writer **wp, int dirfd, const char *name, uint64_t 
 	rc = writer_alloc(&w, chunk_size);
 	if (rc)
 		return rc;
-	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
 		goto out_free_writer;

@@ -27,7 +27,8 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int dfd = -1;
+static int dfd = -1;                 /* a directory of our own for the writer */
+static char dir[] = "/dev/shm/fuzz_manifest.XXXXXX";
 
 struct out {
 	int rc;
@@ -168,10 +169,15 @@ static void rewrite(const uint8_t *data, size_t size, const struct out *p, const
 	out_free(&back);
 }
 
+static void remove_dir(void)
+{
+	unlinkat(dfd, "rt", 0);
+	close(dfd);
+	rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	char dir[] = "/dev/shm/fuzz_manifest.XXXXXX";
-
 	if (!mkdtemp(dir)) {
 		strcpy(dir, "/tmp/fuzz_manifest.XXXXXX");
 		if (!mkdtemp(dir))
@@ -180,6 +186,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	if (dfd < 0)
 		abort();
+	atexit(remove_dir);
 	return 0;
 }
 

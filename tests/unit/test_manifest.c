@@ -666,10 +666,10 @@ static void test_edited_fields(void **state)
  * as they are). */
 static void test_upper_case_digests(void **state)
 {
-	char text[4096], hex[33];
-	struct mf_root r;
 	struct mf_entry e = { .type = MF_FILE, .path = "a", .size = 1, .mode = 0644 };
-	digest_t root;
+	char text[4096], hex[33], thex[33];
+	struct result res;
+	struct mf_root r;
 	int n;
 
 	e.digest = digest_of("x", 1);
@@ -680,14 +680,9 @@ static void test_upper_case_digests(void **state)
 	n = snprintf(text, sizeof(text), "stage-manifest 1\nchunk 4096\nf a 1 0644 0 %s\n", hex);
 	assert_int_equal(mf_root_init(&r), 0);
 	mf_root_add(&r, &e);
-	root = mf_root_final(&r);
-	digest_to_hex(root, hex);
-	char thex[33];
-
+	digest_to_hex(mf_root_final(&r), hex);
 	digest_to_hex(digest_of(text, (size_t)n), thex);
 	n += snprintf(text + n, sizeof(text) - (size_t)n, "end %s 1 %s\n", hex, thex);
-
-	struct result res;
 
 	read_mem(text, (size_t)n, MF_COMPLETE, &res);
 	assert_int_equal(res.rc, 0);
