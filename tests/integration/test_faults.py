@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import NOBODY
-from helpers import (CHUNK, F, assert_landed_match_source, assert_tree_equal, check_manifest_against,
+from helpers import (CHUNK, F, L, assert_landed_match_source, assert_tree_equal, check_manifest_against,
                      inodes, json_result, landed_files, make_tree, manifest_path, parse_manifest, rm_tree,
-                     same_content, sha256_file, simple_entries, temporaries, walk, xxh128_file)
+                     same_content, sha256_file, simple_entries, temporaries, tree_diff, walk, xxh128_file)
 
 MiB = 1 << 20
 # Few files in flight and small I/O, so a pull of a few thousand files lasts
@@ -339,25 +339,31 @@ def test_full_disk(small_tmpfs, make_daemon):
     check_manifest_against(d.dest_of(small), small)
 
 
-def test_unreadable_source_file(nobody_base, make_daemon):
+@pytest.mark.parametrize("what", ["file", "dir"])
+def test_unreadable_source_entry(nobody_base, make_daemon, what):
     d = make_daemon(base=nobody_base / "d", user=NOBODY)
+    locked = "locked-file.bin" if what == "file" else "locked-dir"
     src = make_tree(d.src_root / "ds", [
-        F("a.txt", b"a\n"), F("locked-file.bin", size=5000), F("sub/c.bin", size=2 * CHUNK + 1),
-        F("z.txt", b"z\n")])
+        F("a.txt", b"a\n"), F("locked-file.bin", size=5000), F("locked-dir/inner.txt", b"i\n"),
+        F("sub/c.bin", size=2 * CHUNK + 1), F("z.txt", b"z\n")])
     for p in [src, *src.rglob("*")]:
-        os.chown(p, *NOBODY)                          # even its owner cannot read a mode-000 file
-    os.chmod(src / "locked-file.bin", 0)
+        os.chown(p, *NOBODY)                          # even its owner cannot read a mode-000 entry
+    os.chmod(src / locked, 0)
     dest = d.dest_of(src)
+    readable = ["a.txt", "sub/c.bin", "z.txt", "locked-dir/inner.txt" if what == "file" else "locked-file.bin"]
 
     cp = d.pull(src)
     assert cp.returncode == 1, f"exit {cp.returncode}: {cp.stdout} {cp.stderr}"
-    assert "locked-file.bin" in cp.stderr + cp.stdout, f"the failure must name the file: {cp.stderr!r}"
-    for rel in ["a.txt", "sub/c.bin", "z.txt"]:
+    assert locked in cp.stderr + cp.stdout, f"the failure must name {locked}: {cp.stderr!r}"
+    for rel in readable:
         assert (dest / rel).is_file() and same_content(src / rel, dest / rel), f"{rel} not staged"
-    assert not os.path.lexists(dest / "locked-file.bin")
+    if what == "file":
+        assert not os.path.lexists(dest / locked)
+    else:
+        assert not os.path.lexists(dest / locked / "inner.txt")
     assert temporaries(dest) == []
     assert not manifest_path(dest).exists()
-    assert stat.S_IMODE(os.stat(src / "locked-file.bin").st_mode) == 0, "the source was modified"
+    assert stat.S_IMODE(os.stat(src / locked).st_mode) == 0, "the source was modified"
     d.assert_serving()
 
     cp = d.pull(src, json=True)
@@ -365,6 +371,23 @@ def test_unreadable_source_file(nobody_base, make_daemon):
     res, events = json_result(cp.stdout)
     assert res["code"] == 1
     named = [e for e in events if e["event"] in ("note", "result")
-             and "locked-file.bin" in (e.get("path") or "") + (e.get("text") or "")]
-    assert named, f"no JSON note or result names the unreadable file: {events}"
+             and locked in (e.get("path") or "") + (e.get("text") or "")]
+    assert named, f"no JSON note or result names {locked}: {events}"
     assert temporaries(dest) == []
+    os.chmod(src / locked, 0o755 if what == "dir" else 0o644)    # readable again: the pull completes
+    cp = d.pull(src)
+    assert cp.returncode == 0, cp.stderr
+    assert_tree_equal(src, dest)
+
+
+def test_unprivileged_daemon_reads_other_users_files(nobody_base, make_daemon):
+    """The usual case on a cluster: the dataset belongs to someone else and
+    is world-readable; the daemon is not root and does not own it."""
+    d = make_daemon(base=nobody_base / "d", user=NOBODY)
+    src = make_tree(d.src_root / "ds", [
+        F("a.txt", b"a\n", owner=(1234, 1234)), F("sub/b.bin", size=3 * CHUNK, owner=(0, 0)),
+        F("sub/c.txt", b"c\n", mode=0o444, owner=(4321, 4321)), L("sub/l", "c.txt")])
+    cp = d.pull(src)
+    assert cp.returncode == 0, f"exit {cp.returncode}: {cp.stdout} {cp.stderr}"
+    diffs = tree_diff(src, d.dest_of(src), check_owner=False)     # only root can give files away
+    assert not diffs, diffs

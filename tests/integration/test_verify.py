@@ -1,5 +1,6 @@
 """stage verify: fast (types, sizes, mtimes) and --deep (every byte re-hashed)."""
 import os
+import subprocess
 
 import pytest
 
@@ -102,3 +103,23 @@ def test_tampered_manifest_is_not_verified(staged):
     cp = d.run("verify", dest)
     assert cp.returncode != 0, "a truncated manifest was accepted"
     d.assert_serving()
+
+
+def test_json_notes_with_odd_names(daemon):
+    odd = ["odd\nname.txt", 'quote"back\\slash', os.fsdecode(b"bad-\xff.bin"), "tab\tütf8"]
+    src = make_tree(daemon.src_root / "odd", [F(n, b"x") for n in odd] + [F("keep", b"k")])
+    dest = daemon.dest_of(src)
+    assert daemon.pull(src).returncode == 0
+    for n in odd:
+        os.unlink(dest / n)
+    cp = subprocess.run(daemon.cmd("verify", dest, json=True), capture_output=True, timeout=60)
+    assert cp.returncode == 1
+    try:
+        text = cp.stdout.decode("utf-8")              # JSON is UTF-8, whatever bytes the names hold
+    except UnicodeDecodeError as ex:
+        raise AssertionError(f"--json output is not UTF-8: {ex}: {cp.stdout!r}") from None
+    notes = [e for e in json_lines(text) if e["event"] == "note" and e["kind"] == "missing"]
+    assert len(notes) == len(odd), notes
+    paths = {n["path"] for n in notes}
+    for n in odd[:2] + odd[3:]:                      # valid UTF-8 names come back exactly
+        assert n in paths or any(p.endswith("/" + n) for p in paths), (n, paths)
