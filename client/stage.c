@@ -17,7 +17,7 @@
 #include "client/cli_out.h"
 #include "common/paths.h"
 
-#define STAGE_VERSION "0.1.0"
+#include "common/version.h"
 
 /* Relative operands are made absolute against our cwd, lexically: the daemon
  * has another cwd, and it must see any ".." to judge path safety itself. */

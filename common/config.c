@@ -69,9 +69,6 @@ struct cfg_entry {
 static const char *default_name(const struct cfg_entry *e, char *buf, size_t len);
 static const char *default_socket(const struct cfg_entry *e, char *buf, size_t len);
 
-static const char *const log_level_names[] = {
-	[LOG_ERROR] = "error", [LOG_WARN] = "warn", [LOG_INFO] = "info", [LOG_DEBUG] = "debug", NULL,
-};
 static const char *const transport_names[] = {
 	[CFG_TRANSPORT_AUTO] = "auto", [CFG_TRANSPORT_TCP] = "tcp", [CFG_TRANSPORT_RDMA] = "rdma", NULL,
 };

@@ -5,6 +5,8 @@
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 extern enum log_level log_threshold;
+/* "error", "warn", "info", "debug", indexed by level, NULL-terminated. */
+extern const char *const log_level_names[];
 
 void log_open(const char *ident, int fd);
 void log_write(enum log_level lvl, const char *fmt, ...)

@@ -19,7 +19,7 @@
 #include "daemon/roots.h"
 #include "daemon/verify.h"
 
-#define STAGE_VERSION "0.1.0"
+#include "common/version.h"
 #define MAX_CONNS 256
 
 static atomic_uint active;

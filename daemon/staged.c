@@ -21,6 +21,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "daemon/ctl.h"
 #include "daemon/job.h"
 #include "daemon/roots.h"
@@ -174,7 +175,7 @@ int main(int argc, char **argv)
 		case 'f': foreground = true; break;
 		case 'p': print = true; break;
 		case 'h': usage(stdout); return 0;
-		case 'V': puts("staged 0.1.0"); return 0;
+		case 'V': puts("staged " STAGE_VERSION); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
