@@ -132,7 +132,7 @@ static void serve_status(const struct stage_config *cfg, int fd)
 	msg_free(&m);
 	msg_init(&m, MSG_RESULT);
 	msg_put_u64(&m, K_CODE, 0);
-	msg_put_str(&m, K_TEXT, "ok");
+	msg_put_str(&m, K_TEXT, "");
 	msg_send(fd, &m);
 	msg_free(&m);
 }
