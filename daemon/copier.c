@@ -60,6 +60,7 @@ struct copier {
 	struct cp_file *live_head;
 	bool src_direct_ok;           /* cleared the first time O_DIRECT is refused */
 	bool dst_direct_ok;
+	bool noatime_ok;              /* cleared the first time O_NOATIME is refused */
 	cp_done_fn done;              /* valid inside copier_run */
 	void *done_arg;
 	int finished;                 /* files completed in this copier_run */
@@ -125,7 +126,11 @@ static void submit_open(struct copier *c, struct cp_file *f, bool dst)
 		how->flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
 		how->mode = 0600;
 	} else {
-		how->flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME;
+		how->flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
+		/* Reading a dataset should not dirty every inode with an atime, but
+		 * only the owner (or CAP_FOWNER) may ask: the first EPERM turns it off. */
+		if (c->noatime_ok)
+			how->flags |= O_NOATIME;
 	}
 	if (direct)
 		how->flags |= O_DIRECT;
@@ -374,6 +379,11 @@ static void on_open(struct copier *c, struct cp_file *f, bool dst, int res)
 		submit_open(c, f, dst);
 		return;
 	}
+	if (res == -EPERM && !dst && (f->how_src.flags & O_NOATIME)) {
+		c->noatime_ok = false;
+		submit_open(c, f, dst);
+		return;
+	}
 	if (res == -EEXIST && dst && !f->err) {
 		/* A temporary left by a killed run; it was never anything's final name. */
 		if (unlinkat(c->dst_root, f->dst, 0) == 0) {
@@ -492,7 +502,7 @@ int copier_create(struct copier **out, int src_root, int dst_root, const struct 
 	bufpool_init(&c->pool, c->o.memory);
 	c->src_root = src_root;
 	c->dst_root = dst_root;
-	c->src_direct_ok = c->dst_direct_ok = true;
+	c->src_direct_ok = c->dst_direct_ok = c->noatime_ok = true;
 	ret = io_uring_queue_init_params(RING_SQ, &c->ring, &p);
 	if (ret < 0) {
 		free(c);

@@ -320,7 +320,16 @@ static void do_dir(struct pull *p, const struct walk_ent *w)
 		pe->st = P_FAILED;
 		return;
 	}
-	/* Owner-only until its contents are in; the real mode comes at the end. */
+	/* The walk must list it and we must write in it, whatever mode the
+	 * source gives it (0555, even 0): owner-only until its contents are in,
+	 * its real mode at the end. Root needs no such care. */
+	if (w->other_type == 'd' && !p->as_root) {
+		struct stat d;
+
+		if (fstatat(w->other_dirfd, w->name, &d, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    (d.st_mode & 0700) != 0700)
+			fchmodat(w->other_dirfd, w->name, (d.st_mode & 07777) | 0700, 0);
+	}
 	if (w->other_type != 'd' && mkdirat(w->other_dirfd, w->name, 0700) < 0) {
 		note_fatal(p, -errno, "%s/%s: mkdir: %s", p->dst, w->rel);
 		pe->st = P_FAILED;
@@ -527,8 +536,8 @@ static void copy_tree(struct pull *p)
 				walking = false;
 			} else if (ret < 0) {
 				p->failed++;
-				job_note(p->job, LOG_ERROR, "unreadable", NULL, "%s: %s", p->src,
-					 walk_why(w));
+				job_note(p->job, LOG_ERROR, "unreadable", walk_err_path(w), "%s: %s",
+					 p->src, walk_why(w));
 			} else {
 				do_entry(p, &e);
 			}
@@ -657,6 +666,9 @@ static void pass_teardown(struct pull *p)
 		free(p->win[p->head].tmp);
 	}
 	close_dirs_until(p, NULL);
+	free(p->dirs);
+	p->dirs = NULL;
+	p->dirs_cap = 0;
 	free(p->win);
 	p->win = NULL;
 	copier_destroy(p->cp);

@@ -222,7 +222,7 @@ int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool dire
 		if (!have_w) {
 			ret = walk_next(w, &e);
 			if (ret < 0) {
-				finding(&v, "unreadable", NULL, walk_why(w));
+				finding(&v, "unreadable", walk_err_path(w), walk_why(w));
 				continue;
 			}
 			have_w = ret == 1;

@@ -44,7 +44,15 @@ struct walk {
 	bool descend;
 	size_t last_len;       /* path length including the last returned name */
 	char why[MF_MAX_PATH + 1024];
+	char err_rel[MF_MAX_PATH + 256]; /* the entry the last error is about */
 };
+
+/* Remembers which entry an error is about: the first len bytes of w->path. */
+static void err_at(struct walk *w, size_t len)
+{
+	memcpy(w->err_rel, w->path, len);
+	w->err_rel[len] = '\0';
+}
 
 char walk_type_of_mode(mode_t m)
 {
@@ -177,6 +185,7 @@ static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
 	f->path_len = path_len;
 	ret = listing_read(&f->src, src_fd, top);
 	if (ret < 0) {
+		err_at(w, path_len);
 		snprintf(w->why, sizeof(w->why), "cannot list directory '%.*s': %s",
 			 (int)path_len, path_len ? w->path : ".", strerror(-ret));
 		goto out_free;
@@ -184,6 +193,7 @@ static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
 	if (other_fd >= 0) {
 		ret = listing_read(&f->other, other_fd, top);
 		if (ret < 0) {
+			err_at(w, path_len);
 			snprintf(w->why, sizeof(w->why),
 				 "cannot list destination directory '%.*s': %s",
 				 (int)path_len, path_len ? w->path : ".", strerror(-ret));
@@ -250,6 +260,11 @@ const char *walk_why(const struct walk *w)
 	return w->why;
 }
 
+const char *walk_err_path(const struct walk *w)
+{
+	return w->err_rel[0] ? w->err_rel : ".";
+}
+
 static int descend(struct walk *w)
 {
 	struct frame *parent = &w->stack[w->depth - 1];
@@ -260,6 +275,7 @@ static int descend(struct walk *w)
 	src_fd = openat(parent->src_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (src_fd < 0) {
 		ret = -errno;
+		err_at(w, w->last_len);
 		snprintf(w->why, sizeof(w->why), "cannot open directory '%s': %s", w->path,
 			 strerror(-ret));
 		return ret;
@@ -269,6 +285,7 @@ static int descend(struct walk *w)
 				  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (other_fd < 0 && errno != ENOENT && errno != ENOTDIR) {
 			ret = -errno;
+			err_at(w, w->last_len);
 			snprintf(w->why, sizeof(w->why),
 				 "cannot open destination directory '%s': %s", w->path,
 				 strerror(-ret));
@@ -311,6 +328,7 @@ int walk_next(struct walk *w, struct walk_ent *e)
 		name = cmp <= 0 ? sn : on;
 		len = strlen(name);
 		if (plen + 1 + len >= MF_MAX_PATH) {
+			err_at(w, plen);
 			snprintf(w->why, sizeof(w->why), "path too long: '%.*s/%s'", (int)plen,
 				 w->path, name);
 			if (cmp <= 0)
@@ -351,6 +369,7 @@ int walk_next(struct walk *w, struct walk_ent *e)
 				if (err == -ENOENT) {
 					e->side = WALK_OTHER;
 				} else {
+					err_at(w, w->last_len);
 					snprintf(w->why, sizeof(w->why), "cannot stat '%s': %s",
 						 w->path, strerror(-err));
 					return err;

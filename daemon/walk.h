@@ -41,6 +41,8 @@ int walk_open(struct walk **w, int src_root, int other_root);
 int walk_next(struct walk *w, struct walk_ent *e);
 void walk_skip(struct walk *w);
 const char *walk_why(const struct walk *w);
+/* The relative path the last error is about ("." for the top). */
+const char *walk_err_path(const struct walk *w);
 void walk_close(struct walk *w);
 
 char walk_type_of_mode(mode_t m);

@@ -71,8 +71,7 @@ class Daemon:
                      under setpriv with that identity
     """
 
-    def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None,
-                 name=None, extra_config=""):
+    def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None, name=None):
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.name = name or f"it-n{next(_names)}"
@@ -84,7 +83,6 @@ class Daemon:
         self.src_root = self.source_roots[0]
         self.stage_root = Path(stage_root) if stage_root else self.base / "stage"
         self.transfer = {"chunk_size": "64KiB", **(transfer or {})}
-        self.extra_config = extra_config
         self.config_path = self.base / "daemon.conf"
         # The daemon runs through a symlink with a name of its own: other
         # people's `pkill staged` / `pidof staged` on a shared machine must
@@ -92,7 +90,7 @@ class Daemon:
         self.exe = self.sock_dir / "it-daemon"
         os.symlink(STAGED, self.exe)
         self.proc = None
-        self.runs = []        # [(log path, how it ended: None running, "term", "kill9", "died")]
+        self.runs = []        # [log path, how it ended: None (running), "term", "kill9", "died", "hung"]
         for p in [self.state_dir, self.stage_root, self.base / "ckpt", self.base / "replicas",
                   *self.source_roots]:
             p.mkdir(parents=True, exist_ok=True)
@@ -119,7 +117,6 @@ class Daemon:
             f"replica_root = {self.base / 'replicas'}\n"
             "[transfer]\n"
             f"{t}\n"
-            f"{self.extra_config}"
         )
 
     def write_config(self):
