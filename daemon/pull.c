@@ -50,7 +50,18 @@
 #define WINDOW 8192u
 #define TMP_PREFIX ".stage-tmp."
 
-enum pend_state { P_WAIT, P_READY, P_FAILED };
+/* P_WAIT: in the copier. P_LANDED: complete in its temporary, waiting for
+ * the batch's syncfs and rename. P_READY: under its final name (or needs no
+ * I/O), to be journaled. P_FAILED: to be skipped. */
+enum pend_state { P_WAIT, P_LANDED, P_READY, P_FAILED };
+
+/* Durability comes in batches: a temporary is made durable before its
+ * rename by one syncfs for many files, which costs far less than an
+ * fdatasync each (those force every small file's writeback and a journal
+ * commit one by one: a quarter of a small-file pull's time). */
+#define BATCH_FILES 1024u
+#define BATCH_BYTES (256ull << 20)
+#define BATCH_NS 50000000ull
 
 struct pending {
 	struct mf_entry e;       /* what the manifest will say; e.path owned */
@@ -87,6 +98,8 @@ struct pull {
 	/* results */
 	uint64_t files, bytes, copied, bytes_copied, removed, failed;
 	uint64_t dropped;            /* staged files verify found bad, removed */
+	uint64_t landed, landed_bytes; /* P_LANDED entries in the window */
+	uint64_t t_landed_ns;        /* when the oldest of them landed */
 	int fatal;                   /* -errno of a destination failure */
 	char fatal_why[1024];
 };
@@ -187,7 +200,7 @@ static void retire(struct pull *p)
 		struct pending *pe = &p->win[p->head];
 		int ret;
 
-		if (pe->st == P_WAIT)
+		if (pe->st == P_WAIT || pe->st == P_LANDED)
 			break;
 		close_dirs_until(p, pe->e.path);
 		if (pe->st == P_READY) {
@@ -236,10 +249,6 @@ static void on_copied(struct cp_file *cf, void *arg)
 			job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot copy %s/%s (%s): %s",
 				 p->src, pe->e.path, cf->err_op, strerror(-cf->err));
 		}
-	} else if (pe->tmp && renameat(p->dst_fd, pe->tmp, p->dst_fd, pe->e.path) < 0) {
-		pe->st = P_FAILED;
-		note_fatal(p, -errno, "%s/%s: rename: %s", p->dst, pe->e.path);
-		unlinkat(p->dst_fd, pe->tmp, 0);
 	} else {
 		pe->e.digest = cf->digest;
 		pe->e.nchunks = cf->nchunks;
@@ -247,11 +256,55 @@ static void on_copied(struct cp_file *cf, void *arg)
 		cf->chunks = NULL;
 		pe->st = P_READY;
 		if (pe->tmp) {
-			p->copied++;
-			p->bytes_copied += cf->size;
+			pe->st = P_LANDED;
+			if (!p->landed++)
+				p->t_landed_ns = job_now_ns();
+			p->landed_bytes += cf->size;
 		}
 	}
 	copier_release(cf);
+}
+
+/* Makes every landed temporary durable with one syncfs, then gives each its
+ * final name. On a fatal error the temporaries are dropped instead. */
+static void settle_landed(struct pull *p)
+{
+	bool drop = p->fatal != 0;
+
+	if (!p->landed)
+		return;
+	if (!drop && syncfs(p->dst_fd) < 0) {
+		note_fatal(p, -errno, "%s%s: syncfs: %s", p->dst, "");
+		drop = true;
+	}
+	for (size_t i = 0, n = p->count; i < n && p->landed; i++) {
+		struct pending *pe = &p->win[(p->head + i) % WINDOW];
+
+		if (pe->st != P_LANDED)
+			continue;
+		p->landed--;
+		if (drop) {
+			unlinkat(p->dst_fd, pe->tmp, 0);
+			pe->st = P_FAILED;
+		} else if (renameat(p->dst_fd, pe->tmp, p->dst_fd, pe->e.path) < 0) {
+			note_fatal(p, -errno, "%s/%s: rename: %s", p->dst, pe->e.path);
+			unlinkat(p->dst_fd, pe->tmp, 0);
+			pe->st = P_FAILED;
+			drop = true;
+		} else {
+			pe->st = P_READY;
+			p->copied++;
+			p->bytes_copied += pe->e.size;
+		}
+	}
+	p->landed = p->landed_bytes = 0;
+}
+
+static bool batch_due(struct pull *p)
+{
+	return p->landed && (p->landed >= BATCH_FILES || p->landed_bytes >= BATCH_BYTES ||
+			     copier_inflight(p->cp) == 0 ||
+			     job_now_ns() - p->t_landed_ns >= BATCH_NS);
 }
 
 static const struct mf_entry *earlier(struct pull *p, const char *rel)
@@ -554,9 +607,12 @@ static void copy_tree(struct pull *p)
 			note_fatal(p, ret, "%s%s: io_uring: %s", p->dst, "");
 			break;
 		}
+		if (batch_due(p) || p->fatal)
+			settle_landed(p);
 		retire(p);
 		job_progress(p->job, false);
 	}
+	settle_landed(p);
 	walk_close(w);
 }
 
@@ -688,7 +744,7 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	struct copier_opts co = {
 		.memory = p->cfg->memory, .io_size = p->cfg->io_size,
 		.chunk_size = p->cfg->chunk_size, .direct_min = 2 * p->cfg->io_size,
-		.max_files = p->cfg->files_in_flight, .depth = 8, .fsync = getenv("STAGE_NOFSYNC") == NULL,
+		.max_files = p->cfg->files_in_flight, .depth = 8, .fsync = false,
 	};
 	char why[2048];
 	int ret;

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +24,19 @@ struct name {
 	unsigned char dtype;   /* DT_* from getdents, DT_UNKNOWN possible */
 };
 
+/* What the walk needs of a source entry's inode, from statx. */
+struct attr {
+	int err;               /* 0 or -errno of the statx */
+	uint32_t mode, uid, gid;
+	uint64_t size;
+	int64_t mtime_ns;
+};
+
 struct listing {
 	char *arena;
 	size_t arena_len, arena_cap;
 	struct name *v;
+	struct attr *a;        /* source listings: one per name, in v's order */
 	size_t n, cap;
 };
 
@@ -45,7 +55,15 @@ struct walk {
 	size_t last_len;       /* path length including the last returned name */
 	char why[MF_MAX_PATH + 1024];
 	char err_rel[MF_MAX_PATH + 256]; /* the entry the last error is about */
+	/* A directory's names are stat'ed together through io_uring: cold, each
+	 * statx waits on an inode read, and many at once is what makes a walk
+	 * of a cold tree fast. Without a ring, one fstatat at a time. */
+	struct io_uring ring;
+	bool have_ring;
+	struct statx *stx;     /* STAT_BATCH results in flight */
 };
+
+#define STAT_BATCH 256u
 
 /* Remembers which entry an error is about: the first len bytes of w->path. */
 static void err_at(struct walk *w, size_t len)
@@ -79,6 +97,7 @@ static char type_of_dtype(unsigned char t)
 static void listing_free(struct listing *l)
 {
 	free(l->arena);
+	free(l->a);
 	free(l->v);
 	memset(l, 0, sizeof(*l));
 }
@@ -163,6 +182,78 @@ out_nomem:
 	return -ENOMEM;
 }
 
+static void attr_from_statx(struct attr *a, const struct statx *x)
+{
+	a->err = 0;
+	a->mode = x->stx_mode;
+	a->uid = x->stx_uid;
+	a->gid = x->stx_gid;
+	a->size = x->stx_size;
+	a->mtime_ns = (int64_t)x->stx_mtime.tv_sec * 1000000000LL + x->stx_mtime.tv_nsec;
+}
+
+static void attr_from_stat(struct attr *a, const struct stat *st)
+{
+	a->err = 0;
+	a->mode = st->st_mode;
+	a->uid = st->st_uid;
+	a->gid = st->st_gid;
+	a->size = (uint64_t)st->st_size;
+	a->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+/* Stats every name of a source listing, STAT_BATCH at a time. */
+static int listing_stat(struct walk *w, struct listing *l, int dirfd)
+{
+	l->a = calloc(l->n ? l->n : 1, sizeof(*l->a));
+	if (!l->a)
+		return -ENOMEM;
+	for (size_t base = 0; base < l->n; base += STAT_BATCH) {
+		size_t k = l->n - base < STAT_BATCH ? l->n - base : STAT_BATCH;
+		struct io_uring_cqe *cqe;
+		unsigned seen = 0;
+
+		if (!w->have_ring) {
+			for (size_t i = base; i < base + k; i++) {
+				struct stat st;
+
+				if (fstatat(dirfd, listing_name(l, i), &st, AT_SYMLINK_NOFOLLOW) < 0)
+					l->a[i].err = -errno;
+				else
+					attr_from_stat(&l->a[i], &st);
+			}
+			continue;
+		}
+		for (size_t i = 0; i < k; i++) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+
+			io_uring_prep_statx(sqe, dirfd, listing_name(l, base + i),
+					    AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT,
+					    STATX_TYPE | STATX_MODE | STATX_UID | STATX_GID |
+					    STATX_SIZE | STATX_MTIME, &w->stx[i]);
+			io_uring_sqe_set_data64(sqe, i);
+		}
+		io_uring_submit(&w->ring);
+		while (seen < k) {
+			int ret = io_uring_wait_cqe(&w->ring, &cqe);
+
+			if (ret == -EINTR)
+				continue;
+			if (ret < 0)
+				return ret;
+			size_t i = (size_t)io_uring_cqe_get_data64(cqe);
+
+			if (cqe->res < 0)
+				l->a[base + i].err = cqe->res;
+			else
+				attr_from_statx(&l->a[base + i], &w->stx[i]);
+			io_uring_cqe_seen(&w->ring, cqe);
+			seen++;
+		}
+	}
+	return 0;
+}
+
 static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
 {
 	struct frame *f;
@@ -184,6 +275,8 @@ static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
 	f->other_fd = other_fd;
 	f->path_len = path_len;
 	ret = listing_read(&f->src, src_fd, top);
+	if (ret == 0)
+		ret = listing_stat(w, &f->src, src_fd);
 	if (ret < 0) {
 		err_at(w, path_len);
 		snprintf(w->why, sizeof(w->why), "cannot list directory '%.*s': %s",
@@ -230,10 +323,16 @@ int walk_open(struct walk **out, int src_root, int other_root)
 
 	if (!w)
 		return -ENOMEM;
+	w->stx = malloc(STAT_BATCH * sizeof(*w->stx));
+	if (w->stx && io_uring_queue_init(STAT_BATCH, &w->ring, 0) == 0) {
+		unsigned workers[2] = { 64, 0 };
+
+		io_uring_register_iowq_max_workers(&w->ring, workers);
+		w->have_ring = true;
+	}
 	ret = push(w, src_root, other_root, 0);
 	if (ret < 0) {
-		free(w->stack);
-		free(w);
+		walk_close(w);
 		return ret;
 	}
 	*out = w;
@@ -246,6 +345,9 @@ void walk_close(struct walk *w)
 		return;
 	while (w->depth)
 		pop(w);
+	if (w->have_ring)
+		io_uring_queue_exit(&w->ring);
+	free(w->stx);
 	free(w->stack);
 	free(w);
 }
@@ -360,8 +462,10 @@ int walk_next(struct walk *w, struct walk_ent *e)
 		}
 		if (cmp <= 0) {
 			f->i++;
-			if (fstatat(f->src_fd, name, &e->st, AT_SYMLINK_NOFOLLOW) < 0) {
-				int err = -errno;
+			const struct attr *a = &f->src.a[f->i - 1];
+
+			if (a->err) {
+				int err = a->err;
 
 				/* Vanished between listing and stat: it is simply not there. */
 				if (err == -ENOENT && e->side == WALK_SRC)
@@ -375,6 +479,16 @@ int walk_next(struct walk *w, struct walk_ent *e)
 					return err;
 				}
 			} else {
+				e->st.st_mode = a->mode;
+				e->st.st_uid = a->uid;
+				e->st.st_gid = a->gid;
+				e->st.st_size = (off_t)a->size;
+				e->st.st_mtim.tv_sec = a->mtime_ns / 1000000000LL;
+				e->st.st_mtim.tv_nsec = a->mtime_ns % 1000000000LL;
+				if (e->st.st_mtim.tv_nsec < 0) {
+					e->st.st_mtim.tv_sec--;
+					e->st.st_mtim.tv_nsec += 1000000000LL;
+				}
 				e->type = walk_type_of_mode(e->st.st_mode);
 				w->descend = e->type == 'd';
 			}
