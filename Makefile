@@ -134,4 +134,6 @@ help:
 clean:
 	rm -rf $(BUILD)
 
+.SECONDARY:
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
