@@ -50,10 +50,11 @@ void *bufpool_get(struct bufpool *bp, uint64_t size, uint32_t *cap)
 {
 	unsigned c = class_of(size);
 	uint64_t cs = class_size(c);
-	void *b = bp->cache[c];
+	void *b;
 
 	if (c >= BUFPOOL_CLASSES)
 		return NULL;
+	b = bp->cache[c];
 	if (b) {
 		bp->cache[c] = *(void **)b;
 	} else {

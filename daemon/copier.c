@@ -53,7 +53,7 @@ struct cp_seg {
 
 struct copier {
 	struct io_uring ring;
-	int src_root, dst_root;       /* borrowed */
+	int dst_root;                 /* borrowed: temporaries are created here */
 	struct copier_opts o;
 	struct bufpool pool;          /* every segment buffer */
 	unsigned live;                /* files between start and done */
@@ -138,8 +138,7 @@ static void submit_open(struct copier *c, struct cp_file *f, bool dst)
 	sqe = prep(c, f, op);
 	if (!sqe)
 		return;
-	io_uring_prep_openat2(sqe, dst || f->src_in_dst ? c->dst_root : c->src_root,
-			      dst ? f->dst : f->src, how);
+	io_uring_prep_openat2(sqe, dst ? c->dst_root : f->src_at, dst ? f->dst : f->src, how);
 	f->opens_pending++;
 }
 
@@ -384,13 +383,7 @@ static void on_open(struct copier *c, struct cp_file *f, bool dst, int res)
 		submit_open(c, f, dst);
 		return;
 	}
-	if (res == -EEXIST && dst && !f->err) {
-		/* A temporary left by a killed run; it was never anything's final name. */
-		if (unlinkat(c->dst_root, f->dst, 0) == 0) {
-			submit_open(c, f, dst);
-			return;
-		}
-	}
+
 	if (res < 0) {
 		fail(f, res, dst ? "create" : "open", dst);
 		return;
@@ -484,7 +477,7 @@ static void on_cqe(struct copier *c, struct io_uring_cqe *cqe)
 	progress(c, f);
 }
 
-int copier_create(struct copier **out, int src_root, int dst_root, const struct copier_opts *o)
+int copier_create(struct copier **out, int dst_root, const struct copier_opts *o)
 {
 	struct io_uring_params p = { .flags = IORING_SETUP_CQSIZE, .cq_entries = RING_CQ };
 	struct copier *c;
@@ -500,7 +493,6 @@ int copier_create(struct copier **out, int src_root, int dst_root, const struct 
 	while (c->o.io_size > c->o.memory && c->o.io_size > ALIGN)
 		c->o.io_size /= 2;
 	bufpool_init(&c->pool, c->o.memory);
-	c->src_root = src_root;
 	c->dst_root = dst_root;
 	c->src_direct_ok = c->dst_direct_ok = c->noatime_ok = true;
 	ret = io_uring_queue_init_params(RING_SQ, &c->ring, &p);
@@ -524,6 +516,14 @@ void copier_destroy(struct copier *c)
 {
 	if (!c)
 		return;
+	for (struct cp_file *f = c->live_head; f; f = f->next_live) {
+		if (f->src_fd >= 0)
+			close(f->src_fd);
+		if (f->dst_fd >= 0) {
+			close(f->dst_fd);
+			unlinkat(c->dst_root, f->dst, 0);
+		}
+	}
 	io_uring_queue_exit(&c->ring);
 	bufpool_destroy(&c->pool);
 	free(c);
@@ -587,6 +587,28 @@ int copier_start(struct copier *c, struct cp_file *f)
 	return 0;
 }
 
+/* A file can fail outside a completion (a buffer it could not get, an
+ * operation it could not submit, a cancel) with nothing left in flight:
+ * no completion will ever come for it, so it completes here. */
+static void reap_idle_failures(struct copier *c)
+{
+	struct cp_file *f = c->live_head;
+
+	while (f) {
+		struct cp_file *next = f->next_live;
+
+		if (f->err && f->ops == 0)
+			complete(c, f);
+		f = next;
+	}
+}
+
+void copier_cancel(struct copier *c)
+{
+	for (struct cp_file *f = c->live_head; f; f = f->next_live)
+		fail(f, -ECANCELED, "cancelled", false);
+}
+
 int copier_run(struct copier *c, int timeout_ms, cp_done_fn done, void *arg)
 {
 	struct __kernel_timespec ts = {
@@ -603,6 +625,7 @@ int copier_run(struct copier *c, int timeout_ms, cp_done_fn done, void *arg)
 	for (struct cp_file *f = c->live_head; f; f = f->next_live)
 		if (f->state == CP_DATA)
 			pump(c, f);
+	reap_idle_failures(c);
 	ret = io_uring_submit_and_wait_timeout(&c->ring, &cqe, c->live ? 1 : 0, &ts, NULL);
 	if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EBUSY)
 		return ret;
@@ -611,6 +634,5 @@ int copier_run(struct copier *c, int timeout_ms, cp_done_fn done, void *arg)
 			on_cqe(c, cqes[i]);
 		io_uring_cq_advance(&c->ring, n);
 	}
-	/* Some failed files may be complete without a pending op. */
 	return c->finished;
 }

@@ -42,15 +42,15 @@ enum cp_state { CP_IDLE, CP_OPENING, CP_DATA, CP_SYNCING, CP_DONE };
  * and in place from copier_start until its done callback returns. */
 struct cp_file {
 	/* in */
-	const char *src;        /* relative to the source root (or the destination's, below) */
-	const char *dst;        /* temporary name relative to the destination root; NULL: hash only */
+	int src_at;             /* directory fd that src is relative to (borrowed) */
+	const char *src;        /* resolved beneath src_at, never through a symlink */
+	const char *dst;        /* temporary name relative to the copier's dst_root; NULL: hash only */
 	uint64_t size;          /* bytes expected (from the walk) */
 	int64_t mtime_ns;       /* expected source mtime; also given to the destination */
 	uint32_t mode;          /* destination permission bits */
 	uid_t uid;
 	gid_t gid;
 	bool chown;             /* give the destination uid/gid (we are root) */
-	bool src_in_dst;        /* hash-only: read src beneath the destination root */
 	void *owner;            /* the caller's */
 
 	/* out, valid in the done callback */
@@ -80,8 +80,15 @@ struct cp_file {
 
 typedef void (*cp_done_fn)(struct cp_file *f, void *arg);
 
-int copier_create(struct copier **out, int src_root, int dst_root, const struct copier_opts *o);
+/* dst_root (borrowed): where temporaries are created; -1 for hash only. */
+int copier_create(struct copier **out, int dst_root, const struct copier_opts *o);
+/* With files still in flight (only after the ring failed) their fds are
+ * closed and temporaries removed; their buffers are leaked on purpose, as
+ * the kernel may still write into them. */
 void copier_destroy(struct copier *c);
+/* Fails every file in flight with -ECANCELED: no new reads start, what the
+ * kernel holds drains, and each is reported through done as usual. */
+void copier_cancel(struct copier *c);
 /* Whether a new file may start now (files in flight and memory). */
 bool copier_has_room(const struct copier *c);
 unsigned copier_inflight(const struct copier *c);

@@ -59,8 +59,10 @@ int ctl_listen(const struct stage_config *cfg, int *out, char *why, size_t whyle
 		}
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	if (fd < 0) {
+		snprintf(why, whylen, "socket: %s", strerror(errno));
 		return -errno;
+	}
 	/* A socket file whose daemon answers belongs to a live daemon. */
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 		close(fd);
@@ -70,8 +72,10 @@ int ctl_listen(const struct stage_config *cfg, int *out, char *why, size_t whyle
 	close(fd);
 	unlink(cfg->socket);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	if (fd < 0) {
+		snprintf(why, whylen, "socket: %s", strerror(errno));
 		return -errno;
+	}
 	old = umask(0117);      /* owner and group only, from the first instant */
 	ret = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
@@ -157,8 +161,12 @@ static void serve(const struct stage_config *cfg, int fd)
 	struct msg m;
 	int ret;
 
-	/* A client that connects and says nothing must not hold a thread. */
+	/* A client that connects and says nothing must not hold a thread, and
+	 * one that stops reading must not wedge its job inside a send (it is
+	 * then treated as gone, which cancels the job). */
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	tv.tv_sec = 30;
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	ret = msg_recv(fd, &m);
 	if (ret < 0) {
 		if (ret != -ENOTCONN)

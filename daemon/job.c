@@ -49,6 +49,17 @@ void job_end(struct job *j)
 	pthread_mutex_unlock(&reg_lock);
 }
 
+void job_set_what(struct job *j, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&reg_lock);
+	va_start(ap, fmt);
+	vsnprintf(j->what, sizeof(j->what), fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&reg_lock);
+}
+
 static void send_or_hang_up(struct job *j, struct msg *m)
 {
 	if (!j->gone && msg_send(j->fd, m) < 0)

@@ -39,6 +39,8 @@ uint64_t job_now_ns(void);
 void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config *cfg,
 	       const char *kind, const char *what);
 void job_end(struct job *j);
+/* What the job works on, for `stage status` (under the registry's lock). */
+void job_set_what(struct job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A finding or message for the user: kind/path may be NULL. Also logged. */
 void job_note(struct job *j, enum log_level lvl, const char *kind, const char *path,
 	      const char *fmt, ...) __attribute__((format(printf, 5, 6)));

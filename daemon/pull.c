@@ -3,56 +3,51 @@
  * One pass over the source tree (walk.c, merged with the destination), one
  * io_uring copier (copier.c) with many files in flight, and a window of
  * pending entries retired strictly in walk order into the manifest journal.
+ * DEST/.stage/ and its files are stagedir.c's.
  *
- * Files in DEST/.stage/ and what they mean:
- *   manifest          the tree is complete and this is its content (last)
- *   manifest.partial  the journal of the pull in progress: the entries
- *                     retired so far, in order; each names a file that is
- *                     already under its final name with that content
- *   manifest.prev     the manifest of the last complete pull, moved aside
- *                     while the tree is being changed
- *   manifest.resume   the journal of an interrupted pull, read by this one
- *   lock              flock'd by the pull in progress
+ * An entry's life in the window (enum pend_state):
+ *   P_WAIT    in the copier (copying into .stage/tmp, or hashing a copy in place)
+ *   P_LANDED  complete in its temporary, waiting for the batch's syncfs
+ *   P_READY   under its final name (or needing no I/O): journaled at retire
+ *   P_FAILED  skipped at retire; the pass will not publish a manifest
  *
  * Invariants:
- * - Nothing is written under a final name but by rename of a temporary
- *   (".stage-tmp.*") that was complete, given its metadata and fdatasync'd.
- * - A manifest exists only for a tree that matches it: the old one is moved
- *   aside before the first change, the new one renamed in after the last.
- * - An entry reaches the journal only after its file is under its final name,
- *   so after kill -9 the journal is a sorted list of finished files: the next
- *   pull reuses them (same size and mtime in source and destination) instead
- *   of copying them again.
+ * - Nothing is written under a final name but by rename of a temporary that
+ *   was complete, given its metadata and made durable (settle_landed).
+ * - Every name in the destination is reached through directory fds opened
+ *   without following symlinks, or openat2(RESOLVE_NO_SYMLINKS): the owner
+ *   of a staged directory who swaps it for a link cannot steer a root
+ *   daemon's chown, chmod, rename or symlink outside the tree.
+ * - An entry reaches the journal only after it is under its final name, so
+ *   after kill -9 the journal lists finished files, and the next pull
+ *   reuses them instead of copying them again.
  * - Memory: the copier's budget, the walk's listings, and at most WINDOW
  *   pending entries.
  */
 #include "daemon/pull.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "common/manifest.h"
 #include "common/paths.h"
 #include "daemon/copier.h"
 #include "daemon/cursor.h"
 #include "daemon/roots.h"
+#include "daemon/stagedir.h"
 #include "daemon/treeops.h"
 #include "daemon/verify.h"
 #include "daemon/walk.h"
 
 #define WINDOW 8192u
-#define TMP_PREFIX ".stage-tmp."
+#define RETRY_MAX 64u
 
-/* P_WAIT: in the copier. P_LANDED: complete in its temporary, waiting for
- * the batch's syncfs and rename. P_READY: under its final name (or needs no
- * I/O), to be journaled. P_FAILED: to be skipped. */
 enum pend_state { P_WAIT, P_LANDED, P_READY, P_FAILED };
 
 /* Durability comes in batches: a temporary is made durable before its
@@ -68,13 +63,14 @@ struct pending {
 	enum pend_state st;
 	uid_t uid;               /* directories: owner to give at the end */
 	gid_t gid;
-	char *tmp;               /* temporary name while copying, owned */
+	char *tmp;               /* temporary name in .stage/tmp while copying, owned */
 	struct cp_file cf;
 	struct pull *p;
 };
 
 struct dir_meta {
 	char *path;              /* owned */
+	int fd;                  /* the staged directory, opened without following links */
 	uint32_t mode;
 	int64_t mtime_ns;
 	uid_t uid;
@@ -85,7 +81,9 @@ struct pull {
 	struct job *job;
 	const struct stage_config *cfg;
 	char *src, *dst;             /* resolved absolute paths, owned */
-	int src_fd, dst_fd, stage_fd, lock_fd;
+	int src_fd;                  /* the source tree */
+	int dst_fd;                  /* == sd.dst_fd */
+	struct stagedir sd;          /* the destination and its .stage/ */
 	struct copier *cp;
 	struct mf_writer *mw;
 	struct cursor prev, resume;  /* what earlier pulls knew */
@@ -95,6 +93,9 @@ struct pull {
 	size_t ndirs, dirs_cap;
 	bool as_root;
 	uint64_t t_flush_ns;
+	uint64_t tmp_seq;            /* names temporaries in .stage/tmp */
+	struct pending *retry[RETRY_MAX]; /* in-place hashes that failed: copy instead */
+	unsigned nretry;
 	/* results */
 	uint64_t files, bytes, copied, bytes_copied, removed, failed;
 	uint64_t dropped;            /* staged files verify found bad, removed */
@@ -104,12 +105,24 @@ struct pull {
 	char fatal_why[1024];
 };
 
-static void note_fatal(struct pull *p, int err, const char *fmt, const char *a, const char *b)
+/* The first destination failure stops the pass; its message ends with
+ * the error's text. */
+static void note_fatal(struct pull *p, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void note_fatal(struct pull *p, int err, const char *fmt, ...)
 {
+	va_list ap;
+	int n;
+
 	if (p->fatal)
 		return;
 	p->fatal = err;
-	snprintf(p->fatal_why, sizeof(p->fatal_why), fmt, a, b, strerror(-err));
+	va_start(ap, fmt);
+	n = vsnprintf(p->fatal_why, sizeof(p->fatal_why), fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n < sizeof(p->fatal_why))
+		snprintf(p->fatal_why + n, sizeof(p->fatal_why) - (size_t)n, ": %s", strerror(-err));
 }
 
 static int64_t mtime_ns(const struct stat *st)
@@ -117,29 +130,9 @@ static int64_t mtime_ns(const struct stat *st)
 	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
 }
 
-static struct timespec ts_of(int64_t ns)
+static void warn_meta(struct pull *p, const char *rel, const char *what, int err)
 {
-	struct timespec t = { .tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL };
-
-	if (t.tv_nsec < 0) {
-		t.tv_sec--;
-		t.tv_nsec += 1000000000LL;
-	}
-	return t;
-}
-
-static void apply_meta(struct pull *p, const char *rel, uint32_t mode, int64_t mtime,
-		       uid_t uid, gid_t gid, bool link)
-{
-	struct timespec ts[2] = { ts_of(mtime), ts_of(mtime) };
-	const char *at = *rel ? rel : ".";
-
-	if (p->as_root && fchownat(p->dst_fd, at, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
-		log_warn("pull %s: chown '%s': %s", p->dst, at, strerror(errno));
-	if (!link && fchmodat(p->dst_fd, at, mode, 0) < 0)
-		log_warn("pull %s: chmod '%s': %s", p->dst, at, strerror(errno));
-	if (utimensat(p->dst_fd, at, ts, AT_SYMLINK_NOFOLLOW) < 0)
-		log_warn("pull %s: set times of '%s': %s", p->dst, at, strerror(errno));
+	log_warn("pull %s: %s of '%s': %s", p->dst, what, *rel ? rel : ".", strerror(-err));
 }
 
 /* Directories get their mode and mtime once everything inside is retired:
@@ -150,9 +143,18 @@ static void close_dirs_until(struct pull *p, const char *rel)
 		struct dir_meta *d = &p->dirs[p->ndirs - 1];
 		size_t n = strlen(d->path);
 
+		const char *what;
+		int ret;
+
 		if (rel && strncmp(rel, d->path, n) == 0 && rel[n] == '/')
 			return;
-		apply_meta(p, d->path, d->mode, d->mtime_ns, d->uid, d->gid, false);
+		if (d->fd >= 0) {
+			ret = treeops_set_meta(d->fd, p->as_root, d->uid, d->gid, d->mode,
+					       d->mtime_ns, &what);
+			if (ret < 0)
+				warn_meta(p, d->path, what, ret);
+			close(d->fd);
+		}
 		free(d->path);
 		p->ndirs--;
 	}
@@ -175,6 +177,25 @@ static int open_dir(struct pull *p, const struct pending *pe)
 	d->path = strdup(pe->e.path);
 	if (!d->path)
 		return -ENOMEM;
+	/* The stack holds exactly this directory's ancestors: open it from its
+	 * parent's fd, so a link swapped in since is refused, not followed. */
+	{
+		const char *slash = strrchr(d->path, '/');
+		const struct dir_meta *top = p->ndirs ? &p->dirs[p->ndirs - 1] : NULL;
+		size_t plen = slash ? (size_t)(slash - d->path) : 0;
+
+		if (top && top->fd >= 0 && strlen(top->path) == plen &&
+		    strncmp(top->path, d->path, plen) == 0)
+			d->fd = openat(top->fd, slash + 1,
+				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		else if (!slash)
+			d->fd = openat(p->dst_fd, d->path,
+				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		else
+			d->fd = treeops_open_beneath(p->dst_fd, d->path);
+		if (d->fd < 0)
+			log_warn("pull %s: cannot open '%s' to set its metadata", p->dst, d->path);
+	}
 	d->mode = pe->e.mode;
 	d->mtime_ns = pe->e.mtime_ns;
 	d->uid = pe->uid;
@@ -206,9 +227,9 @@ static void retire(struct pull *p)
 		if (pe->st == P_READY) {
 			ret = mf_writer_add(p->mw, &pe->e);
 			if (ret < 0)
-				note_fatal(p, ret, "%s%s: writing the manifest journal: %s", p->dst, "");
+				note_fatal(p, ret, "%s: writing the manifest journal", p->dst);
 			if (pe->e.type == MF_DIR && open_dir(p, pe) < 0)
-				note_fatal(p, -ENOMEM, "%s%s: %s", p->dst, "");
+				note_fatal(p, -ENOMEM, "%s", p->dst);
 			if (pe->e.type == MF_FILE) {
 				atomic_fetch_add(&p->job->files_done, 1);
 				atomic_fetch_add(&p->job->bytes_done, pe->e.size);
@@ -234,16 +255,19 @@ static void on_copied(struct cp_file *cf, void *arg)
 	struct pending *pe = cf->owner;
 	struct pull *p = arg;
 
-	if (cf->src_in_dst && cf->err && !cf->err_dst) {
-		/* Adopting failed (the file changed under us?): copy it after all. */
-		pe->st = P_FAILED;
-		p->failed++;
-		job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot read %s/%s (%s): %s",
-			 p->dst, pe->e.path, cf->err_op, strerror(-cf->err));
+	if (!cf->dst && cf->err && cf->err != -ECANCELED && p->nretry < RETRY_MAX) {
+		/* Hashing a landed copy in place failed (we may not read it, or it
+		 * changed): copy the source after all, once the copier is free. */
+		log_debug("pull %s: %s: hashing in place failed (%s), copying", p->dst,
+			  pe->e.path, strerror(-cf->err));
+		p->retry[p->nretry++] = pe;
 	} else if (cf->err) {
 		pe->st = P_FAILED;
-		if (cf->err_dst) {
-			note_fatal(p, cf->err, "%s/%s: %s", p->dst, pe->e.path);
+		if (cf->err == -ECANCELED) {
+			/* the job's result says why */
+		} else if (cf->err_dst) {
+			note_fatal(p, cf->err, "%s/%s: %s (its temporary)", p->dst, pe->e.path,
+				   cf->err_op);
 		} else {
 			p->failed++;
 			job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot copy %s/%s (%s): %s",
@@ -274,21 +298,43 @@ static void settle_landed(struct pull *p)
 	if (!p->landed)
 		return;
 	if (!drop && syncfs(p->dst_fd) < 0) {
-		note_fatal(p, -errno, "%s%s: syncfs: %s", p->dst, "");
+		note_fatal(p, -errno, "%s: syncfs", p->dst);
 		drop = true;
 	}
+	/* Window order keeps a directory's files together: one parent fd each. */
+	char *parent = NULL;
+	int pfd = -1;
+
 	for (size_t i = 0, n = p->count; i < n && p->landed; i++) {
 		struct pending *pe = &p->win[(p->head + i) % WINDOW];
+		const char *slash, *base;
+		size_t plen;
 
 		if (pe->st != P_LANDED)
 			continue;
 		p->landed--;
+		slash = strrchr(pe->e.path, '/');
+		plen = slash ? (size_t)(slash - pe->e.path) : 0;
+		base = slash ? slash + 1 : pe->e.path;
+		if (!drop && (pfd < 0 || strlen(parent) != plen ||
+			      strncmp(parent, pe->e.path, plen) != 0)) {
+			if (pfd >= 0)
+				close(pfd);
+			free(parent);
+			parent = strndup(pe->e.path, plen);
+			pfd = parent ? treeops_open_beneath(p->dst_fd, parent) : -ENOMEM;
+			if (pfd < 0) {
+				note_fatal(p, pfd, "%s/%s: cannot open its directory", p->dst,
+					   pe->e.path);
+				drop = true;
+			}
+		}
 		if (drop) {
-			unlinkat(p->dst_fd, pe->tmp, 0);
+			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
 			pe->st = P_FAILED;
-		} else if (renameat(p->dst_fd, pe->tmp, p->dst_fd, pe->e.path) < 0) {
-			note_fatal(p, -errno, "%s/%s: rename: %s", p->dst, pe->e.path);
-			unlinkat(p->dst_fd, pe->tmp, 0);
+		} else if (renameat(p->sd.tmp_fd, pe->tmp, pfd, base) < 0) {
+			note_fatal(p, -errno, "%s/%s: rename", p->dst, pe->e.path);
+			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
 			pe->st = P_FAILED;
 			drop = true;
 		} else {
@@ -297,6 +343,9 @@ static void settle_landed(struct pull *p)
 			p->bytes_copied += pe->e.size;
 		}
 	}
+	if (pfd >= 0)
+		close(pfd);
+	free(parent);
 	p->landed = p->landed_bytes = 0;
 }
 
@@ -331,14 +380,20 @@ static bool landed(const struct walk_ent *w, struct stat *d)
 }
 
 /* An earlier manifest recorded this very source version (size and mtime)
- * and the destination still has the name as a file: keep it. The copy
- * itself is not stat'ed: a re-pull answers for the source's changes, and
- * half of a no-change re-pull's time went into that second stat. Damage to
- * the staged copy is what `stage verify` finds and `pull --verify` repairs. */
-static bool reusable(const struct walk_ent *w, const struct mf_entry *old)
+ * and the destination still has the name as a file: keep it. After a clean
+ * pull the copy itself is not stat'ed: a re-pull answers for the source's
+ * changes, and half of a no-change re-pull's time went into that second
+ * stat; damage to the staged copy is what `stage verify` finds and `pull
+ * --verify` repairs. After a killed pull, a file may have been replaced
+ * without its journal line, so the copy must match too. */
+static bool reusable(struct pull *p, const struct walk_ent *w, const struct mf_entry *old)
 {
-	return old && old->type == MF_FILE && w->other_type == 'f' &&
-	       old->size == (uint64_t)w->st.st_size && old->mtime_ns == mtime_ns(&w->st);
+	struct stat d;
+
+	if (!old || old->type != MF_FILE || w->other_type != 'f' ||
+	    old->size != (uint64_t)w->st.st_size || old->mtime_ns != mtime_ns(&w->st))
+		return false;
+	return !p->sd.recovering || landed(w, &d);
 }
 
 static int entry_init(struct pending *pe, char type, const struct walk_ent *w)
@@ -353,13 +408,13 @@ static int entry_init(struct pending *pe, char type, const struct walk_ent *w)
 	return pe->e.path ? 0 : -ENOMEM;
 }
 
-static char *tmp_name(const struct walk_ent *w)
+/* Temporaries live in .stage/tmp under a counter: never a name the source
+ * could have, and one flat directory that each pass empties. */
+static char *tmp_name(struct pull *p)
 {
-	size_t dirlen = (size_t)(w->name - w->rel);
 	char *t;
 
-	if (asprintf(&t, "%.*s" TMP_PREFIX "%016llx", (int)dirlen, w->rel,
-		     (unsigned long long)XXH3_64bits(w->name, strlen(w->name))) < 0)
+	if (asprintf(&t, "%llx", (unsigned long long)++p->tmp_seq) < 0)
 		return NULL;
 	return t;
 }
@@ -369,7 +424,7 @@ static void do_dir(struct pull *p, const struct walk_ent *w)
 	struct pending *pe = win_push(p);
 
 	if (entry_init(pe, MF_DIR, w) < 0) {
-		note_fatal(p, -ENOMEM, "%s/%s: %s", p->dst, w->rel);
+		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
 		pe->st = P_FAILED;
 		return;
 	}
@@ -381,10 +436,11 @@ static void do_dir(struct pull *p, const struct walk_ent *w)
 
 		if (fstatat(w->other_dirfd, w->name, &d, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    (d.st_mode & 0700) != 0700)
-			fchmodat(w->other_dirfd, w->name, (d.st_mode & 07777) | 0700, 0);
+			fchmodat(w->other_dirfd, w->name, (d.st_mode & 07777) | 0700,
+				 AT_SYMLINK_NOFOLLOW);
 	}
 	if (w->other_type != 'd' && mkdirat(w->other_dirfd, w->name, 0700) < 0) {
-		note_fatal(p, -errno, "%s/%s: mkdir: %s", p->dst, w->rel);
+		note_fatal(p, -errno, "%s/%s: mkdir", p->dst, w->rel);
 		pe->st = P_FAILED;
 		return;
 	}
@@ -401,7 +457,7 @@ static void do_link(struct pull *p, const struct walk_ent *w)
 
 	pe->st = P_FAILED;
 	if (entry_init(pe, MF_LINK, w) < 0) {
-		note_fatal(p, -ENOMEM, "%s/%s: %s", p->dst, w->rel);
+		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
 		return;
 	}
 	n = readlinkat(w->src_dirfd, w->name, target, sizeof(target) - 1);
@@ -414,7 +470,7 @@ static void do_link(struct pull *p, const struct walk_ent *w)
 	target[n] = '\0';
 	pe->e.target = strdup(target);
 	if (!pe->e.target) {
-		note_fatal(p, -ENOMEM, "%s/%s: %s", p->dst, w->rel);
+		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
 		return;
 	}
 	pe->e.size = (uint64_t)n;
@@ -429,24 +485,60 @@ static void do_link(struct pull *p, const struct walk_ent *w)
 			return;
 		}
 	}
-	tmp = tmp_name(w);
+	tmp = tmp_name(p);
 	if (!tmp) {
-		note_fatal(p, -ENOMEM, "%s/%s: %s", p->dst, w->rel);
+		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
 		return;
 	}
-	unlinkat(p->dst_fd, tmp, 0);
-	if (symlinkat(target, p->dst_fd, tmp) < 0) {
-		note_fatal(p, -errno, "%s/%s: symlink: %s", p->dst, w->rel);
+	if (symlinkat(target, p->sd.tmp_fd, tmp) < 0) {
+		note_fatal(p, -errno, "%s/%s: symlink", p->dst, w->rel);
 	} else {
-		apply_meta(p, tmp, 0777, pe->e.mtime_ns, pe->uid, pe->gid, true);
-		if (renameat(p->dst_fd, tmp, p->dst_fd, w->rel) < 0) {
-			note_fatal(p, -errno, "%s/%s: rename: %s", p->dst, w->rel);
-			unlinkat(p->dst_fd, tmp, 0);
+		const char *what;
+		int ret = treeops_set_meta_at(p->sd.tmp_fd, tmp, true, p->as_root, pe->uid,
+					      pe->gid, 0, pe->e.mtime_ns, &what);
+
+		if (ret < 0)
+			warn_meta(p, w->rel, what, ret);
+		/* Links are made whole in .stage/tmp and renamed in: no link is
+		 * ever seen half-made, and a rename replaces atomically. */
+		if (renameat(p->sd.tmp_fd, tmp, w->other_dirfd, w->name) < 0) {
+			note_fatal(p, -errno, "%s/%s: rename", p->dst, w->rel);
+			unlinkat(p->sd.tmp_fd, tmp, 0);
 		} else {
 			pe->st = P_READY;
 		}
 	}
 	free(tmp);
+}
+
+static void set_mode(struct pull *p, const struct walk_ent *w, uint32_t mode)
+{
+	if (fchmodat(w->other_dirfd, w->name, mode, AT_SYMLINK_NOFOLLOW) < 0)
+		warn_meta(p, w->rel, "chmod", -errno);
+}
+
+/* Hands pe to the copier: copy from the source into a new temporary, or
+ * (copy false) hash the destination's copy where it stands. */
+static int start_file(struct pull *p, struct pending *pe, bool copy)
+{
+	int ret;
+
+	pe->cf = (struct cp_file){
+		.src_at = copy ? p->src_fd : p->dst_fd, .src = pe->e.path, .size = pe->e.size,
+		.mtime_ns = pe->e.mtime_ns, .mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid,
+		.chown = p->as_root, .owner = pe,
+	};
+	if (copy) {
+		pe->tmp = tmp_name(p);
+		if (!pe->tmp)
+			return -ENOMEM;
+		pe->cf.dst = pe->tmp;
+	}
+	ret = copier_start(p->cp, &pe->cf);
+	if (ret < 0)
+		return ret;
+	pe->st = P_WAIT;
+	return 0;
 }
 
 static void do_file(struct pull *p, const struct walk_ent *w)
@@ -458,14 +550,14 @@ static void do_file(struct pull *p, const struct walk_ent *w)
 
 	pe->st = P_FAILED;
 	if (entry_init(pe, MF_FILE, w) < 0) {
-		note_fatal(p, -ENOMEM, "%s/%s: %s", p->dst, w->rel);
+		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
 		return;
 	}
-	if (reusable(w, old)) {
+	if (reusable(p, w, old)) {
 		if (old->nchunks) {
 			pe->e.chunks = malloc(old->nchunks * sizeof(*old->chunks));
 			if (!pe->e.chunks) {
-				note_fatal(p, -ENOMEM, "%s/%s: %s", p->dst, w->rel);
+				note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
 				return;
 			}
 			memcpy(pe->e.chunks, old->chunks, old->nchunks * sizeof(*old->chunks));
@@ -473,54 +565,37 @@ static void do_file(struct pull *p, const struct walk_ent *w)
 		pe->e.nchunks = old->nchunks;
 		pe->e.digest = old->digest;
 		if (old->mode != pe->e.mode)
-			apply_meta(p, w->rel, pe->e.mode, pe->e.mtime_ns, pe->uid, pe->gid, false);
+			set_mode(p, w, pe->e.mode);
 		pe->st = P_READY;
 		return;
 	}
-	pe->cf = (struct cp_file){
-		.src = pe->e.path, .size = pe->e.size, .mtime_ns = pe->e.mtime_ns,
-		.mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid, .chown = p->as_root,
-		.owner = pe,
-	};
 	if (landed(w, &d)) {
 		/* Finished by a pull that died before its journal said so: hash the
 		 * copy in place rather than copy it again. */
-		pe->cf.src_in_dst = true;
 		if ((d.st_mode & 07777) != pe->e.mode)
-			apply_meta(p, w->rel, pe->e.mode, pe->e.mtime_ns, pe->uid, pe->gid, false);
+			set_mode(p, w, pe->e.mode);
+		ret = start_file(p, pe, false);
 	} else {
-		pe->tmp = tmp_name(w);
-		if (!pe->tmp) {
-			note_fatal(p, -ENOMEM, "%s/%s: %s", p->dst, w->rel);
-			return;
-		}
-		pe->cf.dst = pe->tmp;
+		ret = start_file(p, pe, true);
 	}
-	ret = copier_start(p->cp, &pe->cf);
-	if (ret < 0) {
-		note_fatal(p, ret, "%s/%s: %s", p->dst, w->rel);
-		return;
-	}
-	pe->st = P_WAIT;
+	if (ret < 0)
+		note_fatal(p, ret, "%s/%s", p->dst, w->rel);
 }
 
-static void do_entry(struct pull *p, const struct walk_ent *w)
+static void do_entry(struct pull *p, struct walk_ent *w)
 {
-	bool is_tmp = strncmp(w->name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
-
 	/* A name only the destination has, or has as another type, goes first. */
 	if (w->side == WALK_OTHER || (w->side == WALK_BOTH && w->other_type != w->type)) {
 		int ret = treeops_remove(w->other_dirfd, w->name, w->other_type == 'd');
 
 		if (ret < 0) {
-			note_fatal(p, ret, "%s/%s: remove: %s", p->dst, w->rel);
+			note_fatal(p, ret, "%s/%s: remove", p->dst, w->rel);
 			return;
 		}
-		if (!is_tmp || w->side == WALK_BOTH)
-			p->removed++;
+		p->removed++;
 		if (w->side == WALK_OTHER)
 			return;
-		((struct walk_ent *)w)->other_type = 0;
+		w->other_type = 0;
 	}
 	switch (w->type) {
 	case 'd':
@@ -564,20 +639,37 @@ static int count_tree(struct pull *p)
 	return 0;
 }
 
+/* In-place hashes that failed become copies (outside the copier's
+ * callbacks, which may not start files), unless the pass is stopping. */
+static void start_retries(struct pull *p, bool stop)
+{
+	for (unsigned i = 0; i < p->nretry; i++) {
+		struct pending *pe = p->retry[i];
+		int ret = stop ? -ECANCELED : start_file(p, pe, true);
+
+		if (ret < 0) {
+			pe->st = P_FAILED;
+			if (!stop)
+				note_fatal(p, ret, "%s/%s", p->dst, pe->e.path);
+		}
+	}
+	p->nretry = 0;
+}
+
 /* The main loop: feed the copier from the walk while there is room, retire
  * in order, until the walk is done and the window empty. On cancel or a
- * fatal error it stops feeding and drains what is in flight. */
+ * fatal error it stops feeding, cancels what is in flight and drains it. */
 static void copy_tree(struct pull *p)
 {
 	struct walk *w;
 	struct walk_ent e;
-	bool walking = true;
+	bool walking = true, cancelled = false;
 	int ret;
 
 	atomic_store(&p->job->phase, "copy");
 	ret = walk_open(&w, p->src_fd, p->dst_fd);
 	if (ret < 0) {
-		note_fatal(p, ret, "%s%s: %s", p->src, "");
+		note_fatal(p, ret, "%s", p->src);
 		return;
 	}
 	while (walking || p->count) {
@@ -596,79 +688,30 @@ static void copy_tree(struct pull *p)
 			}
 			stop = p->fatal != 0;
 		}
-		if (stop)
+		if (stop) {
 			walking = false;
+			if (!cancelled)
+				copier_cancel(p->cp);
+			cancelled = true;
+		}
 		retire(p);
 		if (!p->count)
 			continue;
 		ret = copier_run(p->cp, 100, on_copied, p);
 		if (ret < 0) {
 			/* The ring itself failed: nothing in flight will finish. */
-			note_fatal(p, ret, "%s%s: io_uring: %s", p->dst, "");
+			note_fatal(p, ret, "%s: io_uring", p->dst);
 			break;
 		}
-		if (batch_due(p) || p->fatal)
+		if (p->nretry)
+			start_retries(p, stop || p->fatal);
+		if (batch_due(p) || stop)
 			settle_landed(p);
 		retire(p);
 		job_progress(p->job, false);
 	}
 	settle_landed(p);
 	walk_close(w);
-}
-
-static int stage_file_rename(struct pull *p, const char *from, const char *to)
-{
-	if (renameat(p->stage_fd, from, p->stage_fd, to) < 0 && errno != ENOENT)
-		return -errno;
-	return 0;
-}
-
-/* Takes the destination: creates it, refuses a directory that is not a
- * staged tree, locks it, and moves the last manifest aside. */
-static int take_destination(struct pull *p, char *why, size_t whylen)
-{
-	struct stat st;
-	int ret;
-
-	ret = roots_mkdirs(p->dst, 0755);
-	if (ret < 0) {
-		snprintf(why, whylen, "cannot create %s: %s", p->dst, strerror(-ret));
-		return ret;
-	}
-	p->dst_fd = open(p->dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (p->dst_fd < 0) {
-		ret = -errno;
-		snprintf(why, whylen, "cannot open %s: %s", p->dst, strerror(errno));
-		return ret;
-	}
-	if (fstatat(p->dst_fd, MF_DIRNAME, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		if (!treeops_empty(p->dst_fd)) {
-			snprintf(why, whylen,
-				 "%s exists, is not empty and is not a staged tree (no %s/); "
-				 "refusing to mirror into it", p->dst, MF_DIRNAME);
-			return -EEXIST;
-		}
-		if (mkdirat(p->dst_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST) {
-			ret = -errno;
-			snprintf(why, whylen, "cannot create %s/%s: %s", p->dst, MF_DIRNAME,
-				 strerror(errno));
-			return ret;
-		}
-	}
-	p->stage_fd = openat(p->dst_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (p->stage_fd < 0) {
-		ret = -errno;
-		snprintf(why, whylen, "cannot open %s/%s: %s", p->dst, MF_DIRNAME, strerror(errno));
-		return ret;
-	}
-	p->lock_fd = openat(p->stage_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (p->lock_fd < 0 || flock(p->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		ret = -errno;
-		snprintf(why, whylen, ret == -EWOULDBLOCK ? "another pull into %s is in progress"
-			 : "cannot lock %s", p->dst);
-		return ret;
-	}
-	return 0;
 }
 
 static void result(struct pull *p, digest_t root)
@@ -693,12 +736,17 @@ static void result(struct pull *p, digest_t root)
 
 static int finish(struct pull *p, digest_t *root)
 {
+	const char *what;
 	struct stat st;
 	int ret;
 
 	close_dirs_until(p, NULL);
-	if (fstat(p->src_fd, &st) == 0)
-		apply_meta(p, "", st.st_mode & 07777, mtime_ns(&st), st.st_uid, st.st_gid, false);
+	if (fstat(p->src_fd, &st) == 0) {
+		ret = treeops_set_meta(p->dst_fd, p->as_root, st.st_uid, st.st_gid,
+				       st.st_mode & 07777, mtime_ns(&st), &what);
+		if (ret < 0)
+			warn_meta(p, "", what, ret);
+	}
 	/* Every rename of this pull reaches the disk before the manifest does. */
 	if (syncfs(p->dst_fd) < 0)
 		return -errno;
@@ -706,17 +754,14 @@ static int finish(struct pull *p, digest_t *root)
 	p->mw = NULL;
 	if (ret < 0)
 		return ret;
-	if (renameat(p->stage_fd, "manifest.partial", p->stage_fd, "manifest") < 0)
-		return -errno;
-	unlinkat(p->stage_fd, "manifest.prev", 0);
-	unlinkat(p->stage_fd, "manifest.resume", 0);
-	fsync(p->stage_fd);
-	return 0;
+	return stagedir_publish(&p->sd);
 }
 
 /* Frees what one pass built, in reverse order of pull_pass. */
 static void pass_teardown(struct pull *p)
 {
+	copier_destroy(p->cp);
+	p->cp = NULL;
 	for (; p->count; p->head = (p->head + 1) % WINDOW, p->count--) {
 		mf_entry_free(&p->win[p->head].e);
 		free(p->win[p->head].tmp);
@@ -727,8 +772,6 @@ static void pass_teardown(struct pull *p)
 	p->dirs_cap = 0;
 	free(p->win);
 	p->win = NULL;
-	copier_destroy(p->cp);
-	p->cp = NULL;
 	if (p->mw)
 		mf_writer_abort(p->mw);
 	p->mw = NULL;
@@ -736,15 +779,17 @@ static void pass_teardown(struct pull *p)
 	cursor_close(&p->prev);
 }
 
-/* One mirroring pass over the whole tree. 0 with *root, or an exit code
- * (1) with the reason already sent as the job's result. */
+/* One mirroring pass over the whole tree. 0 with *root, or 1 with the
+ * reason already sent as the job's result. */
 static int pull_pass(struct pull *p, bool first, digest_t *root)
 {
 	struct job *j = p->job;
 	struct copier_opts co = {
 		.memory = p->cfg->memory, .io_size = p->cfg->io_size,
 		.chunk_size = p->cfg->chunk_size, .direct_min = 2 * p->cfg->io_size,
-		.max_files = p->cfg->files_in_flight, .depth = 8, .fsync = false,
+		.max_files = p->cfg->files_in_flight, .depth = 8,
+		/* durability is settle_landed's, in batches */
+		.fsync = false,
 	};
 	char why[2048];
 	int ret;
@@ -752,32 +797,31 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	p->files = p->bytes = p->failed = 0;
 	atomic_store(&j->files_done, 0);
 	atomic_store(&j->bytes_done, 0);
-	/* A manifest and a .prev both present: the last pull finished, but died
-	 * before it dropped .prev. The manifest is the newer. */
-	if ((ret = stage_file_rename(p, "manifest", "manifest.prev")) < 0 ||
-	    (ret = stage_file_rename(p, "manifest.partial", "manifest.resume")) < 0) {
+	ret = stagedir_begin(&p->sd);
+	if (ret < 0) {
 		job_result(j, 1, NULL, NULL, "%s/%s: %s", p->dst, MF_DIRNAME, strerror(-ret));
 		return 1;
 	}
-	fsync(p->stage_fd);
-	if (cursor_open(&p->prev, p->stage_fd, "manifest.prev", MF_COMPLETE, why, sizeof(why)) < 0)
+	if (cursor_open(&p->prev, p->sd.stage_fd, "manifest.prev", MF_COMPLETE, why,
+			sizeof(why)) < 0)
 		job_note(j, LOG_WARN, NULL, NULL, "ignoring the previous manifest: %s", why);
-	if (cursor_open(&p->resume, p->stage_fd, "manifest.resume", MF_PARTIAL, why, sizeof(why)) < 0)
+	if (cursor_open(&p->resume, p->sd.stage_fd, "manifest.resume", MF_PARTIAL, why,
+			sizeof(why)) < 0)
 		job_note(j, LOG_WARN, NULL, NULL, "ignoring an interrupted pull's journal: %s", why);
-	ret = mf_writer_open(&p->mw, p->stage_fd, "manifest.partial", p->cfg->chunk_size);
+	ret = mf_writer_open(&p->mw, p->sd.stage_fd, "manifest.partial", p->cfg->chunk_size);
 	if (ret < 0) {
 		job_result(j, 1, NULL, NULL, "cannot write %s/%s/manifest.partial: %s", p->dst,
 			   MF_DIRNAME, strerror(-ret));
 		goto out_teardown;
 	}
-	ret = copier_create(&p->cp, p->src_fd, p->dst_fd, &co);
+	ret = copier_create(&p->cp, p->sd.tmp_fd, &co);
 	if (ret < 0) {
-		job_result(j, 1, NULL, NULL, "io_uring: %s", strerror(-ret));
+		job_result(j, 1, NULL, NULL, "%s: io_uring: %s", p->dst, strerror(-ret));
 		goto out_teardown;
 	}
 	p->win = calloc(WINDOW, sizeof(*p->win));
 	if (!p->win) {
-		job_result(j, 1, NULL, NULL, "out of memory");
+		job_result(j, 1, NULL, NULL, "%s: out of memory", p->dst);
 		goto out_teardown;
 	}
 	if (first && (j->flags & REQ_PROGRESS))
@@ -812,9 +856,48 @@ out_teardown:
 static void drop_bad(const char *rel, void *arg)
 {
 	struct pull *p = arg;
+	const char *base;
+	int fd = treeops_open_parent(p->dst_fd, rel, &base);
 
-	if (unlinkat(p->dst_fd, rel, 0) == 0)
+	if (fd < 0)
+		return;
+	if (unlinkat(fd, base, 0) == 0)
 		p->dropped++;
+	close(fd);
+}
+
+/* pull --verify: read back what landed, from the disk; a file that does not
+ * match is dropped and the pass runs once more to copy it again. Returns
+ * with the job's result sent. */
+static void verify_and_repair(struct pull *p, digest_t root)
+{
+	struct job *j = p->job;
+	int ret;
+
+	for (int pass = 1;; pass++) {
+		atomic_store(&j->phase, "verify");
+		p->dropped = 0;
+		ret = verify_tree(j, p->dst, p->dst_fd, true, true, drop_bad, p);
+		if (ret == 0) {
+			result(p, root);
+			return;
+		}
+		/* Whatever happens next, this tree no longer matches its manifest. */
+		stagedir_unpublish(&p->sd);
+		if (job_cancelled(j)) {
+			job_result(j, 1, NULL, NULL, "pull into %s cancelled while verifying", p->dst);
+			return;
+		}
+		if (ret < 0 || pass == 2 || !p->dropped) {
+			job_result(j, 1, p->dst, NULL, "%s does not match what was read from %s%s",
+				   p->dst, p->src, pass == 2 ? ", even after staging again" : "");
+			return;
+		}
+		job_note(j, LOG_WARN, NULL, NULL, "staging %llu damaged files of %s again",
+			 (unsigned long long)p->dropped, p->dst);
+		if (pull_pass(p, false, &root))
+			return;
+	}
 }
 
 void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
@@ -830,57 +913,34 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 	}
 	p->job = j;
 	p->cfg = j->cfg;
-	p->src_fd = p->dst_fd = p->stage_fd = p->lock_fd = -1;
+	p->src_fd = p->dst_fd = -1;
 	p->as_root = geteuid() == 0;
 	ret = roots_pull(p->cfg, src_arg, dest_arg, &p->src, &p->dst, why, sizeof(why));
 	if (ret < 0) {
 		job_result(j, 2, NULL, NULL, "%s", why);
 		goto out_free;
 	}
-	snprintf(j->what, sizeof(j->what), "%s -> %s", p->src, p->dst);
-	log_info("pull %s", j->what);
+	job_set_what(j, "%s -> %s", p->src, p->dst);
+	log_info("pull %s -> %s", p->src, p->dst);
 	p->src_fd = open(p->src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (p->src_fd < 0) {
 		job_result(j, 1, NULL, NULL, "cannot open %s: %s", p->src, strerror(errno));
 		goto out_free;
 	}
-	ret = take_destination(p, why, sizeof(why));
+	ret = stagedir_open(&p->sd, p->cfg->stage_root, p->dst, p->as_root, why, sizeof(why));
 	if (ret < 0) {
 		job_result(j, ret == -EEXIST ? 2 : 1, NULL, NULL, "%s", why);
-		goto out_close;
+		goto out_close_src;
 	}
-	/* With --verify, what landed is read back from the disk and checked; a
-	 * file that does not match is dropped and copied once more. */
-	for (int pass = 0;; pass++) {
-		if (pull_pass(p, pass == 0, &root))
-			break;
-		if (!(j->flags & REQ_VERIFY)) {
+	p->dst_fd = p->sd.dst_fd;
+	if (pull_pass(p, true, &root) == 0) {
+		if (j->flags & REQ_VERIFY)
+			verify_and_repair(p, root);
+		else
 			result(p, root);
-			break;
-		}
-		atomic_store(&j->phase, "verify");
-		p->dropped = 0;
-		ret = verify_tree(j, p->dst, p->dst_fd, true, true, drop_bad, p);
-		if (ret == 0) {
-			result(p, root);
-			break;
-		}
-		if (ret < 0 || pass == 1 || !p->dropped) {
-			job_result(j, 1, p->dst, NULL,
-				   "%s does not match what was read from %s, even after staging again",
-				   p->dst, p->src);
-			break;
-		}
-		job_note(j, LOG_WARN, NULL, NULL, "staging %llu damaged files of %s again",
-			 (unsigned long long)p->dropped, p->dst);
 	}
-out_close:
-	if (p->lock_fd >= 0)
-		close(p->lock_fd);
-	if (p->stage_fd >= 0)
-		close(p->stage_fd);
-	if (p->dst_fd >= 0)
-		close(p->dst_fd);
+	stagedir_close(&p->sd);
+out_close_src:
 	close(p->src_fd);
 out_free:
 	free(p->src);

@@ -140,16 +140,19 @@ static int event_loop(struct daemon *d)
 	}
 }
 
-static void wait_for_jobs(void)
+/* true when every request has finished within the grace period. */
+static bool wait_for_jobs(void)
 {
 	for (int i = 0; i < STOP_GRACE_S * 20 && ctl_active(); i++) {
 		struct timespec ts = { .tv_nsec = 50000000 };
 
 		nanosleep(&ts, NULL);
 	}
-	if (ctl_active())
-		log_warn("%u requests still running after %d s; exiting anyway", ctl_active(),
-			 STOP_GRACE_S);
+	if (!ctl_active())
+		return true;
+	log_warn("%u requests still running after %d s; exiting anyway", ctl_active(),
+		 STOP_GRACE_S);
+	return false;
 }
 
 int main(int argc, char **argv)
@@ -245,16 +248,24 @@ int main(int argc, char **argv)
 	ret = event_loop(&d);
 	if (ret < 0)
 		log_err("event loop: %s", strerror(-ret));
+	/* No new requests (the ring and its accept go first), then every job
+	 * winds down: it cancels its copies and removes its temporaries. */
+	io_uring_queue_exit(&d.ring);
+	ctl_unlisten(&d.cfg, d.listen_fd);
+	d.listen_fd = -1;
 	atomic_store(&stage_stopping, true);
-	wait_for_jobs();
+	if (!wait_for_jobs()) {
+		/* Threads still use the configuration: leave it to the exit. */
+		log_info("stopped");
+		return 1;
+	}
 	log_info("stopped");
 	ret = ret < 0 ? 1 : 0;
-
-	io_uring_queue_exit(&d.ring);
 out_close_signal:
 	close(d.sig_fd);
 out_unlisten:
-	ctl_unlisten(&d.cfg, d.listen_fd);
+	if (d.listen_fd >= 0)
+		ctl_unlisten(&d.cfg, d.listen_fd);
 out_config:
 	config_free(&d.cfg);
 	return ret;

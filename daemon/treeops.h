@@ -4,10 +4,27 @@
 #define STAGE_TREEOPS_H
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 /* Removes NAME in dirfd, recursively when it is a directory. 0 or -errno. */
 int treeops_remove(int dirfd, const char *name, bool is_dir);
 /* Whether the directory holds nothing (or only "."/".."). */
 bool treeops_empty(int dirfd);
+/* Opens the directory REL beneath root (NULL or "" for root itself) with
+ * no symlink anywhere on the way: what a swapped-in link would point at is
+ * never touched. A directory fd, or -errno. */
+int treeops_open_beneath(int root, const char *rel);
+/* Opens the parent directory of REL beneath root and points *base at REL's
+ * last component. A directory fd, or -errno. */
+int treeops_open_parent(int root, const char *rel, const char **base);
+/* Gives an open file or directory its owner (when chown), mode and mtime
+ * (ns; atime too). 0 or -errno, *what naming the step that failed. */
+int treeops_set_meta(int fd, bool chown, uid_t uid, gid_t gid, uint32_t mode, int64_t mtime_ns,
+		     const char **what);
+/* The same for NAME in dirfd without following it if it is a symlink
+ * (whose mode Linux does not keep: mode is ignored for links). */
+int treeops_set_meta_at(int dirfd, const char *name, bool is_link, bool chown, uid_t uid,
+			gid_t gid, uint32_t mode, int64_t mtime_ns, const char **what);
 
 #endif

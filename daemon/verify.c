@@ -29,6 +29,7 @@ struct vitem {             /* a file being re-hashed */
 struct verify {
 	struct job *job;
 	const char *path;
+	int dirfd;               /* the tree, borrowed */
 	struct copier *cp;
 	uint64_t files, bytes, findings;
 	verify_bad_fn bad;
@@ -110,7 +111,8 @@ static void rehash(struct verify *v, const struct mf_entry *m, const struct stat
 	}
 	drain(v, false);
 	it->cf = (struct cp_file){
-		.src = it->want.path, .size = it->want.size, .mtime_ns = mtime_ns(st), .owner = it,
+		.src_at = v->dirfd, .src = it->want.path, .size = it->want.size,
+		.mtime_ns = mtime_ns(st), .owner = it,
 	};
 	if (copier_start(v->cp, &it->cf) < 0) {
 		finding(v, "unreadable", m->path, "cannot start reading");
@@ -167,7 +169,7 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool direct,
 		verify_bad_fn bad, void *arg)
 {
-	struct verify v = { .job = j, .path = path, .bad = bad, .bad_arg = arg };
+	struct verify v = { .job = j, .path = path, .dirfd = dirfd, .bad = bad, .bad_arg = arg };
 	struct cursor mc;
 	struct walk *w;
 	struct walk_ent e;
@@ -197,7 +199,7 @@ int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool dire
 			.max_files = j->cfg->files_in_flight, .depth = 8, .direct_verify = direct,
 		};
 
-		ret = copier_create(&v.cp, dirfd, -1, &co);
+		ret = copier_create(&v.cp, -1, &co);
 		if (ret < 0) {
 			cursor_close(&mc);
 			job_note(j, LOG_ERROR, NULL, NULL, "io_uring: %s", strerror(-ret));
@@ -277,7 +279,7 @@ void verify_run(struct job *j, const char *path_arg)
 		job_result(j, ret == -ENOENT ? 1 : 2, NULL, NULL, "%s", why);
 		return;
 	}
-	snprintf(j->what, sizeof(j->what), "%s", path);
+	job_set_what(j, "%s", path);
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		job_result(j, 1, path, NULL, "cannot open %s: %s", path, strerror(errno));

@@ -97,9 +97,9 @@ static void check_copy(uint64_t memory, uint64_t io, size_t size)
 	int fd;
 
 	write_file("in", data, size);
-	f = (struct cp_file){ .src = "in", .dst = ".tmp", .size = size, .mtime_ns = mtime_of("in"),
+	f = (struct cp_file){ .src_at = src_fd, .src = "in", .dst = ".tmp", .size = size, .mtime_ns = mtime_of("in"),
 			      .mode = 0604 };
-	assert_int_equal(copier_create(&c, src_fd, dst_fd, &o), 0);
+	assert_int_equal(copier_create(&c, dst_fd, &o), 0);
 	done_count = 0;
 	assert_int_equal(copier_start(c, &f), 0);
 	run_all(c);
@@ -154,9 +154,9 @@ static void test_hash_only_and_missing(void **state)
 	struct copier *c;
 
 	write_file("h", data, 200000);
-	a = (struct cp_file){ .src = "h", .size = 200000, .mtime_ns = mtime_of("h") };
-	b = (struct cp_file){ .src = "missing", .dst = ".tmp2", .size = 10 };
-	assert_int_equal(copier_create(&c, src_fd, dst_fd, &o), 0);
+	a = (struct cp_file){ .src_at = src_fd, .src = "h", .size = 200000, .mtime_ns = mtime_of("h") };
+	b = (struct cp_file){ .src_at = src_fd, .src = "missing", .dst = ".tmp2", .size = 10 };
+	assert_int_equal(copier_create(&c, dst_fd, &o), 0);
 	done_count = 0;
 	assert_int_equal(copier_start(c, &a), 0);
 	assert_int_equal(copier_start(c, &b), 0);
@@ -184,8 +184,8 @@ static void test_changed_while_copying(void **state)
 
 	write_file("m", data, 1000);
 	/* The walk saw another mtime: what we read is not what it saw. */
-	f = (struct cp_file){ .src = "m", .dst = ".tmp3", .size = 1000, .mtime_ns = mtime_of("m") - 1 };
-	assert_int_equal(copier_create(&c, src_fd, dst_fd, &o), 0);
+	f = (struct cp_file){ .src_at = src_fd, .src = "m", .dst = ".tmp3", .size = 1000, .mtime_ns = mtime_of("m") - 1 };
+	assert_int_equal(copier_create(&c, dst_fd, &o), 0);
 	assert_int_equal(copier_start(c, &f), 0);
 	run_all(c);
 	assert_int_equal(f.err, -ESTALE);
