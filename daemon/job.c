@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <errno.h>
 #include <time.h>
 
 atomic_bool stage_stopping;
@@ -60,10 +62,61 @@ void job_set_what(struct job *j, const char *fmt, ...)
 	pthread_mutex_unlock(&reg_lock);
 }
 
-static void send_or_hang_up(struct job *j, struct msg *m)
+/* A job must never sit in a blocking send: a client that stops reading
+ * (a terminal paused with Ctrl-S) would hold the job, its lock and the
+ * daemon's shutdown. So frames go out without blocking: a progress frame
+ * that does not fit now is dropped (the next one says more); any other
+ * waits in slices, and the client counts as gone after SEND_GIVE_UP_NS or
+ * as soon as the daemon is stopping. */
+#define SEND_GIVE_UP_NS (60ull * 1000000000ull)
+
+static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 {
-	if (!j->gone && msg_send(j->fd, m) < 0)
+	uint8_t hdr[PROTO_HDR_LEN];
+	struct iovec iov[2];
+	size_t total, sent = 0;
+	uint64_t start = job_now_ns();
+
+	if (j->gone || m->err) {
+		msg_free(m);
+		return;
+	}
+	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)m->len);
+	total = PROTO_HDR_LEN + m->len;
+	while (sent < total) {
+		struct msghdr mh = { .msg_iov = iov };
+		ssize_t n;
+
+		if (sent < PROTO_HDR_LEN) {
+			iov[0] = (struct iovec){ hdr + sent, PROTO_HDR_LEN - sent };
+			iov[1] = (struct iovec){ m->buf, m->len };
+			mh.msg_iovlen = m->len ? 2 : 1;
+		} else {
+			iov[0] = (struct iovec){ m->buf + (sent - PROTO_HDR_LEN), total - sent };
+			mh.msg_iovlen = 1;
+		}
+		n = sendmsg(j->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd pfd = { .fd = j->fd, .events = POLLOUT };
+
+			if (droppable && sent == 0)
+				break;
+			if (atomic_load(&stage_stopping) || job_now_ns() - start > SEND_GIVE_UP_NS) {
+				j->gone = true;
+				break;
+			}
+			poll(&pfd, 1, 100);
+			continue;
+		}
 		j->gone = true;
+		break;
+	}
 	msg_free(m);
 }
 
@@ -85,7 +138,7 @@ void job_note(struct job *j, enum log_level lvl, const char *kind, const char *p
 	if (path)
 		msg_put_str(&m, K_PATH, path);
 	msg_put_str(&m, K_TEXT, text);
-	send_or_hang_up(j, &m);
+	send_or_hang_up(j, &m, false);
 }
 
 void job_progress(struct job *j, bool force)
@@ -105,7 +158,7 @@ void job_progress(struct job *j, bool force)
 	msg_put_u64(&m, K_FILES_TOTAL, atomic_load(&j->files_total));
 	msg_put_u64(&m, K_BYTES_DONE, atomic_load(&j->bytes_done));
 	msg_put_u64(&m, K_BYTES_TOTAL, atomic_load(&j->bytes_total));
-	send_or_hang_up(j, &m);
+	send_or_hang_up(j, &m, true);
 }
 
 bool job_cancelled(struct job *j)
@@ -149,7 +202,7 @@ void job_result(struct job *j, int code, const char *path, struct msg *m,
 	else
 		log_info("%s %s: %s", j->kind, j->what, text);
 	job_progress(j, true);
-	send_or_hang_up(j, m);
+	send_or_hang_up(j, m, false);
 	j->sent_result = true;
 }
 

@@ -158,20 +158,20 @@ static int rename_if_there(struct stagedir *sd, const char *from, const char *to
 
 int stagedir_begin(struct stagedir *sd)
 {
-	struct stat st;
 	int ret;
 
+	/* No manifest but a journal or a .prev: the last pull did not finish,
+	 * and the tree may hold changes no manifest or journal line records. */
+	sd->recovering = faccessat(sd->stage_fd, "manifest", F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
+			 (faccessat(sd->stage_fd, "manifest.prev", F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+			  faccessat(sd->stage_fd, "manifest.partial", F_OK, AT_SYMLINK_NOFOLLOW) == 0 ||
+			  faccessat(sd->stage_fd, "manifest.resume", F_OK, AT_SYMLINK_NOFOLLOW) == 0);
 	/* A manifest and a .prev both present: the last pull published, then
 	 * died before it dropped .prev. The manifest is the newer. */
 	if ((ret = rename_if_there(sd, "manifest", "manifest.prev")) < 0)
 		return ret;
-	if (fstatat(sd->stage_fd, "manifest.partial", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-		sd->recovering = true;
-		if ((ret = rename_if_there(sd, "manifest.partial", "manifest.resume")) < 0)
-			return ret;
-	} else if (fstatat(sd->stage_fd, "manifest.resume", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-		sd->recovering = true;
-	}
+	if ((ret = rename_if_there(sd, "manifest.partial", "manifest.resume")) < 0)
+		return ret;
 	if (sd->tmp_fd >= 0)
 		close(sd->tmp_fd);
 	sd->tmp_fd = -1;

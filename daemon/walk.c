@@ -182,29 +182,42 @@ out_nomem:
 	return -ENOMEM;
 }
 
+/* Manifests keep mtimes as int64 nanoseconds: years 1678 to 2262. A file
+ * outside (ext4 allows 2446) is an error for that entry, never a wrap. */
+static int mtime_to_ns(int64_t sec, int64_t nsec, int64_t *out)
+{
+	int64_t ns;
+
+	if (__builtin_mul_overflow(sec, (int64_t)1000000000, &ns) ||
+	    __builtin_add_overflow(ns, nsec, &ns))
+		return -EOVERFLOW;
+	*out = ns;
+	return 0;
+}
+
 static void attr_from_statx(struct attr *a, const struct statx *x)
 {
-	a->err = 0;
 	a->mode = x->stx_mode;
 	a->uid = x->stx_uid;
 	a->gid = x->stx_gid;
 	a->size = x->stx_size;
-	a->mtime_ns = (int64_t)x->stx_mtime.tv_sec * 1000000000LL + x->stx_mtime.tv_nsec;
+	a->err = mtime_to_ns(x->stx_mtime.tv_sec, x->stx_mtime.tv_nsec, &a->mtime_ns);
 }
 
 static void attr_from_stat(struct attr *a, const struct stat *st)
 {
-	a->err = 0;
 	a->mode = st->st_mode;
 	a->uid = st->st_uid;
 	a->gid = st->st_gid;
 	a->size = (uint64_t)st->st_size;
-	a->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+	a->err = mtime_to_ns(st->st_mtim.tv_sec, st->st_mtim.tv_nsec, &a->mtime_ns);
 }
 
 /* Stats every name of a source listing, STAT_BATCH at a time. */
 static int listing_stat(struct walk *w, struct listing *l, int dirfd)
 {
+	int ret;
+
 	l->a = calloc(l->n ? l->n : 1, sizeof(*l->a));
 	if (!l->a)
 		return -ENOMEM;
@@ -224,6 +237,8 @@ static int listing_stat(struct walk *w, struct listing *l, int dirfd)
 			}
 			continue;
 		}
+		/* The ring holds STAT_BATCH entries and is empty between batches, so
+		 * every sqe is there; a submit that fails leaves nothing in flight. */
 		for (size_t i = 0; i < k; i++) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
 
@@ -233,14 +248,20 @@ static int listing_stat(struct walk *w, struct listing *l, int dirfd)
 					    STATX_SIZE | STATX_MTIME, &w->stx[i]);
 			io_uring_sqe_set_data64(sqe, i);
 		}
-		io_uring_submit(&w->ring);
+		ret = io_uring_submit(&w->ring);
+		if (ret != (int)k)
+			return ret < 0 ? ret : -EIO;
 		while (seen < k) {
-			int ret = io_uring_wait_cqe(&w->ring, &cqe);
-
+			ret = io_uring_wait_cqe(&w->ring, &cqe);
 			if (ret == -EINTR)
 				continue;
-			if (ret < 0)
+			/* Cannot happen with completions owed; if it did, the ring
+			 * is unusable: say so rather than wait forever. */
+			if (ret < 0) {
+				io_uring_queue_exit(&w->ring);
+				w->have_ring = false;
 				return ret;
+			}
 			size_t i = (size_t)io_uring_cqe_get_data64(cqe);
 
 			if (cqe->res < 0)
@@ -475,7 +496,9 @@ int walk_next(struct walk *w, struct walk_ent *e)
 				} else {
 					err_at(w, w->last_len);
 					snprintf(w->why, sizeof(w->why), "cannot stat '%s': %s",
-						 w->path, strerror(-err));
+						 w->path, err == -EOVERFLOW
+						 ? "mtime outside what a manifest records (1678 to 2262)"
+						 : strerror(-err));
 					return err;
 				}
 			} else {

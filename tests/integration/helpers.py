@@ -317,8 +317,8 @@ def tree_equal(src, dst):
     return not tree_diff(src, dst)
 
 
-def assert_tree_equal(src, dst):
-    diffs = tree_diff(src, dst)
+def assert_tree_equal(src, dst, check_owner=None):
+    diffs = tree_diff(src, dst, check_owner)
     assert not diffs, "trees differ:\n  " + "\n  ".join(diffs[:40])
 
 
