@@ -102,7 +102,8 @@ static struct io_uring_sqe *prep(struct copier *c, struct cp_file *f, struct cp_
 	struct io_uring_sqe *sqe = sqe_get(c);
 
 	if (!sqe) {
-		fail(f, -EBUSY, "submit", false);
+		/* The ring, not the file: fatal to the job, not "unreadable". */
+		fail(f, -EBUSY, "submit", true);
 		return NULL;
 	}
 	op->f = f;

@@ -124,7 +124,8 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
 		ret = resolve_prefix(dest_arg, &d);
 		if (ret < 0) {
 			snprintf(why, whylen, "destination '%s': %s", dest_arg,
-				 ret == -EINVAL ? "'..' below what exists" : strerror(-ret));
+				 ret != -EINVAL ? strerror(-ret) : dest_arg[0] != '/'
+				 ? "not an absolute path" : "'..' below what exists");
 			goto out_free;
 		}
 	} else {
