@@ -23,7 +23,7 @@ STAGED = BUILD / "bin" / "staged"
 STAGE = BUILD / "bin" / "stage"
 
 CHUNK = 64 * 1024            # chunk_size every test daemon is configured with
-TMP_PREFIX = ".stage-tmp."   # temporaries of an in-flight pull (contract)
+TMP_DIR = ".stage/tmp"      # temporaries of an in-flight pull live here, nowhere else
 IS_ROOT = os.geteuid() == 0
 
 SANITIZER_MARKERS = (
@@ -323,11 +323,19 @@ def assert_tree_equal(src, dst, check_owner=None):
 
 
 def temporaries(top):
-    """Every .stage-tmp.* beneath top, the top-level .stage included."""
+    """What is left in the .stage/tmp of every staged tree beneath top (top
+    itself included): where a pull keeps its temporaries, emptied when a
+    pull ends, finished or not; left by kill -9 and emptied by the next pull.
+    Also, as a check that none ever strays into the tree, any leftover of the
+    old naming scheme."""
     if not os.path.isdir(top):
         return []
-    return sorted(r for r in walk(top, skip_top_stage=False, live=True)
-                  if os.path.basename(r).startswith(TMP_PREFIX))
+    left = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        if os.path.basename(dirpath) == "tmp" and os.path.basename(os.path.dirname(dirpath)) == ".stage":
+            left += [os.path.relpath(os.path.join(dirpath, n), top) for n in dirnames + filenames]
+    return sorted(left) + sorted(r for r in walk(top, skip_top_stage=False, live=True)
+                                 if os.path.basename(r).startswith(".stage-tmp."))
 
 
 def landed_files(top):
@@ -336,7 +344,7 @@ def landed_files(top):
         return {}
     w = walk(top, live=True)
     return {r: st for r, st in w.items()
-            if stat.S_ISREG(st.st_mode) and not os.path.basename(r).startswith(TMP_PREFIX)}
+            if stat.S_ISREG(st.st_mode)}
 
 
 def assert_landed_match_source(src, dest):
