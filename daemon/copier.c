@@ -321,7 +321,7 @@ static void finish_data(struct copier *c, struct cp_file *f)
 			fail(f, -errno, "chmod", true);
 		else if (futimens(f->dst_fd, ts) < 0)
 			fail(f, -errno, "set times", true);
-		if (!f->err && c->o.fsync) {
+		if (!f->err && (c->o.fsync || f->fsync)) {
 			struct io_uring_sqe *sqe;
 
 			f->state = CP_SYNCING;

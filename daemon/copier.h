@@ -32,7 +32,7 @@ struct copier_opts {
 	uint64_t direct_min;  /* files at least this big use O_DIRECT where it works */
 	unsigned max_files;   /* files in flight at once */
 	unsigned depth;       /* reads in flight per file */
-	bool fsync;           /* fdatasync each destination before reporting it */
+	bool fsync;           /* fdatasync every destination before reporting it */
 	bool direct_verify;   /* hash-only files: O_DIRECT whatever their size (read the disk, not the cache) */
 };
 
@@ -51,6 +51,7 @@ struct cp_file {
 	uid_t uid;
 	gid_t gid;
 	bool chown;             /* give the destination uid/gid (we are root) */
+	bool fsync;             /* fdatasync this destination (opts.fsync does all) */
 	void *owner;            /* the caller's */
 
 	/* out, valid in the done callback */

@@ -57,6 +57,7 @@ enum pend_state { P_WAIT, P_LANDED, P_READY, P_FAILED };
 #define BATCH_FILES 1024u
 #define BATCH_BYTES (256ull << 20)
 #define BATCH_NS 50000000ull
+#define BIG_FILE(p) (2 * (p)->cfg->io_size)   /* also where O_DIRECT starts */
 
 struct pending {
 	struct mf_entry e;       /* what the manifest will say; e.path owned */
@@ -100,6 +101,7 @@ struct pull {
 	uint64_t files, bytes, copied, bytes_copied, removed, failed;
 	uint64_t dropped;            /* staged files verify found bad, removed */
 	uint64_t landed, landed_bytes; /* P_LANDED entries in the window */
+	uint64_t unsynced;           /* ... of which not fdatasync'd on their own */
 	uint64_t t_landed_ns;        /* when the oldest of them landed */
 	int fatal;                   /* -errno of a destination failure */
 	char fatal_why[1024];
@@ -283,6 +285,8 @@ static void on_copied(struct cp_file *cf, void *arg)
 			pe->st = P_LANDED;
 			if (!p->landed++)
 				p->t_landed_ns = job_now_ns();
+			if (!cf->fsync)
+				p->unsynced++;
 			p->landed_bytes += cf->size;
 		}
 	}
@@ -297,7 +301,7 @@ static void settle_landed(struct pull *p)
 
 	if (!p->landed)
 		return;
-	if (!drop && syncfs(p->dst_fd) < 0) {
+	if (!drop && p->unsynced && syncfs(p->dst_fd) < 0) {
 		note_fatal(p, -errno, "%s: syncfs", p->dst);
 		drop = true;
 	}
@@ -346,7 +350,7 @@ static void settle_landed(struct pull *p)
 	if (pfd >= 0)
 		close(pfd);
 	free(parent);
-	p->landed = p->landed_bytes = 0;
+	p->landed = p->landed_bytes = p->unsynced = 0;
 }
 
 static bool batch_due(struct pull *p)
@@ -533,6 +537,10 @@ static int start_file(struct pull *p, struct pending *pe, bool copy)
 		if (!pe->tmp)
 			return -ENOMEM;
 		pe->cf.dst = pe->tmp;
+		/* A big file was written with O_DIRECT, so its own fdatasync costs
+		 * next to nothing, where a syncfs would also flush everything else
+		 * dirty on the file system: it is made durable alone. */
+		pe->cf.fsync = pe->e.size >= BIG_FILE(p);
 	}
 	ret = copier_start(p->cp, &pe->cf);
 	if (ret < 0)
@@ -786,7 +794,7 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	struct job *j = p->job;
 	struct copier_opts co = {
 		.memory = p->cfg->memory, .io_size = p->cfg->io_size,
-		.chunk_size = p->cfg->chunk_size, .direct_min = 2 * p->cfg->io_size,
+		.chunk_size = p->cfg->chunk_size, .direct_min = BIG_FILE(p),
 		.max_files = p->cfg->files_in_flight, .depth = 8,
 		/* durability is settle_landed's, in batches */
 		.fsync = false,
