@@ -321,7 +321,7 @@ static void finish_data(struct copier *c, struct cp_file *f)
 			fail(f, -errno, "chmod", true);
 		else if (futimens(f->dst_fd, ts) < 0)
 			fail(f, -errno, "set times", true);
-		if (!f->err && (c->o.fsync || f->fsync)) {
+		if (!f->err && (c->o.fsync || (c->o.fsync_min && f->size >= c->o.fsync_min))) {
 			struct io_uring_sqe *sqe;
 
 			f->state = CP_SYNCING;
@@ -329,11 +329,73 @@ static void finish_data(struct copier *c, struct cp_file *f)
 			sqe = prep(c, f, &f->op_sync);
 			if (sqe) {
 				io_uring_prep_fsync(sqe, f->dst_fd, IORING_FSYNC_DATASYNC);
+				f->synced = true;
 				return;
 			}
 		}
 	}
 	complete(c, f);
+}
+
+/* Sets up the hashing of f once its size is known. 0 or -ENOMEM. */
+static int hash_setup(struct copier *c, struct cp_file *f)
+{
+	f->nchunks = f->size > c->o.chunk_size ? (f->size + c->o.chunk_size - 1) / c->o.chunk_size : 0;
+	if (!f->nchunks)
+		return 0;
+	f->chunk = XXH3_createState();
+	f->chunks = calloc(f->nchunks, sizeof(*f->chunks));
+	if (!f->chunk || !f->chunks)
+		return -ENOMEM;
+	XXH3_128bits_reset(f->chunk);
+	return 0;
+}
+
+static void try_direct(int fd, bool *ok, bool *on)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (*ok && fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0)
+		*on = true;
+	else if (*ok)
+		*ok = false;
+}
+
+/* A file the walk did not stat: its attributes come from the opened source
+ * (the open has read the inode, so this costs no I/O), and a big one turns
+ * to O_DIRECT now that it is known to be big. */
+static int learn(struct copier *c, struct cp_file *f)
+{
+	struct stat st;
+
+	if (fstat(f->src_fd, &st) < 0) {
+		fail(f, -errno, "stat", false);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fail(f, -ESTALE, "changed while being copied", false);
+		return -1;
+	}
+	/* Manifests hold int64 nanoseconds: years 1678 to 2262. */
+	if (__builtin_mul_overflow((int64_t)st.st_mtim.tv_sec, (int64_t)1000000000, &f->mtime_ns) ||
+	    __builtin_add_overflow(f->mtime_ns, (int64_t)st.st_mtim.tv_nsec, &f->mtime_ns)) {
+		fail(f, -EOVERFLOW, "mtime outside what a manifest records (1678 to 2262)", false);
+		return -1;
+	}
+	f->size = (uint64_t)st.st_size;
+	f->mode = st.st_mode & 07777;
+	f->uid = st.st_uid;
+	f->gid = st.st_gid;
+	if (hash_setup(c, f) < 0) {
+		fail(f, -ENOMEM, "allocate", false);
+		return -1;
+	}
+	if (f->size >= c->o.direct_min) {
+		try_direct(f->src_fd, &c->src_direct_ok, &f->src_direct);
+		if (f->dst)
+			try_direct(f->dst_fd, &c->dst_direct_ok, &f->dst_direct);
+	}
+	return 0;
 }
 
 /* Moves f along after one of its completions. */
@@ -347,6 +409,11 @@ static void progress(struct copier *c, struct cp_file *f)
 	if (f->state == CP_OPENING) {
 		if (f->opens_pending)
 			return;
+		if (f->size == CP_SIZE_UNKNOWN && learn(c, f) < 0) {
+			if (f->ops == 0)
+				complete(c, f);
+			return;
+		}
 		f->state = CP_DATA;
 	}
 	if (f->state == CP_DATA) {
@@ -564,21 +631,23 @@ int copier_start(struct copier *c, struct cp_file *f)
 	f->ops = 0;
 	f->read_off = f->hash_off = f->chunk_fill = 0;
 	f->nseg = 0;
-	f->nchunks = f->size > c->o.chunk_size ? (f->size + c->o.chunk_size - 1) / c->o.chunk_size : 0;
+	f->synced = false;
+	f->nchunks = 0;
+	f->chunk = NULL;
+	f->chunks = NULL;
 	f->segs = calloc(c->o.depth, sizeof(*f->segs));
 	f->whole = XXH3_createState();
-	f->chunk = f->nchunks ? XXH3_createState() : NULL;
-	f->chunks = f->nchunks ? calloc(f->nchunks, sizeof(*f->chunks)) : NULL;
-	if (!f->segs || !f->whole || (f->nchunks && (!f->chunk || !f->chunks))) {
+	if (!f->segs || !f->whole ||
+	    (f->size != CP_SIZE_UNKNOWN && hash_setup(c, f) < 0)) {
 		copier_release(f);
 		return -ENOMEM;
 	}
 	XXH3_128bits_reset(f->whole);
-	if (f->chunk)
-		XXH3_128bits_reset(f->chunk);
-	f->src_direct = c->src_direct_ok && f->size > 0 &&
+	/* An unknown size decides O_DIRECT after the open (learn). */
+	f->src_direct = f->size != CP_SIZE_UNKNOWN && c->src_direct_ok && f->size > 0 &&
 			(f->size >= c->o.direct_min || (!f->dst && c->o.direct_verify));
-	f->dst_direct = f->dst && c->dst_direct_ok && f->size >= c->o.direct_min;
+	f->dst_direct = f->size != CP_SIZE_UNKNOWN && f->dst && c->dst_direct_ok &&
+			f->size >= c->o.direct_min;
 	f->next_live = c->live_head;
 	c->live_head = f;
 	c->live++;

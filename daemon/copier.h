@@ -33,6 +33,7 @@ struct copier_opts {
 	unsigned max_files;   /* files in flight at once */
 	unsigned depth;       /* reads in flight per file */
 	bool fsync;           /* fdatasync every destination before reporting it */
+	uint64_t fsync_min;   /* ... or those at least this big (0: none) */
 	bool direct_verify;   /* hash-only files: O_DIRECT whatever their size (read the disk, not the cache) */
 };
 
@@ -45,16 +46,18 @@ struct cp_file {
 	int src_at;             /* directory fd that src is relative to (borrowed) */
 	const char *src;        /* resolved beneath src_at, never through a symlink */
 	const char *dst;        /* temporary name relative to the copier's dst_root; NULL: hash only */
-	uint64_t size;          /* bytes expected (from the walk) */
+	uint64_t size;          /* bytes expected (from the walk), or CP_SIZE_UNKNOWN:
+	                           then size, mtime_ns, mode, uid and gid are read
+	                           from the opened source (and are out fields) */
 	int64_t mtime_ns;       /* expected source mtime; also given to the destination */
 	uint32_t mode;          /* destination permission bits */
 	uid_t uid;
 	gid_t gid;
 	bool chown;             /* give the destination uid/gid (we are root) */
-	bool fsync;             /* fdatasync this destination (opts.fsync does all) */
 	void *owner;            /* the caller's */
 
 	/* out, valid in the done callback */
+	bool synced;            /* the destination was fdatasync'd */
 	int err;                /* 0 or -errno */
 	const char *err_op;     /* what failed: "open", "read", "write", "sync", ... */
 	bool err_dst;           /* the destination failed (disk full...): fatal to a pull */
@@ -78,6 +81,8 @@ struct cp_file {
 	struct cp_op { uint8_t kind; struct cp_file *f; struct cp_seg *s; } op_src, op_dst, op_sync;
 	struct cp_file *next_live; /* list of files in flight */
 };
+
+#define CP_SIZE_UNKNOWN UINT64_MAX
 
 typedef void (*cp_done_fn)(struct cp_file *f, void *arg);
 

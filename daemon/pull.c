@@ -276,6 +276,12 @@ static void on_copied(struct cp_file *cf, void *arg)
 				 p->src, pe->e.path, cf->err_op, strerror(-cf->err));
 		}
 	} else {
+		/* A lazy entry learns its attributes from the copier. */
+		pe->e.size = cf->size;
+		pe->e.mtime_ns = cf->mtime_ns;
+		pe->e.mode = cf->mode;
+		pe->uid = cf->uid;
+		pe->gid = cf->gid;
 		pe->e.digest = cf->digest;
 		pe->e.nchunks = cf->nchunks;
 		pe->e.chunks = cf->chunks;
@@ -285,7 +291,7 @@ static void on_copied(struct cp_file *cf, void *arg)
 			pe->st = P_LANDED;
 			if (!p->landed++)
 				p->t_landed_ns = job_now_ns();
-			if (!cf->fsync)
+			if (!cf->synced)
 				p->unsynced++;
 			p->landed_bytes += cf->size;
 		}
@@ -407,6 +413,8 @@ static int entry_init(struct pending *pe, char type, const struct walk_ent *w)
 	pe->e.mode = w->st.st_mode & 07777;
 	pe->e.mtime_ns = mtime_ns(&w->st);
 	pe->e.size = type == MF_DIR ? 0 : (uint64_t)w->st.st_size;
+	if (w->lazy)
+		pe->e.size = CP_SIZE_UNKNOWN;   /* the copier reads it from the open file */
 	pe->uid = w->st.st_uid;
 	pe->gid = w->st.st_gid;
 	return pe->e.path ? 0 : -ENOMEM;
@@ -537,10 +545,6 @@ static int start_file(struct pull *p, struct pending *pe, bool copy)
 		if (!pe->tmp)
 			return -ENOMEM;
 		pe->cf.dst = pe->tmp;
-		/* A big file was written with O_DIRECT, so its own fdatasync costs
-		 * next to nothing, where a syncfs would also flush everything else
-		 * dirty on the file system: it is made durable alone. */
-		pe->cf.fsync = pe->e.size >= BIG_FILE(p);
 	}
 	ret = copier_start(p->cp, &pe->cf);
 	if (ret < 0)
@@ -629,7 +633,7 @@ static int count_tree(struct pull *p)
 	int ret;
 
 	atomic_store(&p->job->phase, "scan");
-	ret = walk_open(&w, p->src_fd, -1);
+	ret = walk_open(&w, p->src_fd, -1, 0);
 	if (ret < 0)
 		return ret;
 	while ((ret = walk_next(w, &e)) != 0) {
@@ -675,7 +679,7 @@ static void copy_tree(struct pull *p)
 	int ret;
 
 	atomic_store(&p->job->phase, "copy");
-	ret = walk_open(&w, p->src_fd, p->dst_fd);
+	ret = walk_open(&w, p->src_fd, p->dst_fd, WALK_LAZY);
 	if (ret < 0) {
 		note_fatal(p, ret, "%s", p->src);
 		return;
@@ -796,8 +800,10 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 		.memory = p->cfg->memory, .io_size = p->cfg->io_size,
 		.chunk_size = p->cfg->chunk_size, .direct_min = BIG_FILE(p),
 		.max_files = p->cfg->files_in_flight, .depth = 8,
-		/* durability is settle_landed's, in batches */
-		.fsync = false,
+		/* Durability is settle_landed's, in batches, but for big files:
+		 * written with O_DIRECT, their own fdatasync costs next to
+		 * nothing, where a syncfs would flush all else that is dirty. */
+		.fsync = false, .fsync_min = BIG_FILE(p),
 	};
 	char why[2048];
 	int ret;

@@ -206,7 +206,7 @@ int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool dire
 			return ret;
 		}
 	}
-	ret = walk_open(&w, dirfd, -1);
+	ret = walk_open(&w, dirfd, -1, 0);
 	if (ret < 0) {
 		job_note(j, LOG_ERROR, NULL, NULL, "cannot list %s: %s", path, strerror(-ret));
 		goto out_copier;

@@ -27,6 +27,7 @@ struct name {
 /* What the walk needs of a source entry's inode, from statx. */
 struct attr {
 	int err;               /* 0 or -errno of the statx */
+	bool lazy;             /* not stat'ed (WALK_LAZY) */
 	uint32_t mode, uid, gid;
 	uint64_t size;
 	int64_t mtime_ns;
@@ -61,6 +62,7 @@ struct walk {
 	struct io_uring ring;
 	bool have_ring;
 	struct statx *stx;     /* STAT_BATCH results in flight */
+	bool lazy;             /* WALK_LAZY */
 };
 
 #define STAT_BATCH 256u
@@ -213,16 +215,31 @@ static void attr_from_stat(struct attr *a, const struct stat *st)
 	a->err = mtime_to_ns(st->st_mtim.tv_sec, st->st_mtim.tv_nsec, &a->mtime_ns);
 }
 
-/* Stats every name of a source listing, STAT_BATCH at a time. */
-static int listing_stat(struct walk *w, struct listing *l, int dirfd)
+static bool listed(const struct listing *l, const char *name)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(listing_name(l, mid), name);
+
+		if (c == 0)
+			return true;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/* Stats the names idx[0..n) of a listing, STAT_BATCH at a time. */
+static int stat_some(struct walk *w, struct listing *l, const size_t *idx, size_t n, int dirfd)
 {
 	int ret;
 
-	l->a = calloc(l->n ? l->n : 1, sizeof(*l->a));
-	if (!l->a)
-		return -ENOMEM;
-	for (size_t base = 0; base < l->n; base += STAT_BATCH) {
-		size_t k = l->n - base < STAT_BATCH ? l->n - base : STAT_BATCH;
+	for (size_t base = 0; base < n; base += STAT_BATCH) {
+		size_t k = n - base < STAT_BATCH ? n - base : STAT_BATCH;
 		struct io_uring_cqe *cqe;
 		unsigned seen = 0;
 
@@ -230,10 +247,10 @@ static int listing_stat(struct walk *w, struct listing *l, int dirfd)
 			for (size_t i = base; i < base + k; i++) {
 				struct stat st;
 
-				if (fstatat(dirfd, listing_name(l, i), &st, AT_SYMLINK_NOFOLLOW) < 0)
-					l->a[i].err = -errno;
+				if (fstatat(dirfd, listing_name(l, idx[i]), &st, AT_SYMLINK_NOFOLLOW) < 0)
+					l->a[idx[i]].err = -errno;
 				else
-					attr_from_stat(&l->a[i], &st);
+					attr_from_stat(&l->a[idx[i]], &st);
 			}
 			continue;
 		}
@@ -242,7 +259,7 @@ static int listing_stat(struct walk *w, struct listing *l, int dirfd)
 		for (size_t i = 0; i < k; i++) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
 
-			io_uring_prep_statx(sqe, dirfd, listing_name(l, base + i),
+			io_uring_prep_statx(sqe, dirfd, listing_name(l, idx[base + i]),
 					    AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT,
 					    STATX_TYPE | STATX_MODE | STATX_UID | STATX_GID |
 					    STATX_SIZE | STATX_MTIME, &w->stx[i]);
@@ -252,6 +269,8 @@ static int listing_stat(struct walk *w, struct listing *l, int dirfd)
 		if (ret != (int)k)
 			return ret < 0 ? ret : -EIO;
 		while (seen < k) {
+			size_t i;
+
 			ret = io_uring_wait_cqe(&w->ring, &cqe);
 			if (ret == -EINTR)
 				continue;
@@ -262,17 +281,41 @@ static int listing_stat(struct walk *w, struct listing *l, int dirfd)
 				w->have_ring = false;
 				return ret;
 			}
-			size_t i = (size_t)io_uring_cqe_get_data64(cqe);
-
+			i = (size_t)io_uring_cqe_get_data64(cqe);
 			if (cqe->res < 0)
-				l->a[base + i].err = cqe->res;
+				l->a[idx[base + i]].err = cqe->res;
 			else
-				attr_from_statx(&l->a[base + i], &w->stx[i]);
+				attr_from_statx(&l->a[idx[base + i]], &w->stx[i]);
 			io_uring_cqe_seen(&w->ring, cqe);
 			seen++;
 		}
 	}
 	return 0;
+}
+
+/* Stats the names of a source listing: all of them, or in a lazy walk
+ * those that are not regular files only the source has. */
+static int listing_stat(struct walk *w, struct listing *l, const struct listing *other,
+			int dirfd)
+{
+	size_t *idx, n = 0;
+	int ret;
+
+	l->a = calloc(l->n ? l->n : 1, sizeof(*l->a));
+	idx = malloc((l->n ? l->n : 1) * sizeof(*idx));
+	if (!l->a || !idx) {
+		free(idx);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		if (w->lazy && l->v[i].dtype == DT_REG && !listed(other, listing_name(l, i)))
+			l->a[i].lazy = true;
+		else
+			idx[n++] = i;
+	}
+	ret = stat_some(w, l, idx, n, dirfd);
+	free(idx);
+	return ret;
 }
 
 static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
@@ -296,8 +339,6 @@ static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
 	f->other_fd = other_fd;
 	f->path_len = path_len;
 	ret = listing_read(&f->src, src_fd, top);
-	if (ret == 0)
-		ret = listing_stat(w, &f->src, src_fd);
 	if (ret < 0) {
 		err_at(w, path_len);
 		snprintf(w->why, sizeof(w->why), "cannot list directory '%.*s': %s",
@@ -313,6 +354,13 @@ static int push(struct walk *w, int src_fd, int other_fd, size_t path_len)
 				 (int)path_len, path_len ? w->path : ".", strerror(-ret));
 			goto out_free;
 		}
+	}
+	ret = listing_stat(w, &f->src, &f->other, src_fd);
+	if (ret < 0) {
+		err_at(w, path_len);
+		snprintf(w->why, sizeof(w->why), "cannot stat the names in '%.*s': %s",
+			 (int)path_len, path_len ? w->path : ".", strerror(-ret));
+		goto out_free;
 	}
 	w->depth++;
 	return 0;
@@ -337,13 +385,14 @@ static void pop(struct walk *w)
 	}
 }
 
-int walk_open(struct walk **out, int src_root, int other_root)
+int walk_open(struct walk **out, int src_root, int other_root, unsigned flags)
 {
 	struct walk *w = calloc(1, sizeof(*w));
 	int ret;
 
 	if (!w)
 		return -ENOMEM;
+	w->lazy = flags & WALK_LAZY;
 	w->stx = malloc(STAT_BATCH * sizeof(*w->stx));
 	if (w->stx && io_uring_queue_init(STAT_BATCH, &w->ring, 0) == 0) {
 		unsigned workers[2] = { 64, 0 };
@@ -485,7 +534,11 @@ int walk_next(struct walk *w, struct walk_ent *e)
 			f->i++;
 			const struct attr *a = &f->src.a[f->i - 1];
 
-			if (a->err) {
+			if (a->lazy) {
+				e->lazy = true;
+				e->st.st_mode = S_IFREG;
+				e->type = 'f';
+			} else if (a->err) {
 				int err = a->err;
 
 				/* Vanished between listing and stat: it is simply not there. */

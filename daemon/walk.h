@@ -24,16 +24,24 @@ struct walk_ent {
 	enum walk_side side;
 	char type;             /* source: 'd', 'f', 'l', '?' (special file); 0 if WALK_OTHER */
 	char other_type;       /* the other tree's, same letters, 0 if WALK_SRC */
-	struct stat st;        /* source lstat, when the source has it */
+	struct stat st;        /* source lstat, when the source has it (not if lazy) */
+	bool lazy;             /* WALK_LAZY: a regular file only the source has, not
+	                          stat'ed: its type is all that is known */
 	int src_dirfd;         /* directory holding name in the source */
 	int other_dirfd;       /* ... in the other tree, -1 if the directory is not there */
 };
 
 struct walk;
 
+/* WALK_LAZY: regular files the other tree lacks are not stat'ed. A first
+ * pull needs nothing of them before it opens them, and the open reads the
+ * inode anyway, many at once on io_uring, where a stat here would make the
+ * walk wait for each directory's cold inodes in turn. */
+#define WALK_LAZY 1u
+
 /* src_root and other_root (-1: none) are borrowed. The top-level ".stage"
  * of both trees is never reported (it is the manifest's directory). */
-int walk_open(struct walk **w, int src_root, int other_root);
+int walk_open(struct walk **w, int src_root, int other_root, unsigned flags);
 /* 1 with *e filled, 0 at the end, -errno (walk_why) for a directory that
  * could not be listed. Returning a source directory means the walk descends
  * into it on the next call, opening it in the other tree if it exists by

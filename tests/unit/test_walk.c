@@ -96,7 +96,7 @@ static void test_order_and_sides(void **state)
 	size_t i = 0;
 	int ret;
 
-	assert_int_equal(walk_open(&w, src, dst), 0);
+	assert_int_equal(walk_open(&w, src, dst, 0), 0);
 	while ((ret = walk_next(w, &e)) == 1) {
 		assert_true(i < sizeof(want) / sizeof(want[0]));
 		assert_string_equal(e.rel, want[i].rel);
@@ -122,7 +122,7 @@ static void test_skip(void **state)
 	struct walk_ent e;
 	int n = 0;
 
-	assert_int_equal(walk_open(&w, src, -1), 0);
+	assert_int_equal(walk_open(&w, src, -1, 0), 0);
 	while (walk_next(w, &e) == 1) {
 		assert_string_not_equal(e.rel, "a/b");
 		if (e.type == 'd')
