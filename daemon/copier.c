@@ -127,7 +127,7 @@ static void submit_open(struct copier *c, struct cp_file *f, bool dst)
 		how->flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
 		how->mode = 0600;
 	} else {
-		how->flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
+		how->flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
 		/* Reading a dataset should not dirty every inode with an atime, but
 		 * only the owner (or CAP_FOWNER) may ask: the first EPERM turns it off. */
 		if (c->noatime_ok)
@@ -361,12 +361,15 @@ static void try_direct(int fd, bool *ok, bool *on)
 		*ok = false;
 }
 
-/* A file the walk did not stat: its attributes come from the opened source
- * (the open has read the inode, so this costs no I/O), and a big one turns
- * to O_DIRECT now that it is known to be big. */
-static int learn(struct copier *c, struct cp_file *f)
+/* The opened source must be a regular file: a name swapped for a fifo since
+ * the walk must fail here, not block a read (the open was O_NONBLOCK for
+ * the same reason). A file the walk did not stat gets its attributes here
+ * (the open has read the inode: no I/O), and a big one turns to O_DIRECT
+ * now that it is known to be big. */
+static int check_source(struct copier *c, struct cp_file *f)
 {
 	struct stat st;
+	int fl;
 
 	if (fstat(f->src_fd, &st) < 0) {
 		fail(f, -errno, "stat", false);
@@ -376,6 +379,15 @@ static int learn(struct copier *c, struct cp_file *f)
 		fail(f, -ESTALE, "changed while being copied", false);
 		return -1;
 	}
+	/* io_uring hands -EAGAIN back for a cold read on an O_NONBLOCK file
+	 * instead of waiting in a worker: blocking reads from here on. */
+	fl = fcntl(f->src_fd, F_GETFL);
+	if (fl < 0 || fcntl(f->src_fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		fail(f, -errno, "fcntl", false);
+		return -1;
+	}
+	if (f->size != CP_SIZE_UNKNOWN)
+		return 0;
 	/* Manifests hold int64 nanoseconds: years 1678 to 2262. */
 	if (__builtin_mul_overflow((int64_t)st.st_mtim.tv_sec, (int64_t)1000000000, &f->mtime_ns) ||
 	    __builtin_add_overflow(f->mtime_ns, (int64_t)st.st_mtim.tv_nsec, &f->mtime_ns)) {
@@ -409,7 +421,7 @@ static void progress(struct copier *c, struct cp_file *f)
 	if (f->state == CP_OPENING) {
 		if (f->opens_pending)
 			return;
-		if (f->size == CP_SIZE_UNKNOWN && learn(c, f) < 0) {
+		if (check_source(c, f) < 0) {
 			if (f->ops == 0)
 				complete(c, f);
 			return;
