@@ -39,6 +39,7 @@
 #include "common/paths.h"
 #include "daemon/copier.h"
 #include "daemon/cursor.h"
+#include "daemon/dirstack.h"
 #include "daemon/roots.h"
 #include "daemon/stagedir.h"
 #include "daemon/treeops.h"
@@ -69,15 +70,6 @@ struct pending {
 	struct pull *p;
 };
 
-struct dir_meta {
-	char *path;              /* owned */
-	int fd;                  /* the staged directory, opened without following links */
-	uint32_t mode;
-	int64_t mtime_ns;
-	uid_t uid;
-	gid_t gid;
-};
-
 struct pull {
 	struct job *job;
 	const struct stage_config *cfg;
@@ -90,8 +82,7 @@ struct pull {
 	struct cursor prev, resume;  /* what earlier pulls knew */
 	struct pending *win;         /* WINDOW slots, a ring */
 	size_t head, count;
-	struct dir_meta *dirs;       /* directories being filled, outermost first */
-	size_t ndirs, dirs_cap;
+	struct dirstack dirs;        /* directories being filled */
 	bool as_root;
 	uint64_t t_flush_ns;
 	uint64_t tmp_seq;            /* names temporaries in .stage/tmp */
@@ -137,75 +128,6 @@ static void warn_meta(struct pull *p, const char *rel, const char *what, int err
 	log_warn("pull %s: %s of '%s': %s", p->dst, what, *rel ? rel : ".", strerror(-err));
 }
 
-/* Directories get their mode and mtime once everything inside is retired:
- * before that, adding and removing names would move the mtime again. */
-static void close_dirs_until(struct pull *p, const char *rel)
-{
-	while (p->ndirs) {
-		struct dir_meta *d = &p->dirs[p->ndirs - 1];
-		size_t n = strlen(d->path);
-
-		const char *what;
-		int ret;
-
-		if (rel && strncmp(rel, d->path, n) == 0 && rel[n] == '/')
-			return;
-		if (d->fd >= 0) {
-			ret = treeops_set_meta(d->fd, p->as_root, d->uid, d->gid, d->mode,
-					       d->mtime_ns, &what);
-			if (ret < 0)
-				warn_meta(p, d->path, what, ret);
-			close(d->fd);
-		}
-		free(d->path);
-		p->ndirs--;
-	}
-}
-
-static int open_dir(struct pull *p, const struct pending *pe)
-{
-	struct dir_meta *d;
-
-	if (p->ndirs == p->dirs_cap) {
-		size_t cap = p->dirs_cap ? 2 * p->dirs_cap : 16;
-		struct dir_meta *v = realloc(p->dirs, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		p->dirs = v;
-		p->dirs_cap = cap;
-	}
-	d = &p->dirs[p->ndirs];
-	d->path = strdup(pe->e.path);
-	if (!d->path)
-		return -ENOMEM;
-	/* The stack holds exactly this directory's ancestors: open it from its
-	 * parent's fd, so a link swapped in since is refused, not followed. */
-	{
-		const char *slash = strrchr(d->path, '/');
-		const struct dir_meta *top = p->ndirs ? &p->dirs[p->ndirs - 1] : NULL;
-		size_t plen = slash ? (size_t)(slash - d->path) : 0;
-
-		if (top && top->fd >= 0 && strlen(top->path) == plen &&
-		    strncmp(top->path, d->path, plen) == 0)
-			d->fd = openat(top->fd, slash + 1,
-				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		else if (!slash)
-			d->fd = openat(p->dst_fd, d->path,
-				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		else
-			d->fd = treeops_open_beneath(p->dst_fd, d->path);
-		if (d->fd < 0)
-			log_warn("pull %s: cannot open '%s' to set its metadata", p->dst, d->path);
-	}
-	d->mode = pe->e.mode;
-	d->mtime_ns = pe->e.mtime_ns;
-	d->uid = pe->uid;
-	d->gid = pe->gid;
-	p->ndirs++;
-	return 0;
-}
-
 static struct pending *win_push(struct pull *p)
 {
 	struct pending *pe = &p->win[(p->head + p->count) % WINDOW];
@@ -225,12 +147,14 @@ static void retire(struct pull *p)
 
 		if (pe->st == P_WAIT || pe->st == P_LANDED)
 			break;
-		close_dirs_until(p, pe->e.path);
+		dirstack_close_until(&p->dirs, pe->e.path);
 		if (pe->st == P_READY) {
 			ret = mf_writer_add(p->mw, &pe->e);
 			if (ret < 0)
 				note_fatal(p, ret, "%s: writing the manifest journal", p->dst);
-			if (pe->e.type == MF_DIR && open_dir(p, pe) < 0)
+			if (pe->e.type == MF_DIR &&
+			    dirstack_push(&p->dirs, pe->e.path, pe->e.mode, pe->e.mtime_ns,
+					  pe->uid, pe->gid) < 0)
 				note_fatal(p, -ENOMEM, "%s", p->dst);
 			if (pe->e.type == MF_FILE) {
 				atomic_fetch_add(&p->job->files_done, 1);
@@ -752,7 +676,7 @@ static int finish(struct pull *p, digest_t *root)
 	struct stat st;
 	int ret;
 
-	close_dirs_until(p, NULL);
+	dirstack_close_until(&p->dirs, NULL);
 	if (fstat(p->src_fd, &st) == 0) {
 		ret = treeops_set_meta(p->dst_fd, p->as_root, st.st_uid, st.st_gid,
 				       st.st_mode & 07777, mtime_ns(&st), &what);
@@ -778,10 +702,7 @@ static void pass_teardown(struct pull *p)
 		mf_entry_free(&p->win[p->head].e);
 		free(p->win[p->head].tmp);
 	}
-	close_dirs_until(p, NULL);
-	free(p->dirs);
-	p->dirs = NULL;
-	p->dirs_cap = 0;
+	dirstack_destroy(&p->dirs);
 	free(p->win);
 	p->win = NULL;
 	if (p->mw)
@@ -809,6 +730,7 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	int ret;
 
 	p->files = p->bytes = p->failed = 0;
+	dirstack_init(&p->dirs, p->dst_fd, p->as_root, p->dst);
 	atomic_store(&j->files_done, 0);
 	atomic_store(&j->bytes_done, 0);
 	ret = stagedir_begin(&p->sd);
