@@ -1,8 +1,9 @@
 /* The copier: many files in flight on one io_uring, each read in order of
  * offset, hashed in order (XXH3-128 of the whole content plus one digest per
  * manifest chunk), and, when it has a destination, written to a temporary
- * name, given its metadata and made durable. It never names anything final:
- * the caller renames in its completion callback. With no destination it only
+ * name and given its metadata; fdatasync'd too if opts ask (the pull asks it
+ * for big files only and makes small ones durable in batches). It never
+ * names anything final: the caller renames. With no destination it only
  * reads and hashes, which is what a deep verify needs.
  *
  * Memory: every buffer comes out of one byte budget (opts.memory); a file

@@ -63,11 +63,10 @@ enum pend_state { P_WAIT, P_LANDED, P_READY, P_FAILED };
 struct pending {
 	struct mf_entry e;       /* what the manifest will say; e.path owned */
 	enum pend_state st;
-	uid_t uid;               /* directories: owner to give at the end */
+	uid_t uid;               /* the source's owner (given when we are root) */
 	gid_t gid;
 	char *tmp;               /* temporary name in .stage/tmp while copying, owned */
 	struct cp_file cf;
-	struct pull *p;
 };
 
 struct pull {
@@ -133,7 +132,6 @@ static struct pending *win_push(struct pull *p)
 	struct pending *pe = &p->win[(p->head + p->count) % WINDOW];
 
 	memset(pe, 0, sizeof(*pe));
-	pe->p = p;
 	p->count++;
 	return pe;
 }
