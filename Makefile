@@ -104,7 +104,7 @@ FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address,undefi
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRC)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash
+	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash -lsodium
 
 fuzz: $(FUZZ_BIN)
 
