@@ -96,6 +96,7 @@ demo: deps
 
 bench-smoke: $(BIN)
 	@tools/bench/pull --smoke
+	@tools/bench/codec --smoke
 
 # libFuzzer targets, one per parser of outside bytes; built with clang.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
@@ -104,7 +105,7 @@ FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address,undefi
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRC)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash -lsodium
+	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash -lsodium -lzstd
 
 fuzz: $(FUZZ_BIN)
 

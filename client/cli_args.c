@@ -177,6 +177,25 @@ int cli_args_parse(struct cli_args *a, int argc, char **argv, char *err, size_t 
 	return check(a, cmd, seen, nops, ops, err, errlen);
 }
 
+int cli_args_command_index(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i], *value;
+		const struct cli_option *o;
+
+		if (arg[0] != '-' || !arg[1])
+			return i;
+		if (strcmp(arg, "--") == 0)
+			return i + 1 < argc ? i + 1 : -1;
+		o = find_option(arg, &value);
+		if (!o || o->field == NO_FIELD)
+			return -1;
+		if (o->has_arg && !value)
+			i++;
+	}
+	return -1;
+}
+
 void cli_args_usage(FILE *f)
 {
 	fputs("Usage: stage [--socket PATH] [--json] COMMAND ...\n"
@@ -185,6 +204,9 @@ void cli_args_usage(FILE *f)
 	for (size_t i = 0; i < COUNT(commands); i++)
 		if (commands[i].usage)
 			fprintf(f, "  stage %s\n", commands[i].usage);
+	fputs("  stage codec compress [--codec none|zstd|float] IN OUT\n"
+	      "  stage codec decompress IN OUT\n"
+	      "  stage codec bench FILE\n", f);
 	fputs("\n"
 	      "  pull      copy SRC (under a source root) to the stage root; the local path\n"
 	      "            is the last line of stdout. --to names the destination, --verify\n"
@@ -193,7 +215,9 @@ void cli_args_usage(FILE *f)
 	      "  status    the daemon, its peers and the transfers in flight\n"
 	      "  manifest  print PATH/.stage/manifest (no daemon needed); --xxhsum prints lines\n"
 	      "            `xxhsum -H2 -c` accepts when run inside PATH\n"
-	      "  (commit, restore, ls and codec come in a later version)\n"
+	      "  codec     compress a file into a self-describing one and back, or measure\n"
+	      "            every codec on it (no daemon needed; see `stage codec --help`)\n"
+	      "  (commit, restore and ls come in a later version)\n"
 	      "\n"
 	      "Options (before, among or after the operands; \"--\" ends them):\n"
 	      "  --socket PATH  the daemon's socket (default: $STAGE_SOCKET, else the daemon's\n"

@@ -51,4 +51,9 @@ int cli_args_parse(struct cli_args *a, int argc, char **argv, char *err, size_t 
 
 void cli_args_usage(FILE *f);
 
+/* The index in argv of the command word, skipping the options before it and
+ * their values; -1 if there is none, or --help/--version comes first. Lets
+ * main hand commands with their own parser (codec) their part of the line. */
+int cli_args_command_index(int argc, char **argv);
+
 #endif

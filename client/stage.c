@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "client/cli_args.h"
+#include "client/cli_codec.h"
 #include "client/cli_conn.h"
 #include "client/cli_manifest.h"
 #include "client/cli_out.h"
@@ -124,6 +125,10 @@ int main(int argc, char **argv)
 
 	/* A daemon gone mid-write must be an EPIPE we report, not a silent death. */
 	signal(SIGPIPE, SIG_IGN);
+	/* codec has subcommands and options of its own: its module parses them. */
+	rc = cli_args_command_index(argc, argv);
+	if (rc > 0 && strcmp(argv[rc], "codec") == 0)
+		return finish(cli_codec_main(argc - rc, argv + rc));
 	rc = cli_args_parse(&a, argc, argv, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "stage: %s\n", err);
