@@ -68,34 +68,50 @@ static bool same_file(const char *a, const char *b)
 	       sa.st_ino == sb.st_ino;
 }
 
+/* Opens IN and creates OUT, guarded: an interrupted or failed run removes
+ * OUT rather than leave half a file that looks whole. 0, or an exit code. */
+static int open_pair(const char *in_path, const char *out_path, FILE **in, FILE **out)
+{
+	*in = fopen(in_path, "rb");
+	if (!*in) {
+		fprintf(stderr, "stage: cannot open %s: %s\n", in_path, strerror(errno));
+		return CLI_EXIT_FAILED;
+	}
+	*out = fopen(out_path, "wb");
+	if (!*out) {
+		fprintf(stderr, "stage: cannot create %s: %s\n", out_path, strerror(errno));
+		fclose(*in);
+		return CLI_EXIT_FAILED;
+	}
+	guard_output(out_path);
+	return 0;
+}
+
+/* Closes both after rc, the codec's result; a failure removes OUT. */
+static int close_pair(FILE *in, FILE *out, const char *out_path, int rc)
+{
+	if (fclose(out) != 0 && rc == 0)
+		rc = -EIO;
+	if (rc == 0)
+		writing = NULL;
+	fclose(in);
+	if (rc < 0)
+		unlink(out_path);
+	return rc;
+}
+
 static int run_compress(const char *in_path, const char *out_path, const struct codec_ops *c)
 {
 	struct codec_stats st;
 	FILE *in, *out;
 	int rc;
 
-	in = fopen(in_path, "rb");
-	if (!in) {
-		fprintf(stderr, "stage: cannot open %s: %s\n", in_path, strerror(errno));
-		return CLI_EXIT_FAILED;
-	}
-	out = fopen(out_path, "wb");
-	if (!out) {
-		fprintf(stderr, "stage: cannot create %s: %s\n", out_path, strerror(errno));
-		fclose(in);
-		return CLI_EXIT_FAILED;
-	}
-	guard_output(out_path);
-	rc = codec_file_compress(in, out, c, CODEC_DT_COUNT, 0, &st);
-	if (fclose(out) != 0 && rc == 0)
-		rc = -EIO;
-	if (rc == 0)
-		writing = NULL;
-	fclose(in);
+	if ((rc = open_pair(in_path, out_path, &in, &out)))
+		return rc;
+	rc = close_pair(in, out, out_path, codec_file_compress(in, out, c, CODEC_DT_COUNT, 0, &st));
 	if (rc < 0) {
 		fprintf(stderr, "stage: cannot compress %s into %s: %s\n", in_path, out_path,
 			strerror(-rc));
-		unlink(out_path);
 		return CLI_EXIT_FAILED;
 	}
 	printf("%s: %llu -> %llu bytes (%.3fx), dtype %s, chunks: %llu float, %llu zstd, "
@@ -113,29 +129,12 @@ static int run_decompress(const char *in_path, const char *out_path)
 	FILE *in, *out;
 	int rc;
 
-	in = fopen(in_path, "rb");
-	if (!in) {
-		fprintf(stderr, "stage: cannot open %s: %s\n", in_path, strerror(errno));
-		return CLI_EXIT_FAILED;
-	}
-	out = fopen(out_path, "wb");
-	if (!out) {
-		fprintf(stderr, "stage: cannot create %s: %s\n", out_path, strerror(errno));
-		fclose(in);
-		return CLI_EXIT_FAILED;
-	}
-	guard_output(out_path);
-	rc = codec_file_decompress(in, out, &st);
-	if (fclose(out) != 0 && rc == 0)
-		rc = -EIO;
-	if (rc == 0)
-		writing = NULL;
-	fclose(in);
+	if ((rc = open_pair(in_path, out_path, &in, &out)))
+		return rc;
+	rc = close_pair(in, out, out_path, codec_file_decompress(in, out, &st));
 	if (rc < 0) {
-		/* Half a file that looks whole is worse than none. */
 		fprintf(stderr, "stage: cannot decompress %s: %s\n", in_path,
 			rc == -EBADMSG ? "not a stage codec file, or damaged" : strerror(-rc));
-		unlink(out_path);
 		return CLI_EXIT_FAILED;
 	}
 	return CLI_EXIT_OK;

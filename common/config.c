@@ -15,6 +15,7 @@
  * rollback rely on.
  */
 #include "common/config.h"
+#include "common/textfile.h"
 
 #include "common/log.h"
 
@@ -719,21 +720,10 @@ static int fail(struct parser *p, int rc, const char *fmt, ...) __attribute__((f
 static int fail(struct parser *p, int rc, const char *fmt, ...)
 {
 	va_list ap;
-	int n;
 
-	if (!p->err || !p->errlen)
-		return rc;
-	n = p->line ? snprintf(p->err, p->errlen, "%s:%u: ", p->fname, p->line)
-		    : snprintf(p->err, p->errlen, "%s: ", p->fname);
-	if (n >= 0 && (size_t)n < p->errlen) {
-		va_start(ap, fmt);
-		vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
-	/* The message quotes the file's bytes; keep a terminal safe from them. */
-	for (char *s = p->err; *s; s++)
-		if (is_ctl(*s))
-			*s = '?';
+	va_start(ap, fmt);
+	textfile_verr(p->err, p->errlen, p->fname, p->line, fmt, ap);
+	va_end(ap);
 	return rc;
 }
 
@@ -852,50 +842,17 @@ int config_parse(struct stage_config *c, const char *text, size_t len,
 }
 
 /* Reads at most CONFIG_MAX_FILE bytes; one byte more is -EFBIG. */
-static int read_file(const char *path, char **out, size_t *outlen)
-{
-	size_t len = 0;
-	ssize_t n = 1;
-	char *buf;
-	int fd, rc = 0;
-
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	buf = malloc(CONFIG_MAX_FILE + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out_close;
-	}
-	while (n != 0 && len <= CONFIG_MAX_FILE) {
-		n = read(fd, buf + len, CONFIG_MAX_FILE + 1 - len);
-		if (n < 0 && errno != EINTR) {
-			rc = -errno;
-			break;
-		}
-		if (n > 0)
-			len += (size_t)n;
-	}
-	if (rc == 0 && len > CONFIG_MAX_FILE)
-		rc = -EFBIG;
-	if (rc) {
-		free(buf);
-		goto out_close;
-	}
-	*out = buf;
-	*outlen = len;
-out_close:
-	close(fd);
-	return rc;
-}
-
 int config_load(struct stage_config *c, const char *path, char *err, size_t errlen)
 {
 	size_t len = 0;
 	char *text = NULL;
 	int rc;
 
-	rc = read_file(path, &text, &len);
+	rc = textfile_read(path, CONFIG_MAX_FILE, &text, &len);
+	if (rc == 0 && len > CONFIG_MAX_FILE) {
+		free(text);
+		rc = -EFBIG;
+	}
 	if (rc) {
 		if (err)
 			snprintf(err, errlen, "%s: %s", path, strerror(-rc));

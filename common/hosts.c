@@ -14,6 +14,7 @@
  * error.
  */
 #include "common/hosts.h"
+#include "common/textfile.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -51,21 +52,10 @@ static int fail(struct parser *p, int rc, const char *fmt, ...) __attribute__((f
 static int fail(struct parser *p, int rc, const char *fmt, ...)
 {
 	va_list ap;
-	int n;
 
-	if (!p->err || !p->errlen)
-		return rc;
-	n = p->line ? snprintf(p->err, p->errlen, "%s:%u: ", p->fname, p->line)
-		    : snprintf(p->err, p->errlen, "%s: ", p->fname);
-	if (n >= 0 && (size_t)n < p->errlen) {
-		va_start(ap, fmt);
-		vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
-	/* The message quotes the file's bytes; keep a terminal safe from them. */
-	for (char *s = p->err; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
+	va_start(ap, fmt);
+	textfile_verr(p->err, p->errlen, p->fname, p->line, fmt, ap);
+	va_end(ap);
 	return rc;
 }
 
@@ -342,44 +332,20 @@ int hosts_parse(struct hosts *h, const char *text, size_t len, const char *fname
 int hosts_load(struct hosts *h, const char *path, char *err, size_t errlen)
 {
 	size_t len = 0;
-	ssize_t n = 1;
-	char *buf;
-	int fd, rc = 0;
+	char *buf = NULL;
+	int rc;
 
 	h->v = NULL;
 	h->n = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		goto out_report;
-	}
 	/* One byte over the limit is enough for hosts_parse to refuse it. */
-	buf = malloc(HOSTS_MAX_FILE + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out_close;
-	}
-	while (n != 0 && len <= HOSTS_MAX_FILE) {
-		n = read(fd, buf + len, HOSTS_MAX_FILE + 1 - len);
-		if (n < 0 && errno != EINTR) {
-			rc = -errno;
-			goto out_free;
-		}
-		if (n > 0)
-			len += (size_t)n;
+	rc = textfile_read(path, HOSTS_MAX_FILE, &buf, &len);
+	if (rc < 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+		return rc;
 	}
 	rc = hosts_parse(h, buf, len, path, err, errlen);
 	free(buf);
-	close(fd);
-	return rc;
-
-out_free:
-	free(buf);
-out_close:
-	close(fd);
-out_report:
-	if (err && errlen)
-		snprintf(err, errlen, "%s: %s", path, strerror(-rc));
 	return rc;
 }
 

@@ -1,0 +1,18 @@
+/* Small text files that come from outside (the config, the hosts file):
+ * reading them with a size cap, and the one shape of message their parsers
+ * give, "FILE:LINE: why", with the file's control bytes made harmless. */
+#ifndef STAGE_TEXTFILE_H
+#define STAGE_TEXTFILE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* Reads up to max + 1 bytes of PATH into a fresh buffer (one byte over is
+ * enough for the caller to refuse the file as too large). 0 or -errno. */
+int textfile_read(const char *path, size_t max, char **buf, size_t *len);
+/* Writes "FNAME:LINE: " (or "FNAME: " when line is 0) then the message into
+ * err, replacing control bytes by '?': the message may quote the file. */
+void textfile_verr(char *err, size_t errlen, const char *fname, unsigned line,
+		   const char *fmt, va_list ap);
+
+#endif
