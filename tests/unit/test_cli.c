@@ -70,6 +70,27 @@ static void test_args_pull_options_anywhere(void **state)
 	assert_string_equal(a.to, "x");
 }
 
+/* main hands `stage ... codec ...` to the codec's own parser: the command
+ * word must be found past the global options and their values. */
+static void test_args_command_index(void **state)
+{
+	char *a1[] = { "stage", "codec", "bench", "f" };
+	char *a2[] = { "stage", "--socket", "/s", "--json", "codec", "compress", "a", "b" };
+	char *a3[] = { "stage", "--socket=/s", "codec" };
+	char *a4[] = { "stage", "--", "codec" };
+	char *a5[] = { "stage", "--help", "codec" };
+	char *a6[] = { "stage", "--json" };
+	char *a7[] = { "stage", "--bogus", "codec" };
+
+	assert_int_equal(cli_args_command_index(4, a1), 1);
+	assert_int_equal(cli_args_command_index(8, a2), 4);
+	assert_int_equal(cli_args_command_index(3, a3), 2);
+	assert_int_equal(cli_args_command_index(3, a4), 2);
+	assert_int_equal(cli_args_command_index(3, a5), -1);
+	assert_int_equal(cli_args_command_index(2, a6), -1);
+	assert_int_equal(cli_args_command_index(3, a7), -1);
+}
+
 static void test_args_dashdash(void **state)
 {
 	struct cli_args a;
@@ -513,6 +534,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_args_pull_options_anywhere),
 		cmocka_unit_test(test_args_dashdash),
+		cmocka_unit_test(test_args_command_index),
 		cmocka_unit_test(test_args_usage_errors),
 		cmocka_unit_test(test_args_not_in_this_version),
 		cmocka_unit_test(test_args_help_version),
