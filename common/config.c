@@ -790,22 +790,17 @@ static int parse_line(struct parser *p, char *line)
 	return 0;
 }
 
+static int line_cb(void *arg, char *s)
+{
+	return parse_line(arg, s);
+}
+
 static int parse_text(struct parser *p, char *text, size_t len)
 {
-	char *end = text + len;
-	int rc = 0;
+	int rc = textfile_lines(text, len, &p->line, line_cb, p);
 
-	for (char *s = text; s < end && rc == 0; ) {
-		char *nl = memchr(s, '\n', (size_t)(end - s));
-		size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
-
-		p->line++;
-		s[n] = '\0';    /* the '\n', or text's terminator */
-		if (strlen(s) != n)
-			return fail(p, -EINVAL, "NUL byte in file");
-		rc = parse_line(p, s);
-		s += n + 1;
-	}
+	if (rc == -EILSEQ)
+		return fail(p, -EINVAL, "NUL byte in file");
 	return rc;
 }
 

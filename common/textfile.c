@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int textfile_read(const char *path, size_t max, char **out, size_t *outlen)
@@ -38,6 +39,26 @@ int textfile_read(const char *path, size_t max, char **out, size_t *outlen)
 	*outlen = len;
 out_close:
 	close(fd);
+	return rc;
+}
+
+int textfile_lines(char *text, size_t len, unsigned *line, int (*fn)(void *arg, char *s),
+		   void *arg)
+{
+	char *end = text + len;
+	int rc = 0;
+
+	for (char *s = text; s < end && rc == 0;) {
+		char *nl = memchr(s, '\n', (size_t)(end - s));
+		size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+
+		(*line)++;
+		s[n] = '\0';    /* the '\n', or the text's terminator */
+		if (strlen(s) != n)
+			return -EILSEQ;
+		rc = fn(arg, s);
+		s += n + 1;
+	}
 	return rc;
 }
 

@@ -10,6 +10,11 @@
 /* Reads up to max + 1 bytes of PATH into a fresh buffer (one byte over is
  * enough for the caller to refuse the file as too large). 0 or -errno. */
 int textfile_read(const char *path, size_t max, char **buf, size_t *len);
+/* Calls fn on each line of TEXT (len bytes, writable: each '\n' becomes a
+ * NUL), counting lines in *line, until fn returns non-zero (returned). A
+ * line holding a NUL byte stops the walk with -EILSEQ, *line at it. */
+int textfile_lines(char *text, size_t len, unsigned *line, int (*fn)(void *arg, char *s),
+		   void *arg);
 /* Writes "FNAME:LINE: " (or "FNAME: " when line is 0) then the message into
  * err, replacing control bytes by '?': the message may quote the file. */
 void textfile_verr(char *err, size_t errlen, const char *fname, unsigned line,

@@ -33,6 +33,7 @@
 
 #include "common/log.h"
 #include "daemon/bufpool.h"
+#include "daemon/treeops.h"
 
 #define ALIGN 4096u
 #define RING_SQ 512u
@@ -80,11 +81,6 @@ static struct io_uring_sqe *sqe_get(struct copier *c)
 		sqe = io_uring_get_sqe(&c->ring);
 	}
 	return sqe;
-}
-
-static int64_t stat_mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
 }
 
 static void fail(struct cp_file *f, int err, const char *op, bool dst)
@@ -275,7 +271,7 @@ static void complete(struct copier *c, struct cp_file *f)
 		 * we hashed may be a mix of two versions. */
 		if (fstat(f->src_fd, &st) < 0)
 			fail(f, -errno, "stat", false);
-		else if ((uint64_t)st.st_size != f->size || stat_mtime_ns(&st) != f->mtime_ns)
+		else if ((uint64_t)st.st_size != f->size || treeops_mtime_ns(&st) != f->mtime_ns)
 			fail(f, -ESTALE, "changed while being copied", false);
 	}
 	if (!f->err) {

@@ -117,11 +117,6 @@ static void note_fatal(struct pull *p, int err, const char *fmt, ...)
 		snprintf(p->fatal_why + n, sizeof(p->fatal_why) - (size_t)n, ": %s", strerror(-err));
 }
 
-static int64_t mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-}
-
 static void warn_meta(struct pull *p, const char *rel, const char *what, int err)
 {
 	log_warn("pull %s: %s of '%s': %s", p->dst, what, *rel ? rel : ".", strerror(-err));
@@ -308,7 +303,7 @@ static bool landed(const struct walk_ent *w, struct stat *d)
 {
 	if (w->other_type != 'f' || fstatat(w->other_dirfd, w->name, d, AT_SYMLINK_NOFOLLOW) < 0)
 		return false;
-	return d->st_size == w->st.st_size && mtime_ns(d) == mtime_ns(&w->st);
+	return d->st_size == w->st.st_size && treeops_mtime_ns(d) == w->mtime_ns;
 }
 
 /* An earlier manifest recorded this very source version (size and mtime)
@@ -323,7 +318,7 @@ static bool reusable(struct pull *p, const struct walk_ent *w, const struct mf_e
 	struct stat d;
 
 	if (!old || old->type != MF_FILE || w->other_type != 'f' ||
-	    old->size != (uint64_t)w->st.st_size || old->mtime_ns != mtime_ns(&w->st))
+	    old->size != (uint64_t)w->st.st_size || old->mtime_ns != w->mtime_ns)
 		return false;
 	return !p->sd.recovering || landed(w, &d);
 }
@@ -333,7 +328,7 @@ static int entry_init(struct pending *pe, char type, const struct walk_ent *w)
 	pe->e.type = type;
 	pe->e.path = strdup(w->rel);
 	pe->e.mode = w->st.st_mode & 07777;
-	pe->e.mtime_ns = mtime_ns(&w->st);
+	pe->e.mtime_ns = w->mtime_ns;
 	pe->e.size = type == MF_DIR ? 0 : (uint64_t)w->st.st_size;
 	if (w->lazy)
 		pe->e.size = CP_SIZE_UNKNOWN;   /* the copier reads it from the open file */
@@ -414,7 +409,7 @@ static void do_link(struct pull *p, const struct walk_ent *w)
 		m = readlinkat(w->other_dirfd, w->name, old, sizeof(old) - 1);
 		if (m == n && memcmp(old, target, (size_t)n) == 0 &&
 		    fstatat(w->other_dirfd, w->name, &d, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    mtime_ns(&d) == pe->e.mtime_ns) {
+		    treeops_mtime_ns(&d) == pe->e.mtime_ns) {
 			pe->st = P_READY;
 			return;
 		}
@@ -677,7 +672,7 @@ static int finish(struct pull *p, digest_t *root)
 	dirstack_close_until(&p->dirs, NULL);
 	if (fstat(p->src_fd, &st) == 0) {
 		ret = treeops_set_meta(p->dst_fd, p->as_root, st.st_uid, st.st_gid,
-				       st.st_mode & 07777, mtime_ns(&st), &what);
+				       st.st_mode & 07777, treeops_mtime_ns(&st), &what);
 		if (ret < 0)
 			warn_meta(p, "", what, ret);
 	}

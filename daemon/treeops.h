@@ -5,7 +5,14 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+
+/* A stat's mtime as manifests keep it: ns since the epoch. */
+static inline int64_t treeops_mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
 
 /* Removes NAME in dirfd, recursively when it is a directory. 0 or -errno. */
 int treeops_remove(int dirfd, const char *name, bool is_dir);

@@ -36,11 +36,6 @@ struct verify {
 	void *bad_arg;
 };
 
-static int64_t mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-}
-
 /* rel is NULL for a finding about no single entry (a directory that could
  * not be listed): then detail says everything. */
 static void finding(struct verify *v, const char *kind, const char *rel, const char *detail)
@@ -100,7 +95,7 @@ static void drain(struct verify *v, bool all)
 	}
 }
 
-static void rehash(struct verify *v, const struct mf_entry *m, const struct stat *st)
+static void rehash(struct verify *v, const struct mf_entry *m, int64_t mtime_ns)
 {
 	struct vitem *it = calloc(1, sizeof(*it));
 
@@ -112,7 +107,7 @@ static void rehash(struct verify *v, const struct mf_entry *m, const struct stat
 	drain(v, false);
 	it->cf = (struct cp_file){
 		.src_at = v->dirfd, .src = it->want.path, .size = it->want.size,
-		.mtime_ns = mtime_ns(st), .owner = it,
+		.mtime_ns = mtime_ns, .owner = it,
 	};
 	if (copier_start(v->cp, &it->cf) < 0) {
 		finding(v, "unreadable", m->path, "cannot start reading");
@@ -154,12 +149,12 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 			return;
 		}
 	}
-	if (mtime_ns(&w->st) != m->mtime_ns) {
+	if (w->mtime_ns != m->mtime_ns) {
 		finding(v, "changed", m->path, "mtime differs from the manifest");
 		return;
 	}
 	if (deep) {
-		rehash(v, m, &w->st);
+		rehash(v, m, w->mtime_ns);
 		return;
 	}
 	atomic_fetch_add(&v->job->files_done, 1);

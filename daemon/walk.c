@@ -559,12 +559,7 @@ int walk_next(struct walk *w, struct walk_ent *e)
 				e->st.st_uid = a->uid;
 				e->st.st_gid = a->gid;
 				e->st.st_size = (off_t)a->size;
-				e->st.st_mtim.tv_sec = a->mtime_ns / 1000000000LL;
-				e->st.st_mtim.tv_nsec = a->mtime_ns % 1000000000LL;
-				if (e->st.st_mtim.tv_nsec < 0) {
-					e->st.st_mtim.tv_sec--;
-					e->st.st_mtim.tv_nsec += 1000000000LL;
-				}
+				e->mtime_ns = a->mtime_ns;
 				e->type = walk_type_of_mode(e->st.st_mode);
 				w->descend = e->type == 'd';
 			}

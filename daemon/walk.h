@@ -14,6 +14,7 @@
 #define STAGE_WALK_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 enum walk_side { WALK_SRC, WALK_BOTH, WALK_OTHER };
@@ -24,7 +25,9 @@ struct walk_ent {
 	enum walk_side side;
 	char type;             /* source: 'd', 'f', 'l', '?' (special file); 0 if WALK_OTHER */
 	char other_type;       /* the other tree's, same letters, 0 if WALK_SRC */
-	struct stat st;        /* source lstat, when the source has it (not if lazy) */
+	struct stat st;        /* source lstat, when the source has it (not if lazy);
+	                          st_mtim is not filled: use mtime_ns */
+	int64_t mtime_ns;      /* source mtime, ns since the epoch */
 	bool lazy;             /* WALK_LAZY: a regular file only the source has, not
 	                          stat'ed: its type is all that is known */
 	int src_dirfd;         /* directory holding name in the source */
