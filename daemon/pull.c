@@ -703,6 +703,7 @@ static void pass_teardown(struct pull *p)
 	p->mw = NULL;
 	cursor_close(&p->resume);
 	cursor_close(&p->prev);
+	stagedir_end(&p->sd);
 }
 
 /* One mirroring pass over the whole tree. 0 with *root, or 1 with the
@@ -728,8 +729,8 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	atomic_store(&j->bytes_done, 0);
 	ret = stagedir_begin(&p->sd);
 	if (ret < 0) {
-		job_result(j, 1, NULL, NULL, "%s/%s: %s", p->dst, MF_DIRNAME, strerror(-ret));
-		return 1;
+		snprintf(why, sizeof(why), "%s/%s: %s", p->dst, MF_DIRNAME, strerror(-ret));
+		goto out_fail;
 	}
 	if (cursor_open(&p->prev, p->sd.stage_fd, "manifest.prev", MF_COMPLETE, why,
 			sizeof(why)) < 0)
@@ -739,44 +740,47 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 		job_note(j, LOG_WARN, NULL, NULL, "ignoring an interrupted pull's journal: %s", why);
 	ret = mf_writer_open(&p->mw, p->sd.stage_fd, "manifest.partial", p->cfg->chunk_size);
 	if (ret < 0) {
-		job_result(j, 1, NULL, NULL, "cannot write %s/%s/manifest.partial: %s", p->dst,
-			   MF_DIRNAME, strerror(-ret));
-		goto out_teardown;
+		snprintf(why, sizeof(why), "cannot write %s/%s/manifest.partial: %s", p->dst,
+			 MF_DIRNAME, strerror(-ret));
+		goto out_fail;
 	}
 	ret = copier_create(&p->cp, p->sd.tmp_fd, &co);
 	if (ret < 0) {
-		job_result(j, 1, NULL, NULL, "%s: io_uring: %s", p->dst, strerror(-ret));
-		goto out_teardown;
+		snprintf(why, sizeof(why), "%s: io_uring: %s", p->dst, strerror(-ret));
+		goto out_fail;
 	}
 	p->win = calloc(WINDOW, sizeof(*p->win));
 	if (!p->win) {
-		job_result(j, 1, NULL, NULL, "%s: out of memory", p->dst);
-		goto out_teardown;
+		snprintf(why, sizeof(why), "%s: out of memory", p->dst);
+		goto out_fail;
 	}
 	if (first && (j->flags & REQ_PROGRESS))
 		count_tree(p);
 	copy_tree(p);
 
 	if (job_cancelled(j)) {
-		job_result(j, 1, NULL, NULL, "pull into %s cancelled%s", p->dst,
-			   stage_stopping ? ": the daemon is stopping" : "");
+		snprintf(why, sizeof(why), "pull into %s cancelled%s", p->dst,
+			 stage_stopping ? ": the daemon is stopping" : "");
 	} else if (p->fatal) {
-		job_result(j, 1, NULL, NULL, "%s%s", p->fatal_why,
-			   p->fatal == -ENOSPC || p->fatal == -EDQUOT
-			   ? " (the destination file system is full)" : "");
+		snprintf(why, sizeof(why), "%s%s", p->fatal_why,
+			 p->fatal == -ENOSPC || p->fatal == -EDQUOT
+			 ? " (the destination file system is full)" : "");
 	} else if (p->failed) {
-		job_result(j, 1, NULL, NULL,
-			   "%llu entries of %s could not be copied (listed above); %s has no "
-			   "manifest until a pull completes",
-			   (unsigned long long)p->failed, p->src, p->dst);
+		snprintf(why, sizeof(why),
+			 "%llu entries of %s could not be copied (listed above); %s has no "
+			 "manifest until a pull completes",
+			 (unsigned long long)p->failed, p->src, p->dst);
 	} else if ((ret = finish(p, root)) < 0) {
-		job_result(j, 1, NULL, NULL, "%s: finishing the manifest: %s", p->dst, strerror(-ret));
+		snprintf(why, sizeof(why), "%s: finishing the manifest: %s", p->dst, strerror(-ret));
 	} else {
 		pass_teardown(p);
 		return 0;
 	}
-out_teardown:
+out_fail:
+	/* Temporaries go before the answer: once the client hears the pull
+	 * failed, nothing of it may still be changing on disk. */
 	pass_teardown(p);
+	job_result(j, 1, NULL, NULL, "%s", why);
 	return 1;
 }
 

@@ -210,12 +210,18 @@ int stagedir_unpublish(struct stagedir *sd)
 	return ret;
 }
 
-void stagedir_close(struct stagedir *sd)
+void stagedir_end(struct stagedir *sd)
 {
 	if (sd->tmp_fd >= 0) {
 		close(sd->tmp_fd);
 		treeops_remove(sd->stage_fd, "tmp", true);
 	}
+	sd->tmp_fd = -1;
+}
+
+void stagedir_close(struct stagedir *sd)
+{
+	stagedir_end(sd);
 	if (sd->lock_fd >= 0)
 		close(sd->lock_fd);
 	if (sd->stage_fd >= 0)

@@ -39,6 +39,8 @@ int stagedir_open(struct stagedir *sd, const char *stage_root, const char *dest,
 /* Starts a pass: the manifest moves aside (the tree is about to change),
  * a journal left by a killed pull becomes manifest.resume, tmp/ is emptied. */
 int stagedir_begin(struct stagedir *sd);
+/* Ends a pass: tmp/ and anything left in it go (nothing is in flight). */
+void stagedir_end(struct stagedir *sd);
 /* The journal (manifest.partial, finished and fsync'd) becomes the manifest. */
 int stagedir_publish(struct stagedir *sd);
 /* The manifest moves aside again: the tree no longer matches it. */
