@@ -19,9 +19,9 @@ static const struct cli_command {
 	{ "verify", CLI_CMD_VERIFY, 1, "verify PATH [--deep]" },
 	{ "status", CLI_CMD_STATUS, 0, "status" },
 	{ "manifest", CLI_CMD_MANIFEST, 1, "manifest PATH [--xxhsum]" },
-	{ "commit", CLI_CMD_NONE, 0, NULL },
+	{ "commit", CLI_CMD_COMMIT, 1, "commit DIR [--wait]" },
+	{ "ls", CLI_CMD_LS, 0, "ls" },
 	{ "restore", CLI_CMD_NONE, 0, NULL },
-	{ "ls", CLI_CMD_NONE, 0, NULL },
 	{ "codec", CLI_CMD_NONE, 0, NULL },
 };
 
@@ -45,6 +45,7 @@ static const struct cli_option {
 	{ "deep", 0, false, CMD_BIT(CLI_CMD_VERIFY), FIELD(deep), CLI_CMD_NONE },
 	{ "cluster", 0, false, CMD_BIT(CLI_CMD_VERIFY), FIELD(cluster), CLI_CMD_NONE },
 	{ "xxhsum", 0, false, CMD_BIT(CLI_CMD_MANIFEST), FIELD(xxhsum), CLI_CMD_NONE },
+	{ "wait", 0, false, CMD_BIT(CLI_CMD_COMMIT), FIELD(wait), CLI_CMD_NONE },
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -213,11 +214,15 @@ void cli_args_usage(FILE *f)
 	      "            re-reads what landed\n"
 	      "  verify    check a staged tree against its manifest; --deep re-hashes every byte\n"
 	      "  status    the daemon, its peers and the transfers in flight\n"
+	      "  commit    DIR (ckpt_root/JOB/STEP) is a finished checkpoint: write its manifest\n"
+	      "            and queue its copies to the partners; --wait returns once every\n"
+	      "            copy is confirmed on disk\n"
+	      "  ls        checkpoints known to this node and where their copies are\n"
 	      "  manifest  print PATH/.stage/manifest (no daemon needed); --xxhsum prints lines\n"
 	      "            `xxhsum -H2 -c` accepts when run inside PATH\n"
 	      "  codec     compress a file into a self-describing one and back, or measure\n"
 	      "            every codec on it (no daemon needed; see `stage codec --help`)\n"
-	      "  (commit, restore and ls come in a later version)\n"
+	      "  (restore comes in a later version)\n"
 	      "\n"
 	      "Options (before, among or after the operands; \"--\" ends them):\n"
 	      "  --socket PATH  the daemon's socket (default: $STAGE_SOCKET, else the daemon's\n"

@@ -27,6 +27,8 @@ enum cli_cmd {
 	CLI_CMD_VERIFY,
 	CLI_CMD_STATUS,
 	CLI_CMD_MANIFEST,
+	CLI_CMD_COMMIT,
+	CLI_CMD_LS,
 };
 
 /* What the user asked for. Strings point into argv. */
@@ -40,6 +42,7 @@ struct cli_args {
 	bool deep;                  /* verify --deep */
 	bool cluster;               /* verify --cluster */
 	bool xxhsum;                /* manifest --xxhsum */
+	bool wait;                  /* commit --wait */
 };
 
 /* 0 and *a filled; or -EINVAL, a usage mistake; or -ENOTSUP, something this

@@ -325,6 +325,7 @@ static const struct frame_kind {
 	{ MSG_RESULT, "result", result_fields, COUNT(result_fields), result_update,
 	  result_human },
 	{ MSG_STATUS, "status", status_fields, COUNT(status_fields), NULL, status_human },
+	{ MSG_LS, "ls", status_fields, COUNT(status_fields), NULL, status_human },
 };
 
 int cli_out_frame(struct cli_out *o, const struct msg *m)

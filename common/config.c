@@ -42,6 +42,7 @@ enum cfg_type {
 	T_PATH,         /* char *: absolute, normalised */
 	T_PATHS,        /* char *[CFG_MAX_ROOTS] and an int count */
 	T_HOSTPORT,     /* char *: HOST:PORT */
+	T_FILENAME,     /* char *: one file name (no '/', not . or ..), or "" for none */
 	T_BOOL,         /* bool */
 	T_INT,          /* int */
 	T_U32,          /* uint32_t */
@@ -87,6 +88,7 @@ static const char *const compress_names[] = {
 #define KEY_PATH(s, k, f)        KEY(s, k, T_PATH, f, char *)
 #define KEY_PATHS(s, k, f, n)    KEY(s, k, T_PATHS, f[0], char *), .count_off = OFF(n, int)
 #define KEY_HOSTPORT(s, k, f)    KEY(s, k, T_HOSTPORT, f, char *)
+#define KEY_FILENAME(s, k, f)    KEY(s, k, T_FILENAME, f, char *)
 #define KEY_BOOL(s, k, f)        KEY(s, k, T_BOOL, f, bool)
 #define KEY_INT(s, k, f)         KEY(s, k, T_INT, f, int)
 #define KEY_U32(s, k, f)         KEY(s, k, T_U32, f, uint32_t)
@@ -130,6 +132,12 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "auto | off | zstd | float" },
 	{ KEY_BOOL("transfer", "watch", watch), .def = "on",
 	  .doc = "replicate checkpoints under ckpt_root automatically" },
+	{ KEY_FILENAME("transfer", "marker", marker), .def = "",
+	  .doc = "a file whose appearance in a step means finished (besides .metadata, latest, trainer_state.json)" },
+	{ KEY_INT("transfer", "settle", settle), .min = 1, .max = 86400, .def = "60",
+	  .doc = "seconds without writes after which a step with no marker counts as finished" },
+	{ KEY_SIZE("transfer", "rate", rate), .min = 0, .max = 1024 * GiB, .def = "0",
+	  .doc = "replication bytes per second per partner; 0 for no cap" },
 	{ KEY_SIZE("transfer", "memory", memory), .min = MiB, .max = 64 * GiB, .def = "64MiB",
 	  .doc = "I/O buffer budget per job" },
 	{ KEY_U32("transfer", "files_in_flight", files_in_flight), .min = 1, .max = 4096, .def = "64",
@@ -544,6 +552,22 @@ static int parse_enum(const struct cfg_entry *e, const char *s, int *out, char *
 	return -EINVAL;
 }
 
+/* A marker's name: it is looked up in a directory, so one component. */
+static int check_filename(const char *s, const char **why)
+{
+	size_t n = strlen(s);
+
+	if (n > 255) {
+		*why = "longer than 255 bytes";
+		return -EINVAL;
+	}
+	if (strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
+		*why = "not a single file name";
+		return -EINVAL;
+	}
+	return check_text(s, why);
+}
+
 /* The string kinds: each checks s and returns the string to keep. */
 static int parse_string(const struct cfg_entry *e, const char *s, char **out, const char **why)
 {
@@ -555,6 +579,9 @@ static int parse_string(const struct cfg_entry *e, const char *s, char **out, co
 		break;
 	case T_HOSTPORT:
 		rc = config_parse_hostport(s, NULL, 0, NULL, why);
+		break;
+	case T_FILENAME:
+		rc = check_filename(s, why);
 		break;
 	default:
 		return parse_path(s, e->max, out, why);
@@ -579,7 +606,8 @@ static int entry_set(const struct cfg_entry *e, struct stage_config *c, const ch
 	switch (e->type) {
 	case T_NAME:
 	case T_PATH:
-	case T_HOSTPORT: {
+	case T_HOSTPORT:
+	case T_FILENAME: {
 		char *str;
 
 		rc = parse_string(e, s, &str, &w);
@@ -632,6 +660,7 @@ static void entry_release(const struct cfg_entry *e, struct stage_config *c)
 	case T_NAME:
 	case T_PATH:
 	case T_HOSTPORT:
+	case T_FILENAME:
 		free(*FIELD(c, e, char *));
 		*FIELD(c, e, char *) = NULL;
 		break;
@@ -866,6 +895,7 @@ static void print_value(const struct cfg_entry *e, const struct stage_config *c,
 	case T_NAME:
 	case T_PATH:
 	case T_HOSTPORT:
+	case T_FILENAME:
 		fputs(*CFIELD(c, e, char *), out);
 		break;
 	case T_PATHS: {

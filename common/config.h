@@ -39,6 +39,9 @@ struct stage_config {
 	int transport;              /* enum cfg_transport */
 	int compress;               /* enum cfg_compress */
 	bool watch;
+	char *marker;               /* extension: extra completion marker, "" for none */
+	int settle;                 /* extension: seconds of quiet that finish a step */
+	uint64_t rate;              /* extension: replication cap, bytes/s per partner, 0: none */
 	uint64_t memory;            /* extension: I/O buffer budget per job, bytes */
 	uint32_t files_in_flight;   /* extension: files open at once per pull */
 	uint64_t io_size;           /* extension: largest single read/write, bytes */

@@ -305,20 +305,10 @@ static ssize_t send_iov(int fd, struct iovec *iov, int iovcnt, bool *not_sock)
 	return writev(fd, iov, iovcnt);
 }
 
-int msg_send(int fd, const struct msg *m)
+/* Writes every iovec whole, resuming after short writes. 0 or -errno. */
+static int send_all(int fd, struct iovec *v, int cnt)
 {
-	uint8_t hdr[PROTO_HDR_LEN];
-	struct iovec iov[2], *v = iov;
-	int cnt = m->len ? 2 : 1;
 	bool not_sock = false;
-
-	if (m->err)
-		return m->err;
-	if (m->len > PROTO_MAX_PAYLOAD)
-		return -E2BIG;
-	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)m->len);
-	iov[0] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
-	iov[1] = (struct iovec){ .iov_base = m->buf, .iov_len = m->len };
 
 	while (cnt) {
 		ssize_t r = send_iov(fd, v, cnt, &not_sock);
@@ -339,4 +329,35 @@ int msg_send(int fd, const struct msg *m)
 		}
 	}
 	return 0;
+}
+
+int msg_send_tail(int fd, const struct msg *m, uint16_t key, const void *tail, size_t n)
+{
+	uint8_t hdr[PROTO_HDR_LEN], fhdr[PROTO_FIELD_HDR_LEN];
+	struct iovec iov[4];
+	size_t total = m->len + (tail ? PROTO_FIELD_HDR_LEN + n : 0);
+	int cnt = 0;
+
+	if (m->err)
+		return m->err;
+	if (total > PROTO_MAX_PAYLOAD)
+		return -E2BIG;
+	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)total);
+	iov[cnt++] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
+	if (m->len)
+		iov[cnt++] = (struct iovec){ .iov_base = m->buf, .iov_len = m->len };
+	if (tail) {
+		put_le16(fhdr, key);
+		put_le16(fhdr + 2, 0);
+		put_le32(fhdr + 4, (uint32_t)n);
+		iov[cnt++] = (struct iovec){ .iov_base = fhdr, .iov_len = sizeof(fhdr) };
+		if (n)
+			iov[cnt++] = (struct iovec){ .iov_base = (void *)tail, .iov_len = n };
+	}
+	return send_all(fd, iov, cnt);
+}
+
+int msg_send(int fd, const struct msg *m)
+{
+	return msg_send_tail(fd, m, 0, NULL, 0);
 }

@@ -20,18 +20,34 @@
 #define PROTO_MAGIC "STG1"
 #define PROTO_HDR_LEN 16
 #define PROTO_FIELD_HDR_LEN 8
-#define PROTO_MAX_PAYLOAD (1u << 20)
+/* One 1 MiB piece of a checkpoint and its fields fit in a frame. */
+#define PROTO_MAX_PAYLOAD ((1u << 20) + 4096)
 
 enum msg_type {
 	/* client -> daemon */
 	MSG_PULL_REQ = 1,
 	MSG_VERIFY_REQ = 2,
 	MSG_STATUS_REQ = 3,
+	MSG_COMMIT_REQ = 4, /* K_PATH, K_FLAGS (REQ_WAIT) */
+	MSG_LS_REQ = 5,     /* no fields */
 	/* daemon -> client */
 	MSG_PROGRESS = 16,  /* K_PHASE, K_FILES_DONE/TOTAL, K_BYTES_DONE/TOTAL */
 	MSG_NOTE = 17,      /* K_LEVEL, K_TEXT, K_PATH: one finding for the user */
 	MSG_RESULT = 18,    /* K_CODE (exit code), K_TEXT, K_PATH, stats: last frame */
 	MSG_STATUS = 19,    /* K_TEXT lines of key=value; see daemon/ctl.c */
+	MSG_LS = 20,        /* K_NAME/K_VALUE pairs, one per checkpoint copy */
+
+	/* peer <-> peer (docs/PROTOCOL.md, "Replication") */
+	MSG_PEER_HELLO = 32,  /* K_AUTH: auth_hello's bytes */
+	MSG_PEER_PROOF = 33,  /* K_AUTH: auth_proof's bytes */
+	MSG_OFFER = 34,     /* sender: K_ORIGIN, K_JOB, K_STEP, K_ROOT, K_SIZE (manifest bytes) */
+	MSG_MANIFEST = 35,  /* sender: K_OFFSET, K_DATA: a slice of the manifest text */
+	MSG_WANT = 36,      /* receiver: K_CODE (0 send, 1 have it), K_FILE, K_OFFSET: resume point */
+	MSG_DATA = 37,      /* sender: K_FILE, K_OFFSET, K_DATA: one codec chunk frame */
+	MSG_ACK = 38,       /* receiver: K_FILE, K_OFFSET: durable up to here */
+	MSG_END = 39,       /* sender: every piece was sent */
+	MSG_DONE = 40,      /* receiver: K_CODE (0 confirmed on disk), K_ROOT, K_TEXT */
+	MSG_ERROR = 41,     /* either: K_ERRNO, K_TEXT; the connection closes after it */
 };
 
 enum msg_key {
@@ -54,12 +70,22 @@ enum msg_key {
 	K_KIND = 17,        /* str: the kind of a NOTE: "missing", "changed", ... */
 	K_NAME = 18,        /* str: key of a status line */
 	K_VALUE = 19,       /* str: value of a status line */
+	K_AUTH = 20,        /* bytes: a handshake message of common/auth.h */
+	K_ORIGIN = 21,      /* str: node name */
+	K_JOB = 22,         /* str */
+	K_STEP = 23,        /* str */
+	K_SIZE = 24,        /* u64 */
+	K_OFFSET = 25,      /* u64 */
+	K_FILE = 26,        /* u64: index of an entry in the manifest, from 0 */
+	K_DATA = 27,        /* bytes */
+	K_ERRNO = 28,       /* u64: a positive errno */
 };
 
 /* Request flags (K_FLAGS). */
 #define REQ_VERIFY   (1u << 0)  /* pull: re-read what landed and check it */
 #define REQ_PROGRESS (1u << 1)  /* send MSG_PROGRESS frames (and count first) */
 #define REQ_DEEP     (1u << 2)  /* verify: re-hash every byte */
+#define REQ_WAIT     (1u << 3)  /* commit: answer once every replica is confirmed */
 
 struct msg {
 	uint16_t type;
@@ -93,6 +119,9 @@ void proto_encode_hdr(uint8_t hdr[PROTO_HDR_LEN], uint16_t type, uint16_t flags,
  * msg_send: 0 or -errno (m->err if a put failed). msg_recv: 0, -ENOTCONN on
  * a clean EOF before any header byte, -EBADMSG on a malformed frame, -errno. */
 int msg_send(int fd, const struct msg *m);
+/* The same, with one more field (key, tail[0..n)) sent after m's own from
+ * where it lies: a 1 MiB piece is never copied into the message. */
+int msg_send_tail(int fd, const struct msg *m, uint16_t key, const void *tail, size_t n);
 int msg_recv(int fd, struct msg *m);
 /* Details of the above: msg_recv treats m as output only (it frees nothing
  * already there) and leaves it empty on error, so msg_free is always safe;

@@ -16,6 +16,7 @@
 #include "common/proto.h"
 #include "daemon/job.h"
 #include "daemon/pull.h"
+#include "daemon/repl.h"
 #include "daemon/roots.h"
 #include "daemon/verify.h"
 
@@ -128,8 +129,9 @@ static void serve_status(const struct stage_config *cfg, int fd)
 	put_pair(&m, "socket", "%s", cfg->socket);
 	put_pair(&m, "source_roots", "%s", roots);
 	put_pair(&m, "stage_root", "%s", cfg->stage_root);
-	put_pair(&m, "peers", "none (single node: replication is not in this version)");
-	put_pair(&m, "transport", "none in use");
+	put_pair(&m, "ckpt_root", "%s", cfg->ckpt_root);
+	put_pair(&m, "replica_root", "%s", cfg->replica_root);
+	repl_status(&m);
 	put_pair(&m, "jobs", "%u", jobs_count());
 	jobs_status(&m);
 	msg_send(fd, &m);
@@ -180,6 +182,14 @@ static void serve(const struct stage_config *cfg, int fd)
 	case MSG_STATUS_REQ:
 		serve_status(cfg, fd);
 		break;
+	case MSG_LS_REQ:
+		msg_free(&m);
+		msg_init(&m, MSG_LS);
+		repl_ls(&m);
+		msg_send(fd, &m);
+		reply_error(fd, 0, "");
+		break;
+	case MSG_COMMIT_REQ:
 	case MSG_PULL_REQ:
 	case MSG_VERIFY_REQ:
 		if (msg_get_str(&m, K_PATH, &path) < 0 || path[0] != '/') {
@@ -190,10 +200,12 @@ static void serve(const struct stage_config *cfg, int fd)
 			reply_error(fd, 2, "malformed destination");
 			break;
 		}
-		job_begin(&j, fd, (uint32_t)flags, cfg, m.type == MSG_PULL_REQ ? "pull" : "verify",
-			  path);
+		job_begin(&j, fd, (uint32_t)flags, cfg, m.type == MSG_PULL_REQ ? "pull" :
+			  m.type == MSG_COMMIT_REQ ? "commit" : "verify", path);
 		if (m.type == MSG_PULL_REQ)
 			pull_run(&j, path, dest);
+		else if (m.type == MSG_COMMIT_REQ)
+			repl_commit_run(&j, path);
 		else
 			verify_run(&j, path);
 		job_end(&j);

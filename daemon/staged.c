@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <liburing.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +25,12 @@
 #include "common/version.h"
 #include "daemon/ctl.h"
 #include "daemon/job.h"
+#include "daemon/repl.h"
 #include "daemon/roots.h"
 
 #define STOP_GRACE_S 30
 
-enum { EV_ACCEPT = 1, EV_SIGNAL };
+enum { EV_ACCEPT = 1, EV_SIGNAL, EV_PEER };
 
 struct daemon {
 	struct stage_config cfg;
@@ -96,6 +98,19 @@ static void arm_accept(struct daemon *d)
 	io_uring_sqe_set_data64(sqe, EV_ACCEPT);
 }
 
+/* Peers arrive on the transport's listener; its fd is polled, and the
+ * transport accepts (so an RDMA listener fits the same slot). */
+static void arm_peer(struct daemon *d)
+{
+	struct io_uring_sqe *sqe;
+
+	if (repl_listen_fd() < 0)
+		return;
+	sqe = io_uring_get_sqe(&d->ring);
+	io_uring_prep_poll_multishot(sqe, repl_listen_fd(), POLLIN);
+	io_uring_sqe_set_data64(sqe, EV_PEER);
+}
+
 static void arm_signal(struct daemon *d)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
@@ -109,6 +124,7 @@ static int event_loop(struct daemon *d)
 {
 	arm_accept(d);
 	arm_signal(d);
+	arm_peer(d);
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		int ret = io_uring_submit_and_wait(&d->ring, 1);
@@ -127,6 +143,11 @@ static int event_loop(struct daemon *d)
 					return 0;
 				}
 				arm_signal(d);
+			} else if (ev == EV_PEER) {
+				if (res >= 0)
+					repl_accept();
+				if (!(flags & IORING_CQE_F_MORE))
+					arm_peer(d);
 			} else if (ev == EV_ACCEPT) {
 				if (res >= 0)
 					ctl_spawn(&d->cfg, res);
@@ -224,6 +245,7 @@ int main(int argc, char **argv)
 		ret = 1;
 		goto out_unlisten;
 	}
+	/* Threads start here, after the fork, and with the mask below. */
 	/* Before any thread exists, so every thread inherits the mask. */
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -236,11 +258,19 @@ int main(int argc, char **argv)
 		ret = 1;
 		goto out_unlisten;
 	}
+	ret = repl_open(&d.cfg, why, sizeof(why));
+	if (ret < 0) {
+		log_err("%s", why);
+		if (foreground)
+			fprintf(stderr, "staged: %s\n", why);
+		ret = 2;
+		goto out_close_signal;
+	}
 	ret = io_uring_queue_init(64, &d.ring, 0);
 	if (ret < 0) {
 		log_err("io_uring: %s", strerror(-ret));
 		ret = 1;
-		goto out_close_signal;
+		goto out_close_repl;
 	}
 	log_info("node %s listening on %s (stage_root %s)", d.cfg.name, d.cfg.socket,
 		 d.cfg.stage_root);
@@ -261,6 +291,8 @@ int main(int argc, char **argv)
 	}
 	log_info("stopped");
 	ret = ret < 0 ? 1 : 0;
+out_close_repl:
+	repl_close();
 out_close_signal:
 	close(d.sig_fd);
 out_unlisten:

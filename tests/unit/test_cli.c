@@ -137,11 +137,29 @@ static void test_args_not_in_this_version(void **state)
 	char err[256];
 
 	/* The command is named before its (unknown to us) options are looked at. */
-	assert_int_equal(PARSE(&a, err, "commit", "dir", "--wait"), -ENOTSUP);
-	assert_string_equal(err, "'commit' is not available in this version yet");
+	assert_int_equal(PARSE(&a, err, "restore", "dir", "--from", "n1"), -ENOTSUP);
+	assert_string_equal(err, "'restore' is not available in this version yet");
 	assert_int_equal(PARSE(&a, err, "--json", "codec", "bench", "f"), -ENOTSUP);
 	assert_int_equal(PARSE(&a, err, "verify", "p", "--cluster"), -ENOTSUP);
 	assert_non_null(strstr(err, "verify --cluster needs checkpoint replication"));
+}
+
+static void test_args_commit_ls(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	assert_int_equal(PARSE(&a, err, "commit", "--wait", "ck/job/step"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_COMMIT);
+	assert_true(a.wait);
+	assert_string_equal(a.operand, "ck/job/step");
+	assert_int_equal(PARSE(&a, err, "commit"), -EINVAL);
+	assert_non_null(strstr(err, "missing operand: stage commit DIR [--wait]"));
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--wait"), -EINVAL);
+	assert_string_equal(err, "option '--wait' does not apply to 'pull'");
+	assert_int_equal(PARSE(&a, err, "ls"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_LS);
+	assert_int_equal(PARSE(&a, err, "ls", "extra"), -EINVAL);
 }
 
 static void test_args_help_version(void **state)
@@ -537,6 +555,7 @@ int main(void)
 		cmocka_unit_test(test_args_command_index),
 		cmocka_unit_test(test_args_usage_errors),
 		cmocka_unit_test(test_args_not_in_this_version),
+		cmocka_unit_test(test_args_commit_ls),
 		cmocka_unit_test(test_args_help_version),
 		cmocka_unit_test(test_absolute_paths),
 		cmocka_unit_test(test_json_escaping),

@@ -66,7 +66,7 @@ static void test_header(void **state)
 
 	(void)state;
 	proto_encode_hdr(h, 0xbeef, 0x1234, PROTO_MAX_PAYLOAD);
-	assert_memory_equal(h, "STG1\xef\xbe\x34\x12\x00\x00\x10\x00\x00\x00\x00\x00", PROTO_HDR_LEN);
+	assert_memory_equal(h, "STG1\xef\xbe\x34\x12\x00\x10\x10\x00\x00\x00\x00\x00", PROTO_HDR_LEN);
 	assert_int_equal(proto_decode_hdr(h, &type, &flags, &len), 0);
 	assert_int_equal(type, 0xbeef);
 	assert_int_equal(flags, 0x1234);

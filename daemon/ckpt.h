@@ -1,0 +1,34 @@
+/* A checkpoint: the directory ckpt_root/JOB/STEP, where JOB and STEP pass
+ * config_check_name (so neither is hidden, and ORIGIN/JOB/STEP is a safe
+ * path on every holder). Committing it writes STEP/.stage/manifest, the
+ * same format a pull writes (docs/MANIFEST.md), over the bytes as they are
+ * on disk at that moment.
+ */
+#ifndef STAGE_CKPT_H
+#define STAGE_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/digest.h"
+
+#define CKPT_NAME_MAX 255
+
+/* The job and step of an absolute, resolved path that must be exactly
+ * ckpt_root/JOB/STEP. 0, or -EINVAL with why naming the path. */
+int ckpt_parse(const struct stage_config *cfg, const char *path, char job[CKPT_NAME_MAX + 1],
+	       char step[CKPT_NAME_MAX + 1], char *why, size_t whylen);
+
+/* Hashes every file of ckpt_root/JOB/STEP through io_uring and publishes its
+ * manifest (temporary name, fsync, rename). A file that changes while it is
+ * read fails the commit (-ESTALE): the checkpoint was not finished. 0 with
+ * *root, *files and *bytes, or -errno with why. */
+int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step,
+		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen);
+
+/* Natural order of step names: runs of digits compare as numbers, so
+ * step-9 < step-10 < step-100. <0, 0, >0. */
+int ckpt_step_cmp(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,40 @@
+/* An authenticated connection to another node: common/auth.h's handshake
+ * carried in MSG_PEER_HELLO / MSG_PEER_PROOF frames over a transport, before
+ * any other frame. Afterwards the caller exchanges frames with x->ops.
+ *
+ *   initiator (the one that connected)      responder (the one that accepted)
+ *   HELLO  --------------------------->
+ *          <---------------------------     HELLO
+ *   PROOF  --------------------------->     (checked: wrong key -> MSG_ERROR, close)
+ *          <---------------------------     PROOF
+ *
+ * The responder also refuses a peer whose (proven) name is not in the hosts
+ * file, and the initiator a responder whose name is not the node it dialled.
+ */
+#ifndef STAGE_PEER_H
+#define STAGE_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/auth.h"
+#include "common/hosts.h"
+#include "daemon/xport.h"
+
+/* Runs the handshake on x within timeout_ms (x's timeout is left at that
+ * value). expect: the node the initiator dialled (its name must answer), or
+ * NULL for a responder. hosts: the responder looks up the peer's name there.
+ * On success 0 and peer_name (cap >= AUTH_NAME_MAX + 1). Errors: -EACCES a
+ * wrong key or an unknown or unexpected name (why says which; the responder
+ * has sent MSG_ERROR before returning), -EBADMSG a frame that is not the
+ * next handshake message, -ETIMEDOUT, or the transport's -errno. */
+int peer_handshake(struct xport *x, const struct auth_key *key, const char *my_name,
+		   const struct hosts *hosts, const char *expect, int timeout_ms,
+		   char *peer_name, size_t cap, char *why, size_t whylen);
+
+/* Sends MSG_ERROR (K_ERRNO, K_TEXT) and ignores a failure to: the
+ * connection is about to close anyway. */
+void peer_send_error(struct xport *x, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif

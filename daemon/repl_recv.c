@@ -1,0 +1,903 @@
+/* The receiver: serves one authenticated peer connection, building the
+ * copies it offers under replica_root.
+ *
+ * Layout (docs/ARCHITECTURE.md):
+ *   replica_root/ORIGIN/JOB/STEP/             a complete copy, manifest last
+ *   replica_root/.incoming/ORIGIN/JOB/STEP/   a copy being received
+ *       .stage/offer      the offered manifest (its root checked)
+ *       .stage/journal    "INDEX OFFSET" lines: entry INDEX is durable up
+ *                         to OFFSET, every entry before it whole
+ * ".incoming" cannot be a node name (names never start with '.'), so no
+ * copy in progress ever sits under a final name.
+ *
+ * Per offer: the manifest arrives; if the same root is already published,
+ * WANT says "have it"; otherwise WANT gives the resume point from the
+ * journal (0 0 when new, or when the offer's root differs from the one in
+ * .incoming, which is then emptied). Each DATA piece is decoded (its XXH3-64
+ * checked by the codec frame), must be the next bytes of the file the
+ * cursor is on, is hashed in order (every manifest chunk digest and the
+ * whole-file digest checked), and written through io_uring. A finished
+ * file gets its mode and mtime, is fdatasync'd, and then journaled. At END:
+ * the remaining directories, links and empty files, directory metadata,
+ * syncfs, offer -> manifest, then the directory is renamed into place
+ * (exchanged with an older copy of the same step, which is then removed),
+ * old steps beyond `keep` are removed, and DONE is sent.
+ *
+ * Anything wrong (a bad digest, a frame out of order, a full disk) is a
+ * MSG_ERROR and the end of the connection; the journal is untouched, so the
+ * sender's next attempt resumes from the last durable point.
+ */
+#include "daemon/repl_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/manifest.h"
+#include "daemon/peer.h"
+#include "daemon/roots.h"
+#include "daemon/treeops.h"
+
+#define WQ_DEPTH 4
+#define SYNC_EVERY (64ull << 20)   /* a big file is journaled this often */
+#define INCOMING ".incoming"
+
+struct rx_slot {                   /* a transfer in progress, in repl.rx */
+	char key[3 * (CKPT_NAME_MAX + 1)];   /* ORIGIN/JOB/STEP */
+	struct xport *x;
+	uint64_t got, total;
+	struct rx_slot *next;
+};
+
+struct wq {                        /* writes in flight */
+	struct io_uring ring;
+	uint8_t *buf[WQ_DEPTH];        /* REPL_PIECE each */
+	uint32_t len[WQ_DEPTH];
+	bool busy[WQ_DEPTH];
+	unsigned inflight;
+	int err;                       /* first failed write, sticky */
+};
+
+struct rx {
+	struct xport *x;
+	char peer[AUTH_NAME_MAX + 1];  /* proven name of the sender */
+	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	digest_t root;
+	struct rx_slot slot;
+	struct wq wq;
+	int rr_fd;                     /* replica_root */
+	int in_fd;                     /* .incoming/ORIGIN/JOB/STEP */
+	int st_fd;                     /* its .stage */
+	FILE *journal;
+	uint64_t j_idx, j_off;         /* resume point */
+	uint64_t chunk_size;
+	/* the cursor over the offer */
+	struct mf_reader *mr;
+	struct mf_entry ce;            /* entry at index ci, valid when have_ce */
+	bool have_ce;
+	uint64_t ci;
+	/* the file being written */
+	int fd;
+	uint64_t expect;               /* next offset due */
+	uint64_t synced;               /* offset journaled */
+	XXH3_state_t *whole, *chunk;
+	uint64_t chunk_fill, chunk_no;
+	char why[1024];
+};
+
+static int fail(struct rx *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(struct rx *r, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!r->why[0]) {
+		va_start(ap, fmt);
+		vsnprintf(r->why, sizeof(r->why), fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+/* ---- writes ---- */
+
+static void wq_reap(struct wq *q, bool wait)
+{
+	struct io_uring_cqe *cqe;
+
+	while (q->inflight && (wait ? io_uring_wait_cqe(&q->ring, &cqe) :
+			       io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
+		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+
+		if (cqe->res != (int)q->len[i] && !q->err)
+			q->err = cqe->res < 0 ? cqe->res : -EIO;
+		q->busy[i] = false;
+		q->inflight--;
+		io_uring_cqe_seen(&q->ring, cqe);
+		wait = false;
+	}
+}
+
+static int wq_free_buf(struct wq *q)
+{
+	for (;;) {
+		for (int i = 0; i < WQ_DEPTH; i++)
+			if (!q->busy[i])
+				return i;
+		wq_reap(q, true);
+	}
+}
+
+static int wq_drain(struct wq *q)
+{
+	while (q->inflight)
+		wq_reap(q, true);
+	return q->err;
+}
+
+/* ---- the cursor over the offer ---- */
+
+static int next_entry(struct rx *r)
+{
+	int rc;
+
+	if (r->have_ce) {
+		mf_entry_free(&r->ce);
+		r->have_ce = false;
+		r->ci++;
+	}
+	rc = mf_reader_next(r->mr, &r->ce);
+	if (rc < 0)
+		return fail(r, rc, "the offered manifest: %s", mf_reader_why(r->mr));
+	r->have_ce = rc == 1;
+	return 0;
+}
+
+/* Makes the current entry exist, when it is not a file with data (those
+ * come in DATA frames). Idempotent, for a resumed transfer. */
+static int materialize(struct rx *r)
+{
+	const struct mf_entry *e = &r->ce;
+	const char *base;
+	int dfd, rc = 0;
+
+	dfd = treeops_open_parent(r->in_fd, e->path, &base);
+	if (dfd < 0)
+		return fail(r, dfd, "%s: %s", e->path, strerror(-dfd));
+	if (e->type == MF_DIR) {
+		if (mkdirat(dfd, base, 0700) < 0 && errno != EEXIST)
+			rc = fail(r, -errno, "mkdir %s: %s", e->path, strerror(errno));
+	} else if (e->type == MF_LINK) {
+		unlinkat(dfd, base, 0);
+		if (symlinkat(e->target, dfd, base) < 0)
+			rc = fail(r, -errno, "symlink %s: %s", e->path, strerror(errno));
+		else if ((rc = treeops_set_meta_at(dfd, base, true, false, 0, 0, e->mode,
+						   e->mtime_ns, &base)) < 0)
+			rc = fail(r, rc, "%s: %s", e->path, strerror(-rc));
+	} else if (e->size == 0) {
+		int fd = openat(dfd, base, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+				0600);
+
+		if (fd < 0) {
+			rc = fail(r, -errno, "create %s: %s", e->path, strerror(errno));
+		} else {
+			rc = treeops_set_meta(fd, false, 0, 0, e->mode, e->mtime_ns, &base);
+			if (rc < 0)
+				fail(r, rc, "%s: %s", e->path, strerror(-rc));
+			close(fd);
+		}
+	} else if (r->ci > r->j_idx || (r->ci == r->j_idx && r->j_off < e->size)) {
+		/* Whole files before the resume point are durable already. */
+		rc = fail(r, -EPROTO, "%s: no data was sent for it", e->path);
+	}
+	close(dfd);
+	return rc;
+}
+
+/* Moves the cursor to entry idx, materializing what it passes. */
+static int advance_to(struct rx *r, uint64_t idx)
+{
+	int rc;
+
+	if (idx < r->ci || (r->fd >= 0 && idx != r->ci))
+		return fail(r, -EPROTO, "a piece for entry %llu out of order",
+			    (unsigned long long)idx);
+	while (r->have_ce && r->ci < idx) {
+		if ((rc = materialize(r)) < 0 || (rc = next_entry(r)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- the file being written ---- */
+
+static void feed(struct rx *r, const uint8_t *p, size_t n, bool *bad)
+{
+	XXH3_128bits_update(r->whole, p, n);
+	if (!r->ce.nchunks)
+		return;
+	while (n) {
+		size_t take = r->chunk_size - r->chunk_fill < n ? r->chunk_size - r->chunk_fill : n;
+
+		XXH3_128bits_update(r->chunk, p, take);
+		r->chunk_fill += take;
+		p += take;
+		n -= take;
+		if (r->chunk_fill == r->chunk_size ||
+		    r->chunk_no * r->chunk_size + r->chunk_fill == r->ce.size) {
+			if (r->chunk_no >= r->ce.nchunks ||
+			    !digest_eq(XXH3_128bits_digest(r->chunk), r->ce.chunks[r->chunk_no]))
+				*bad = true;
+			r->chunk_no++;
+			r->chunk_fill = 0;
+			XXH3_128bits_reset(r->chunk);
+		}
+	}
+}
+
+static int journal(struct rx *r, uint64_t idx, uint64_t off)
+{
+	fprintf(r->journal, "%llu %llu\n", (unsigned long long)idx, (unsigned long long)off);
+	if (fflush(r->journal) != 0)
+		return fail(r, -errno, "journal: %s", strerror(errno));
+	return 0;
+}
+
+static int open_file(struct rx *r)
+{
+	const char *base;
+	int dfd = treeops_open_parent(r->in_fd, r->ce.path, &base);
+	uint64_t keep = r->ci == r->j_idx ? r->j_off : 0;
+	bool bad = false;
+
+	if (dfd < 0)
+		return fail(r, dfd, "%s: %s", r->ce.path, strerror(-dfd));
+	r->fd = openat(dfd, base, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	close(dfd);
+	if (r->fd < 0)
+		return fail(r, -errno, "create %s: %s", r->ce.path, strerror(errno));
+	if (ftruncate(r->fd, (off_t)keep) < 0)
+		return fail(r, -errno, "truncate %s: %s", r->ce.path, strerror(errno));
+	XXH3_128bits_reset(r->whole);
+	XXH3_128bits_reset(r->chunk);
+	r->chunk_fill = r->chunk_no = 0;
+	r->expect = r->synced = 0;
+	/* A resumed file: what is already durable is hashed again, so the
+	 * whole-file digest covers every byte, and checked chunk by chunk. */
+	while (r->expect < keep) {
+		int b = wq_free_buf(&r->wq);
+		size_t n = keep - r->expect < REPL_PIECE ? keep - r->expect : REPL_PIECE;
+		ssize_t got = pread(r->fd, r->wq.buf[b], n, (off_t)r->expect);
+
+		if (got != (ssize_t)n)
+			return fail(r, got < 0 ? -errno : -EIO, "re-reading %s", r->ce.path);
+		feed(r, r->wq.buf[b], n, &bad);
+		r->expect += n;
+	}
+	r->synced = keep;
+	if (bad) {              /* the durable part is not what the journal said */
+		r->expect = r->synced = 0;
+		ftruncate(r->fd, 0);
+		XXH3_128bits_reset(r->whole);
+		XXH3_128bits_reset(r->chunk);
+		r->chunk_fill = r->chunk_no = 0;
+		return fail(r, -EBADMSG, "%s: the resumed part does not match; starting it over",
+			    r->ce.path);
+	}
+	return 0;
+}
+
+static int finish_file(struct rx *r)
+{
+	const char *what;
+	int rc = wq_drain(&r->wq);
+
+	if (rc < 0)
+		return fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
+	if (!digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest))
+		return fail(r, -EBADMSG, "%s does not match its digest", r->ce.path);
+	rc = treeops_set_meta(r->fd, false, 0, 0, r->ce.mode, r->ce.mtime_ns, &what);
+	if (rc == 0 && fdatasync(r->fd) < 0)
+		rc = -errno;
+	if (rc < 0)
+		return fail(r, rc, "%s: %s", r->ce.path, strerror(-rc));
+	close(r->fd);
+	r->fd = -1;
+	rc = journal(r, r->ci, r->ce.size);
+	return rc < 0 ? rc : next_entry(r);    /* done with it: the cursor moves on */
+}
+
+static int on_data(struct rx *r, const struct msg *m)
+{
+	uint64_t idx, off;
+	const uint8_t *p;
+	size_t n, raw, used;
+	bool bad = false;
+	int b, rc;
+
+	if (msg_get_u64(m, K_FILE, &idx) < 0 || msg_get_u64(m, K_OFFSET, &off) < 0 ||
+	    msg_get_bytes(m, K_DATA, &p, &n) < 0)
+		return fail(r, -EBADMSG, "a DATA frame without its fields");
+	if ((rc = advance_to(r, idx)) < 0)
+		return rc;
+	if (!r->have_ce || r->ce.type != MF_FILE || r->ce.size == 0)
+		return fail(r, -EPROTO, "DATA for entry %llu, which is not a file with data",
+			    (unsigned long long)idx);
+	if (r->fd < 0 && (rc = open_file(r)) < 0)
+		return rc;
+	if (off != r->expect)
+		return fail(r, -EPROTO, "%s: piece at %llu, expected %llu", r->ce.path,
+			    (unsigned long long)off, (unsigned long long)r->expect);
+	b = wq_free_buf(&r->wq);
+	rc = codec_chunk_decode(p, n, r->wq.buf[b], REPL_PIECE, &raw, &used);
+	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
+		return fail(r, -EBADMSG, "%s: the piece at %llu is damaged (digest or length)",
+			    r->ce.path, (unsigned long long)off);
+	feed(r, r->wq.buf[b], raw, &bad);
+	if (bad)
+		return fail(r, -EBADMSG, "%s: chunk %llu does not match its digest", r->ce.path,
+			    (unsigned long long)(r->chunk_no - 1));
+	{
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->wq.ring);
+
+		io_uring_prep_write(sqe, r->fd, r->wq.buf[b], (unsigned)raw, off);
+		io_uring_sqe_set_data64(sqe, (uint64_t)b);
+		r->wq.busy[b] = true;
+		r->wq.len[b] = (uint32_t)raw;
+		r->wq.inflight++;
+		io_uring_submit(&r->wq.ring);
+	}
+	wq_reap(&r->wq, false);
+	r->expect = off + raw;
+	r->slot.got += raw;
+	if (r->expect == r->ce.size)
+		return finish_file(r);
+	if (r->expect - r->synced >= SYNC_EVERY) {
+		if ((rc = wq_drain(&r->wq)) < 0)
+			return fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
+		if (fdatasync(r->fd) < 0)
+			return fail(r, -errno, "sync %s: %s", r->ce.path, strerror(errno));
+		r->synced = r->expect;
+		return journal(r, r->ci, r->expect);
+	}
+	return 0;
+}
+
+/* ---- offer, publication ---- */
+
+/* The root of a complete manifest at dirfd/name, or -errno. */
+static int manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk)
+{
+	struct mf_reader *mr;
+	struct mf_entry e;
+	int rc = mf_reader_open(&mr, dirfd, name, MF_COMPLETE);
+
+	if (rc < 0)
+		return rc;
+	while ((rc = mf_reader_next(mr, &e)) == 1)
+		mf_entry_free(&e);
+	if (rc == 0) {
+		*root = mf_reader_root(mr);
+		if (chunk)
+			*chunk = mf_reader_chunk_size(mr);
+	}
+	mf_reader_close(mr);
+	return rc;
+}
+
+static int open_dir(int at, const char *rel, bool create)
+{
+	char path[4096];
+	int fd;
+
+	if (create) {
+		snprintf(path, sizeof(path), "%s/%s", repl.cfg->replica_root, rel);
+		fd = roots_mkdirs(path, 0755);
+		if (fd < 0)
+			return fd;
+	}
+	fd = treeops_open_beneath(at, rel);
+	return fd;
+}
+
+/* Reads the journal's last whole line into the resume point. */
+static void read_journal(struct rx *r)
+{
+	char line[128];
+	unsigned long long a, b;
+	FILE *f;
+	int fd = openat(r->st_fd, "journal", O_RDONLY | O_CLOEXEC);
+
+	r->j_idx = r->j_off = 0;
+	if (fd < 0 || !(f = fdopen(fd, "r"))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while (fgets(line, sizeof(line), f))
+		if (strchr(line, '\n') && sscanf(line, "%llu %llu", &a, &b) == 2) {
+			r->j_idx = a;
+			r->j_off = b;
+		}
+	fclose(f);
+}
+
+/* Takes the manifest slices into .stage/offer (keeping .incoming when it
+ * holds the same offer) and checks it against the offered root. */
+static int take_offer(struct rx *r, uint64_t size)
+{
+	char rel[4 * (CKPT_NAME_MAX + 1)];
+	digest_t old;
+	uint64_t got = 0;
+	int fd, rc;
+
+	snprintf(rel, sizeof(rel), INCOMING "/%s/%s/%s", r->origin, r->job, r->step);
+	r->in_fd = open_dir(r->rr_fd, rel, true);
+	if (r->in_fd < 0)
+		return fail(r, r->in_fd, "%s/%s: %s", repl.cfg->replica_root, rel,
+			    strerror(-r->in_fd));
+	if (mkdirat(r->in_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST)
+		return fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
+			    strerror(errno));
+	r->st_fd = openat(r->in_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (r->st_fd < 0)
+		return fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
+			    strerror(errno));
+	fd = openat(r->st_fd, "offer.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return fail(r, -errno, "offer: %s", strerror(errno));
+	while (got < size) {
+		struct msg m;
+		const uint8_t *p;
+		size_t n;
+		uint64_t off;
+
+		rc = r->x->ops->recv(r->x, &m);
+		if (rc < 0) {
+			close(fd);
+			return fail(r, rc, "receiving the manifest: %s", strerror(-rc));
+		}
+		if (m.type != MSG_MANIFEST || msg_get_u64(&m, K_OFFSET, &off) < 0 || off != got ||
+		    msg_get_bytes(&m, K_DATA, &p, &n) < 0 || n == 0 || got + n > size) {
+			msg_free(&m);
+			close(fd);
+			return fail(r, -EPROTO, "a manifest slice out of order");
+		}
+		if (write(fd, p, n) != (ssize_t)n) {
+			rc = -errno;
+			msg_free(&m);
+			close(fd);
+			return fail(r, rc ? rc : -EIO, "writing the offer: %s", strerror(errno));
+		}
+		got += n;
+		msg_free(&m);
+	}
+	rc = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	if (rc < 0)
+		return fail(r, rc, "offer: %s", strerror(-rc));
+	rc = manifest_root(r->st_fd, "offer.new", &old, &r->chunk_size);
+	if (rc < 0 || !digest_eq(old, r->root))
+		return fail(r, -EBADMSG, "the offered manifest of %s/%s is damaged or not the "
+			    "offered root", r->job, r->step);
+	/* Same offer as the one in .incoming: keep what is there. */
+	if (manifest_root(r->st_fd, "offer", &old, NULL) == 0 && digest_eq(old, r->root)) {
+		read_journal(r);
+	} else {
+		DIR *d;
+		struct dirent *de;
+		int dup_fd = dup(r->in_fd);
+
+		d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+		while (d && (de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			    strcmp(de->d_name, MF_DIRNAME))
+				treeops_remove(r->in_fd, de->d_name, de->d_type == DT_DIR);
+		if (d)
+			closedir(d);
+		unlinkat(r->st_fd, "journal", 0);
+		r->j_idx = r->j_off = 0;
+	}
+	if (renameat(r->st_fd, "offer.new", r->st_fd, "offer") < 0)
+		return fail(r, -errno, "offer: %s", strerror(errno));
+	fd = openat(r->st_fd, "journal", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	r->journal = fd >= 0 ? fdopen(fd, "a") : NULL;
+	if (!r->journal) {
+		if (fd >= 0)
+			close(fd);
+		return fail(r, -EIO, "journal: %s", strerror(errno));
+	}
+	return 0;
+}
+
+static void retain(int job_fd)
+{
+	char *names[4096];
+	size_t n = 0;
+	DIR *d;
+	struct dirent *de;
+	int dup_fd = dup(job_fd);
+	const char *w;
+
+	d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	while (d && (de = readdir(d)) && n < 4096) {
+		char mf[600];
+
+		snprintf(mf, sizeof(mf), "%s/%s", de->d_name, MF_NAME);
+		if (config_check_name(de->d_name, &w) == 0 &&
+		    faccessat(job_fd, mf, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+			names[n++] = strdup(de->d_name);
+	}
+	if (d)
+		closedir(d);
+	while (n > (size_t)repl.cfg->keep) {
+		size_t oldest = 0;
+
+		for (size_t i = 1; i < n; i++)
+			if (names[i] && (!names[oldest] || ckpt_step_cmp(names[i], names[oldest]) < 0))
+				oldest = i;
+		if (!names[oldest])
+			break;
+		log_info("keep = %d: removing the replica %s", repl.cfg->keep, names[oldest]);
+		treeops_remove(job_fd, names[oldest], true);
+		free(names[oldest]);
+		names[oldest] = names[--n];
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+}
+
+/* Directory metadata (now that nothing more is created in them), then
+ * everything durable, the manifest, and the rename into place. */
+static int publish(struct rx *r)
+{
+	char rel[3 * (CKPT_NAME_MAX + 1)], irel[4 * (CKPT_NAME_MAX + 1)];
+	struct mf_reader *mr;
+	struct mf_entry e;
+	int job_fd, inc_fd, rc;
+
+	rc = mf_reader_open(&mr, r->st_fd, "offer", MF_COMPLETE);
+	while (rc >= 0 && (rc = mf_reader_next(mr, &e)) == 1) {
+		const char *what;
+
+		if (e.type == MF_DIR && (rc = treeops_set_meta_at(r->in_fd, e.path, false, false,
+								   0, 0, e.mode, e.mtime_ns,
+								   &what)) < 0)
+			fail(r, rc, "%s: %s", e.path, strerror(-rc));
+		mf_entry_free(&e);
+	}
+	if (rc >= 0)
+		mf_reader_close(mr);
+	if (rc < 0)
+		return fail(r, rc, "finishing the directories: %s", strerror(-rc));
+	if (syncfs(r->in_fd) < 0)
+		return fail(r, -errno, "syncfs: %s", strerror(errno));
+	if (renameat(r->st_fd, "offer", r->st_fd, "manifest") < 0 || fsync(r->st_fd) < 0)
+		return fail(r, -errno, "manifest: %s", strerror(errno));
+	unlinkat(r->st_fd, "journal", 0);
+	snprintf(rel, sizeof(rel), "%s/%s", r->origin, r->job);
+	snprintf(irel, sizeof(irel), INCOMING "/%s/%s", r->origin, r->job);
+	job_fd = open_dir(r->rr_fd, rel, true);
+	if (job_fd < 0)
+		return fail(r, job_fd, "%s/%s: %s", repl.cfg->replica_root, rel, strerror(-job_fd));
+	inc_fd = open_dir(r->rr_fd, irel, false);
+	if (inc_fd < 0) {
+		close(job_fd);
+		return fail(r, inc_fd, "%s/%s: %s", repl.cfg->replica_root, irel,
+			    strerror(-inc_fd));
+	}
+	if (renameat2(inc_fd, r->step, job_fd, r->step, RENAME_NOREPLACE) < 0) {
+		/* An older copy of the step: swap, then the old one goes. */
+		if (errno != EEXIST ||
+		    renameat2(inc_fd, r->step, job_fd, r->step, RENAME_EXCHANGE) < 0)
+			rc = fail(r, -errno, "publishing %s/%s: %s", rel, r->step, strerror(errno));
+		else
+			treeops_remove(inc_fd, r->step, true);
+	}
+	if (rc == 0) {
+		fsync(job_fd);
+		retain(job_fd);
+	}
+	close(inc_fd);
+	close(job_fd);
+	return rc;
+}
+
+static void rx_register(struct rx *r)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (;;) {
+		struct rx_slot *s = repl.rx;
+
+		while (s && strcmp(s->key, r->slot.key) != 0)
+			s = s->next;
+		if (!s)
+			break;
+		s->x->ops->shutdown(s->x);  /* a stale connection of the same sender */
+		pthread_cond_wait(&repl.cond, &repl.lock);
+	}
+	r->slot.next = repl.rx;
+	repl.rx = &r->slot;
+	pthread_mutex_unlock(&repl.lock);
+}
+
+static void rx_unregister(struct rx *r)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (struct rx_slot **pp = &repl.rx; *pp; pp = &(*pp)->next)
+		if (*pp == &r->slot) {
+			*pp = r->slot.next;
+			break;
+		}
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+}
+
+static void close_transfer(struct rx *r)
+{
+	wq_drain(&r->wq);
+	r->wq.err = 0;
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	if (r->have_ce)
+		mf_entry_free(&r->ce);
+	r->have_ce = false;
+	if (r->mr)
+		mf_reader_close(r->mr);
+	r->mr = NULL;
+	if (r->journal)
+		fclose(r->journal);
+	r->journal = NULL;
+	if (r->st_fd >= 0)
+		close(r->st_fd);
+	if (r->in_fd >= 0)
+		close(r->in_fd);
+	r->st_fd = r->in_fd = -1;
+}
+
+static int get_name(const struct msg *m, uint16_t key, char *out)
+{
+	char *s = NULL;
+	const char *w;
+	int rc = msg_get_str(m, key, &s);
+
+	if (rc == 0 && (strlen(s) > CKPT_NAME_MAX || config_check_name(s, &w) < 0))
+		rc = -EINVAL;
+	if (rc == 0)
+		strcpy(out, s);
+	free(s);
+	return rc;
+}
+
+/* One offer, from OFFER to DONE. 0, or -errno with r->why (sent). */
+static int serve_offer(struct rx *r, const struct msg *offer)
+{
+	char *hex = NULL, rel[3 * (CKPT_NAME_MAX + 1) + 32];
+	uint64_t size;
+	digest_t have;
+	struct msg m;
+	int rc;
+
+	if (get_name(offer, K_ORIGIN, r->origin) < 0 || get_name(offer, K_JOB, r->job) < 0 ||
+	    get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
+	    digest_from_hex(hex, strlen(hex), &r->root) < 0 ||
+	    msg_get_u64(offer, K_SIZE, &size) < 0) {
+		free(hex);
+		return fail(r, -EBADMSG, "a malformed offer");
+	}
+	free(hex);
+	if (strcmp(r->origin, r->peer) != 0)
+		return fail(r, -EACCES, "node %s may offer only its own checkpoints, not %s's",
+			    r->peer, r->origin);
+	if (size == 0 || size > REPL_MF_MAX)
+		return fail(r, -EFBIG, "a manifest of %llu bytes", (unsigned long long)size);
+	snprintf(r->slot.key, sizeof(r->slot.key), "%s/%s/%s", r->origin, r->job, r->step);
+	r->slot.x = r->x;
+	r->slot.got = 0;
+	rx_register(r);
+	r->x->ops->set_timeout(r->x, REPL_IO_MS);
+	rc = take_offer(r, size);
+	if (rc < 0)
+		goto out;
+	snprintf(rel, sizeof(rel), "%s/%s/%s/%s", r->origin, r->job, r->step, MF_NAME);
+	msg_init(&m, MSG_WANT);
+	if (manifest_root(r->rr_fd, rel, &have, NULL) == 0 && digest_eq(have, r->root)) {
+		msg_put_u64(&m, K_CODE, 1);
+		rc = r->x->ops->send(r->x, &m);
+		msg_free(&m);
+		log_info("%s: already held", r->slot.key);
+		goto out;
+	}
+	msg_put_u64(&m, K_CODE, 0);
+	msg_put_u64(&m, K_FILE, r->j_idx);
+	msg_put_u64(&m, K_OFFSET, r->j_off);
+	rc = r->x->ops->send(r->x, &m);
+	msg_free(&m);
+	if (rc < 0) {
+		fail(r, rc, "sending: %s", strerror(-rc));
+		goto out;
+	}
+	if (r->j_idx || r->j_off)
+		log_info("%s: resuming at entry %llu, byte %llu", r->slot.key,
+			 (unsigned long long)r->j_idx, (unsigned long long)r->j_off);
+	rc = mf_reader_open(&r->mr, r->st_fd, "offer", MF_COMPLETE);
+	if (rc < 0 || (rc = next_entry(r)) < 0) {
+		fail(r, rc, "the offer: %s", strerror(-rc));
+		goto out;
+	}
+	for (;;) {
+		rc = r->x->ops->recv(r->x, &m);
+		if (rc < 0) {
+			fail(r, rc, "receiving: %s", rc == -ENOTCONN ? "the sender closed" :
+			     strerror(-rc));
+			goto out;
+		}
+		if (m.type == MSG_END) {
+			msg_free(&m);
+			break;
+		}
+		rc = m.type == MSG_DATA ? on_data(r, &m) :
+			fail(r, -EPROTO, "unexpected frame type %u", m.type);
+		msg_free(&m);
+		if (rc < 0)
+			goto out;
+	}
+	if ((rc = advance_to(r, UINT64_MAX)) < 0 || (rc = publish(r)) < 0)
+		goto out;
+	msg_init(&m, MSG_DONE);
+	msg_put_u64(&m, K_CODE, 0);
+	msg_put_str(&m, K_ROOT, "");
+	rc = r->x->ops->send(r->x, &m);
+	msg_free(&m);
+	log_info("%s: received and published", r->slot.key);
+out:
+	close_transfer(r);
+	rx_unregister(r);
+	return rc;
+}
+
+static void *rx_main(void *arg)
+{
+	struct rx *r = arg;
+	char why[512];
+	int rc;
+
+	rc = peer_handshake(r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
+			    r->peer, sizeof(r->peer), why, sizeof(why));
+	if (rc < 0) {
+		log_warn("peer %s refused: %s", r->x->peer, why);
+		goto out;
+	}
+	log_info("peer %s (%s): connected", r->peer, r->x->peer);
+	for (;;) {
+		struct msg m;
+
+		/* Between offers a sender may idle for long: keepalive, not a
+		 * timeout, tells a dead one. */
+		r->x->ops->set_timeout(r->x, 0);
+		rc = r->x->ops->recv(r->x, &m);
+		if (rc < 0)
+			break;
+		if (m.type != MSG_OFFER) {
+			msg_free(&m);
+			peer_send_error(r->x, EPROTO, "expected an offer");
+			break;
+		}
+		r->why[0] = '\0';
+		rc = serve_offer(r, &m);
+		msg_free(&m);
+		if (rc < 0) {
+			log_warn("from %s: %s", r->peer, r->why);
+			peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
+			break;
+		}
+	}
+out:
+	r->x->ops->close(r->x);
+	for (int i = 0; i < WQ_DEPTH; i++)
+		free(r->wq.buf[i]);
+	io_uring_queue_exit(&r->wq.ring);
+	XXH3_freeState(r->whole);
+	XXH3_freeState(r->chunk);
+	close(r->rr_fd);
+	free(r);
+	pthread_mutex_lock(&repl.lock);
+	repl.receivers--;
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+	return NULL;
+}
+
+int repl_recv_spawn(struct xport *x)
+{
+	struct rx *r = calloc(1, sizeof(*r));
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc = -ENOMEM;
+
+	if (!r)
+		goto out_close;
+	r->x = x;
+	r->fd = r->in_fd = r->st_fd = -1;
+	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r->whole = XXH3_createState();
+	r->chunk = XXH3_createState();
+	for (int i = 0; i < WQ_DEPTH; i++)
+		if (!(r->wq.buf[i] = malloc(REPL_PIECE)))
+			goto out_free;
+	if (r->rr_fd < 0 || !r->whole || !r->chunk)
+		goto out_free;
+	rc = io_uring_queue_init(WQ_DEPTH * 2, &r->wq.ring, 0);
+	if (rc < 0)
+		goto out_free;
+	pthread_mutex_lock(&repl.lock);
+	if (repl.stopping) {
+		pthread_mutex_unlock(&repl.lock);
+		rc = -ECANCELED;
+		goto out_exit_ring;
+	}
+	repl.receivers++;
+	pthread_mutex_unlock(&repl.lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = -pthread_create(&t, &attr, rx_main, r);
+	pthread_attr_destroy(&attr);
+	if (rc == 0)
+		return 0;
+	pthread_mutex_lock(&repl.lock);
+	repl.receivers--;
+	pthread_mutex_unlock(&repl.lock);
+out_exit_ring:
+	io_uring_queue_exit(&r->wq.ring);
+out_free:
+	for (int i = 0; i < WQ_DEPTH; i++)
+		free(r->wq.buf[i]);
+	XXH3_freeState(r->whole);
+	XXH3_freeState(r->chunk);
+	if (r->rr_fd >= 0)
+		close(r->rr_fd);
+	free(r);
+out_close:
+	x->ops->close(x);
+	log_warn("cannot serve a peer: %s", strerror(-rc));
+	return rc;
+}
+
+void repl_recv_status(struct msg *m)
+{
+	for (struct rx_slot *s = repl.rx; s; s = s->next) {
+		char v[1024];
+
+		snprintf(v, sizeof(v), "%s: %llu bytes so far", s->key, (unsigned long long)s->got);
+		msg_put_str(m, K_NAME, "receiving");
+		msg_put_str(m, K_VALUE, v);
+	}
+}
+
+void repl_recv_wait(void)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (struct rx_slot *s = repl.rx; s; s = s->next)
+		s->x->ops->shutdown(s->x);
+	while (repl.receivers) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
+		for (struct rx_slot *s = repl.rx; s; s = s->next)
+			s->x->ops->shutdown(s->x);
+	}
+	pthread_mutex_unlock(&repl.lock);
+}
