@@ -702,6 +702,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 			    r->peer, r->origin);
 	if (size == 0 || size > REPL_MF_MAX)
 		return fail(r, -EFBIG, "a manifest of %llu bytes", (unsigned long long)size);
+	r->ci = r->j_idx = r->j_off = 0;    /* a connection carries offer after offer */
 	snprintf(r->slot.key, sizeof(r->slot.key), "%s/%s/%s", r->origin, r->job, r->step);
 	r->slot.x = r->x;
 	r->slot.got = 0;
