@@ -44,7 +44,7 @@ enum msg_type {
 	MSG_MANIFEST = 35,  /* sender: K_OFFSET, K_DATA: a slice of the manifest text */
 	MSG_WANT = 36,      /* receiver: K_CODE (0 send, 1 have it), K_FILE, K_OFFSET: resume point */
 	MSG_DATA = 37,      /* sender: K_FILE, K_OFFSET, K_DATA: one codec chunk frame */
-	MSG_ACK = 38,       /* receiver: K_FILE, K_OFFSET: durable up to here */
+	/* 38 reserved: MSG_WANT reports acknowledged progress */
 	MSG_END = 39,       /* sender: every piece was sent */
 	MSG_DONE = 40,      /* receiver: K_CODE (0 confirmed on disk), K_ROOT, K_TEXT */
 	MSG_ERROR = 41,     /* either: K_ERRNO, K_TEXT; the connection closes after it */
