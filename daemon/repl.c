@@ -126,10 +126,23 @@ static void *committer_main(void *arg)
 
 static void on_finished(const char *job, const char *step, const char *why, void *arg)
 {
-	log_info("checkpoint %s/%s/%s is finished (%s): committing", repl.cfg->ckpt_root, job,
-		 step, why);
+	/* The watcher reports a step once it has been quiet this long; a commit
+	 * made since its last write (the trainer called `stage commit`) is
+	 * this very checkpoint, already committed. */
+	uint64_t quiet_ms = strncmp(why, "marker", 6) == 0 ? QUIET_MS :
+			    (uint64_t)repl.cfg->settle * 1000;
+	uint64_t last_write = repl_now_ns() - quiet_ms * 1000000ull;
+	struct record *r;
+
 	pthread_mutex_lock(&repl.lock);
-	commit_locked(job, step);
+	r = repl_rec_find(job, step);
+	if (r && r->state != R_FAILED && r->seq >= last_write) {
+		log_debug("%s/%s is finished (%s), and already committed", job, step, why);
+	} else {
+		log_info("checkpoint %s/%s/%s is finished (%s): committing", repl.cfg->ckpt_root,
+			 job, step, why);
+		commit_locked(job, step);
+	}
 	pthread_mutex_unlock(&repl.lock);
 }
 

@@ -613,6 +613,20 @@ static int publish(struct rx *r)
 	return rc;
 }
 
+/* The offer just stored in .incoming is not needed: the copy is there. */
+static void drop_incoming(struct rx *r)
+{
+	char rel[3 * (CKPT_NAME_MAX + 1) + 16];
+	int fd;
+
+	snprintf(rel, sizeof(rel), INCOMING "/%s/%s", r->origin, r->job);
+	fd = open_dir(r->rr_fd, rel, false);
+	if (fd >= 0) {
+		treeops_remove(fd, r->step, true);
+		close(fd);
+	}
+}
+
 static void rx_register(struct rx *r)
 {
 	pthread_mutex_lock(&repl.lock);
@@ -718,6 +732,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		rc = r->x->ops->send(r->x, &m);
 		msg_free(&m);
 		log_info("%s: already held", r->slot.key);
+		drop_incoming(r);
 		goto out;
 	}
 	msg_put_u64(&m, K_CODE, 0);
