@@ -71,8 +71,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* ---- wd map ---- */
-
 static struct wnode **map_slot(const struct watch *w, int wd)
 {
 	return &w->map[(unsigned)wd & (w->nmap - 1)];
@@ -127,20 +125,6 @@ static void map_del(struct watch *w, struct wnode *n)
 		}
 }
 
-/* ---- the pending list ---- */
-
-static void pending_add(struct watch *w, struct wnode *s)
-{
-	if (s->pending)
-		return;
-	s->pending = true;
-	s->pprev = NULL;
-	s->pnext = w->pending;
-	if (w->pending)
-		w->pending->pprev = s;
-	w->pending = s;
-}
-
 static void pending_del(struct watch *w, struct wnode *s)
 {
 	if (!s->pending)
@@ -159,32 +143,20 @@ static uint64_t deadline(const struct watch *w, const struct wnode *s)
 	return s->last_ms + (s->marker ? w->quiet_ms : w->settle_ms);
 }
 
-/* ---- nodes ---- */
-
-/* The node's path, rebuilt from the tree (moves drop and re-add nodes, so
- * the names are current). */
+/* Writes the node's path (and "/name") to buf, rebuilt from the tree: moves
+ * forget and re-add nodes, so names are current. Its length, or -errno. */
 static int node_path(const struct wnode *n, const char *name, char *buf, size_t len)
 {
-	const struct wnode *chain[PATH_MAX / 2];
-	size_t depth = 0, o = 0;
+	int o = n->parent ? node_path(n->parent, n->name, buf, len) :
+			    snprintf(buf, len, "%s", n->name);
 	int k;
 
-	for (; n && depth < sizeof(chain) / sizeof(chain[0]); n = n->parent)
-		chain[depth++] = n;
-	if (n)
+	if (o < 0 || (size_t)o >= len)
 		return -ENAMETOOLONG;
-	while (depth--) {
-		k = snprintf(buf + o, len - o, "%s%s", o ? "/" : "", chain[depth]->name);
-		if (k < 0 || (size_t)k >= len - o)
-			return -ENAMETOOLONG;
-		o += (size_t)k;
-	}
-	if (name) {
-		k = snprintf(buf + o, len - o, "/%s", name);
-		if (k < 0 || (size_t)k >= len - o)
-			return -ENAMETOOLONG;
-	}
-	return 0;
+	if (!name)
+		return o;
+	k = snprintf(buf + o, len - (size_t)o, "/%s", name);
+	return k < 0 || (size_t)k >= len - (size_t)o ? -ENAMETOOLONG : o + k;
 }
 
 static bool exists(const struct wnode *n, const char *name, bool want_dir)
@@ -225,10 +197,15 @@ static const char *step_marker(const struct watch *w, const struct wnode *s)
 static void step_activity(struct watch *w, struct wnode *s)
 {
 	s->last_ms = now_ms();
-	if (!s->pending) {
-		s->marker = step_marker(w, s);
-		pending_add(w, s);
-	}
+	if (s->pending)
+		return;
+	s->marker = step_marker(w, s);
+	s->pending = true;
+	s->pprev = NULL;
+	s->pnext = w->pending;
+	if (w->pending)
+		w->pending->pprev = s;
+	w->pending = s;
 }
 
 static void node_free(struct watch *w, struct wnode *n, bool rm_watch)
@@ -373,12 +350,10 @@ static void read_latest(struct watch *w, struct wnode *job)
 		len += (size_t)r;
 	close(fd);
 	buf[len] = 0;
-	for (s = buf; *s && isspace((unsigned char)*s) && *s != '\n'; s++)
+	s = buf + strspn(buf, " \t\r\v\f");
+	s[strcspn(s, "\n")] = 0;
+	for (e = s + strlen(s); e > s && isspace((unsigned char)e[-1]); e--)
 		;
-	for (e = s; *e && *e != '\n'; e++)
-		;
-	while (e > s && isspace((unsigned char)e[-1]))
-		e--;
 	*e = 0;
 	if (config_check_name(s, &why) < 0) {
 		log_debug("watch: %s: ignored: %s", p, why);
@@ -478,8 +453,6 @@ static int rescan(struct watch *w)
 	return ret;
 }
 
-/* ---- events ---- */
-
 static bool is_marker(const struct watch *w, const char *name)
 {
 	return !strcmp(name, builtin_markers[0]) || !strcmp(name, builtin_markers[1]) ||
@@ -492,7 +465,7 @@ static void on_event(struct watch *w, const struct inotify_event *e)
 	bool isdir = e->mask & IN_ISDIR;
 	bool in = e->mask & (IN_CREATE | IN_MOVED_TO);
 	struct wnode *n, *c;
-	int ret = 0;
+	int ret = 0, r;
 
 	if (e->mask & IN_Q_OVERFLOW) {
 		log_info("watch: inotify queue overflowed: rescanning %s", w->root_path);
@@ -542,15 +515,12 @@ static void on_event(struct watch *w, const struct inotify_event *e)
 	else if ((e->mask & IN_MOVED_FROM) && (c = child_named(n, name)))
 		forget(w, c, false);
 out:
+	r = scan_drain(w);
 	if (!ret)
-		ret = scan_drain(w);
-	else
-		scan_drain(w);
+		ret = r;
 	if (ret < 0 && ret != -ENOSPC)
 		log_warn("watch: %s: %s", w->root_path, strerror(-ret));
 }
-
-/* ---- the interface ---- */
 
 int watch_open(struct watch **wp, const char *ckpt_root, const struct watch_opts *o,
 	       char *why, size_t whylen)
@@ -644,7 +614,7 @@ void watch_tick(struct watch *w, watch_fn fn, void *arg)
 {
 	uint64_t now = now_ms();
 	struct wnode *s, *nx;
-	char why[64];
+	char why[NAME_MAX + 16];
 
 	for (s = w->pending; s; s = nx) {
 		nx = s->pnext;
