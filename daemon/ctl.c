@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -59,18 +60,29 @@ int ctl_listen(const struct stage_config *cfg, int *out, char *why, size_t whyle
 			return ret;
 		}
 	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		snprintf(why, whylen, "socket: %s", strerror(errno));
-		return -errno;
-	}
-	/* A socket file whose daemon answers belongs to a live daemon. */
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+	/* A socket file whose daemon answers belongs to a live daemon. A daemon
+	 * killed a moment ago may still answer for a few ms (its ring's
+	 * multishot accept outlives the process briefly), so it must answer
+	 * every time over 100 ms to count as alive. */
+	for (int i = 0; i < 5; i++) {
+		struct timespec ts = { .tv_nsec = 20000000 };
+
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			snprintf(why, whylen, "socket: %s", strerror(errno));
+			return -errno;
+		}
+		ret = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
 		close(fd);
-		snprintf(why, whylen, "another staged is already listening on %s", cfg->socket);
-		return -EADDRINUSE;
+		if (ret < 0)
+			break;
+		if (i == 4) {
+			snprintf(why, whylen, "another staged is already listening on %s",
+				 cfg->socket);
+			return -EADDRINUSE;
+		}
+		nanosleep(&ts, NULL);
 	}
-	close(fd);
 	unlink(cfg->socket);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {

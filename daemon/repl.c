@@ -484,11 +484,17 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 void repl_commit_run(struct job *j, const char *path_arg)
 {
 	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[2048];
-	char *path = realpath(path_arg, NULL), *root = realpath(repl.cfg->ckpt_root, NULL);
+	char *path = realpath(path_arg, NULL), *root = NULL;
+	int err = errno;
 	uint64_t seq;
 
-	if (!path || !root) {
-		job_result(j, 2, NULL, NULL, "%s: %s", path ? repl.cfg->ckpt_root : path_arg,
+	if (!path) {
+		job_result(j, 2, NULL, NULL, "cannot commit %s: %s", path_arg, strerror(err));
+		goto out_free;
+	}
+	root = realpath(repl.cfg->ckpt_root, NULL);
+	if (!root) {
+		job_result(j, 2, NULL, NULL, "ckpt_root %s: %s", repl.cfg->ckpt_root,
 			   strerror(errno));
 		goto out_free;
 	}

@@ -93,6 +93,7 @@ struct repl {
 	int lfd;
 	unsigned receivers;               /* threads serving peers, under lock */
 	struct rx_slot *rx;               /* transfers being received, under lock */
+	struct rx_link *rx_conns;         /* every authenticated receiver connection */
 };
 
 extern struct repl repl;

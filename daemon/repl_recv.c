@@ -59,6 +59,11 @@ struct rx_slot {                   /* a transfer in progress, in repl.rx */
 	struct rx_slot *next;
 };
 
+struct rx_link {                   /* every receiver connection, in repl.rx_conns */
+	struct xport *x;
+	struct rx_link *next;
+};
+
 struct wq {                        /* writes in flight */
 	struct io_uring ring;
 	uint8_t *buf[WQ_DEPTH];        /* REPL_PIECE each */
@@ -74,6 +79,7 @@ struct rx {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	digest_t root;
 	struct rx_slot slot;
+	struct rx_link link;
 	struct wq wq;
 	int rr_fd;                     /* replica_root */
 	int in_fd;                     /* .incoming/ORIGIN/JOB/STEP */
@@ -119,8 +125,9 @@ static void wq_reap(struct wq *q, bool wait)
 			       io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
 		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
 
+		/* A short write to a regular file means the file system is full. */
 		if (cqe->res != (int)q->len[i] && !q->err)
-			q->err = cqe->res < 0 ? cqe->res : -EIO;
+			q->err = cqe->res < 0 ? cqe->res : -ENOSPC;
 		q->busy[i] = false;
 		q->inflight--;
 		io_uring_cqe_seen(&q->ring, cqe);
@@ -795,6 +802,13 @@ static void *rx_main(void *arg)
 		log_warn("peer %s refused: %s", r->x->peer, why);
 		goto out;
 	}
+	pthread_mutex_lock(&repl.lock);
+	r->link.x = r->x;
+	r->link.next = repl.rx_conns;
+	repl.rx_conns = &r->link;
+	if (repl.stopping)
+		r->x->ops->shutdown(r->x);
+	pthread_mutex_unlock(&repl.lock);
 	log_info("peer %s (%s): connected", r->peer, r->x->peer);
 	for (;;) {
 		struct msg m;
@@ -813,12 +827,26 @@ static void *rx_main(void *arg)
 		r->why[0] = '\0';
 		rc = serve_offer(r, &m);
 		msg_free(&m);
+		if (rc == -ENOSPC) {
+			/* Keeping the partial copy for a resume would keep the disk
+			 * full for every other transfer too. */
+			log_warn("%s: replica_root is full: dropping the partial copy",
+				 r->slot.key);
+			drop_incoming(r);
+		}
 		if (rc < 0) {
 			log_warn("from %s: %s", r->peer, r->why);
 			peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
 			break;
 		}
 	}
+	pthread_mutex_lock(&repl.lock);
+	for (struct rx_link **pp = &repl.rx_conns; *pp; pp = &(*pp)->next)
+		if (*pp == &r->link) {
+			*pp = r->link.next;
+			break;
+		}
+	pthread_mutex_unlock(&repl.lock);
 out:
 	r->x->ops->close(r->x);
 	for (int i = 0; i < WQ_DEPTH; i++)
@@ -904,16 +932,16 @@ void repl_recv_status(struct msg *m)
 void repl_recv_wait(void)
 {
 	pthread_mutex_lock(&repl.lock);
-	for (struct rx_slot *s = repl.rx; s; s = s->next)
-		s->x->ops->shutdown(s->x);
 	while (repl.receivers) {
 		struct timespec ts;
 
+		/* Idle connections too: a receiver waits for offers forever. A
+		 * thread still in its handshake times out within 10 s. */
+		for (struct rx_link *l = repl.rx_conns; l; l = l->next)
+			l->x->ops->shutdown(l->x);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
 		pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
-		for (struct rx_slot *s = repl.rx; s; s = s->next)
-			s->x->ops->shutdown(s->x);
 	}
 	pthread_mutex_unlock(&repl.lock);
 }

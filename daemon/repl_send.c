@@ -539,6 +539,19 @@ static int connect_peer(struct sender *s)
 	return rc;
 }
 
+/* After a refusal (a full disk, a damaged piece), a pause before the next
+ * try: 0.4, 0.8, 1.6, 3.2 s. Under lock; the daemon's stop cuts it short. */
+static void refusal_backoff(unsigned tries)
+{
+	uint64_t d = repl_now_ns() + (200000000ull << (tries < 5 ? tries : 5));
+	struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
+			       .tv_nsec = (long)(d % 1000000000ull) };
+
+	while (!repl.stopping && repl_now_ns() < d)
+		if (pthread_cond_timedwait(&repl.cond, &repl.lock, &ts) == ETIMEDOUT)
+			break;
+}
+
 /* The oldest copy this partner still needs: under lock. */
 static struct record *next_copy(size_t i)
 {
@@ -611,6 +624,8 @@ void *repl_send_main(void *arg)
 			log_warn("%s/%s to %s: %s", job, step, s.h->name, why);
 			r->copies[i].state = rc == -ESTALE || ++r->copies[i].tries >= REPL_MAX_TRIES ?
 				C_FAILED : C_PENDING;
+			if (r->copies[i].state == C_PENDING)
+				refusal_backoff(r->copies[i].tries);
 		} else {
 			r->copies[i].state = C_PENDING;
 			if (why[0] && p->state == PEER_UP) {

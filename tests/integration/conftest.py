@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import IS_ROOT, STAGE, STAGED, client_env, rm_tree, sanitizer_report, wait_for
+from helpers import IS_ROOT, STAGE, STAGED, client_env, rm_tree, sanitizer_report, wait_for, write_hosts, write_key
 
 DEFAULT_TIMEOUT = int(os.environ.get("STAGE_TEST_TIMEOUT", "120"))
 NOBODY = (65534, 65534)
@@ -71,7 +71,14 @@ class Daemon:
                      under setpriv with that identity
     """
 
-    def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None, name=None):
+    def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None, name=None,
+                 listen=None, cluster=None, netns=None):
+        # listen: fixed "HOST:PORT" (default: a fresh free port each write_config);
+        # cluster: {key: value} written as a [cluster] section (default: none);
+        # netns: run the daemon inside this network namespace (ip netns exec).
+        self.listen = listen
+        self.cluster = dict(cluster) if cluster else None
+        self.netns = netns
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.name = name or f"it-n{next(_names)}"
@@ -108,7 +115,7 @@ class Daemon:
             "[node]\n"
             f"name = {self.name}\n"
             f"socket = {self.socket}\n"
-            f"listen = 127.0.0.1:{free_port()}\n"
+            f"listen = {self.listen or f'127.0.0.1:{free_port()}'}\n"
             f"state_dir = {self.state_dir}\n"
             "[paths]\n"
             f"source_roots = {','.join(str(p) for p in self.source_roots)}\n"
@@ -117,7 +124,8 @@ class Daemon:
             f"replica_root = {self.base / 'replicas'}\n"
             "[transfer]\n"
             f"{t}\n"
-        )
+        ) + ("[cluster]\n" + "".join(f"{k} = {v}\n" for k, v in self.cluster.items())
+             if self.cluster else "")
 
     def write_config(self):
         self.config_path.write_text(self.config_text())
@@ -141,6 +149,7 @@ class Daemon:
         log = self.base / f"daemon.{len(self.runs)}.log"
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(
+                (["ip", "netns", "exec", self.netns] if self.netns else []) +
                 self.prefix + [str(self.exe), "--config", str(self.config_path), "--foreground"],
                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, cwd=self.base)
         self.runs.append([log, None])
@@ -334,3 +343,45 @@ def nobody_base():
     os.chown(base, *NOBODY)
     yield base
     rm_tree(base)
+
+
+@pytest.fixture
+def make_cluster(make_daemon, tmp_path):
+    """make_cluster(n, ...) -> [Daemon]: n daemons named n0..n{n-1} sharing a
+    hosts file (tmp_path/cluster/hosts, nodes in index order) and a key file
+    (0600), each with a fixed listen address.
+
+    replicas, keep: the [cluster] keys (None: the daemon's default).
+    transfer: [transfer] keys for every node; node_transfer {i: {...}} per node.
+    domains: [domain or None] per node. addrs: ["HOST:PORT"] per node (default
+    127.0.0.1 and a free port). netns: [NS or None] per node. keys: {i: key}
+    gives node i a key file of its own with that key. start: start them all."""
+    counter = itertools.count()
+
+    def make(n=2, *, replicas=None, keep=None, transfer=None, node_transfer=None, domains=None,
+             addrs=None, netns=None, keys=None, start=True):
+        cdir = tmp_path / f"cluster{next(counter)}"
+        cdir.mkdir()
+        key = write_key(cdir / "cluster.key")
+        addrs = addrs or [f"127.0.0.1:{free_port()}" for _ in range(n)]
+        names = [f"n{i}" for i in range(n)]
+        hosts = write_hosts(cdir / "hosts", [(names[i], addrs[i], (domains or [None] * n)[i]) for i in range(n)])
+        nodes = []
+        for i in range(n):
+            kf = key
+            if keys and i in keys:
+                kf = write_key(cdir / f"{names[i]}.key", keys[i])
+            cl = {"hosts": hosts, "key_file": kf}
+            if replicas is not None:
+                cl["replicas"] = replicas
+            if keep is not None:
+                cl["keep"] = keep
+            tr = {**(transfer or {}), **((node_transfer or {}).get(i, {}))}
+            nodes.append(make_daemon(base=cdir / names[i], start=False, name=names[i], listen=addrs[i],
+                                     cluster=cl, transfer=tr, netns=(netns or [None] * n)[i]))
+        if start:
+            for d in nodes:
+                d.start()
+        return nodes
+
+    return make

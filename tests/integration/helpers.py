@@ -603,3 +603,28 @@ def rm_tree(p):
                 os.chmod(dp, 0o755)
     os.chmod(p, 0o755)
     shutil.rmtree(p)
+
+
+# ---------------------------------------------------------------- clusters
+
+def write_key(path, key=None):
+    """A cluster key file: 64 hex digits (random unless given), mode 0600."""
+    path = Path(path)
+    path.write_text((key or os.urandom(32).hex()) + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def write_hosts(path, nodes):
+    """A hosts file from [(name, "HOST:PORT", domain or None), ...]."""
+    path = Path(path)
+    path.write_text("".join(f"{n} {a}" + (f" domain={d}" if d else "") + "\n" for n, a, d in nodes))
+    return path
+
+
+def run_cmd(*argv, check=True, timeout=30):
+    """Runs a system command (ip, tc...); CompletedProcess with text output."""
+    cp = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout)
+    if check and cp.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, argv))} exited {cp.returncode}: {cp.stderr.strip()}")
+    return cp
