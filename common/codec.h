@@ -54,6 +54,10 @@ extern const struct codec_ops codec_none_ops;
 extern const struct codec_ops codec_zstd_ops;
 extern const struct codec_ops codec_float_ops;
 
+/* Codecs keep scratch buffers and zstd contexts per thread, reused from
+ * call to call; a thread that is about to exit releases its own with this. */
+void codec_thread_end(void);
+
 /* NULL when unknown. */
 const struct codec_ops *codec_find(const char *name);
 const struct codec_ops *codec_by_id(unsigned id);

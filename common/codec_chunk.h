@@ -5,6 +5,9 @@
 #include <stdint.h>
 #include <xxhash.h>
 
+/* The encoder's per-thread scratch; codec_thread_end calls this. */
+void codec_chunk_enc_thread_end(void);
+
 static inline void chunk_put32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)

@@ -105,3 +105,10 @@ int codec_chunk_encode(const void *in, size_t n, const struct codec_ops *want,
 	*outlen = CODEC_CHUNK_HDR + len;
 	return 0;
 }
+
+void codec_chunk_enc_thread_end(void)
+{
+	free(alt);
+	alt = NULL;
+	alt_len = 0;
+}

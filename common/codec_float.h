@@ -24,6 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Each thread's scratch buffers; codec_thread_end calls these. */
+void codec_float_enc_thread_end(void);
+void codec_float_dec_thread_end(void);
+
 #define FLOAT_MODE_RAW  0
 #define FLOAT_MODE_ZSTD 1
 #define FLOAT_MODE_NIB  2

@@ -164,3 +164,10 @@ int codec_float_decompress(const void *in, size_t n, void *out, size_t cap, size
 	*outlen = cap;
 	return 0;
 }
+
+void codec_float_dec_thread_end(void)
+{
+	free(scratch);
+	scratch = NULL;
+	scratch_len = 0;
+}

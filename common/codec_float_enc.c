@@ -250,3 +250,10 @@ int codec_float_compress(const void *in, size_t n, void *out, size_t cap, size_t
 	*outlen = off + tail;
 	return 0;
 }
+
+void codec_float_enc_thread_end(void)
+{
+	free(scratch);
+	scratch = NULL;
+	scratch_len = 0;
+}

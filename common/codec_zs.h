@@ -13,5 +13,8 @@ size_t codec_zs_bound(size_t n);
 int codec_zs_compress(const void *in, size_t n, void *out, size_t cap, size_t *outlen, int level);
 /* Succeeds only if the frame is whole and holds exactly cap bytes. */
 int codec_zs_decompress(const void *in, size_t n, void *out, size_t cap);
+/* Each thread's cached contexts; codec_thread_end calls these. */
+void codec_zs_c_thread_end(void);
+void codec_zs_d_thread_end(void);
 
 #endif

@@ -25,3 +25,9 @@ int codec_zs_compress(const void *in, size_t n, void *out, size_t cap, size_t *o
 	*outlen = r;
 	return 0;
 }
+
+void codec_zs_c_thread_end(void)
+{
+	ZSTD_freeCCtx(cctx);
+	cctx = NULL;
+}

@@ -22,3 +22,9 @@ int codec_zs_decompress(const void *in, size_t n, void *out, size_t cap)
 		return -EBADMSG;
 	return 0;
 }
+
+void codec_zs_d_thread_end(void)
+{
+	ZSTD_freeDCtx(dctx);
+	dctx = NULL;
+}

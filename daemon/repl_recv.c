@@ -856,6 +856,7 @@ out:
 	XXH3_freeState(r->chunk);
 	close(r->rr_fd);
 	free(r);
+	codec_thread_end();
 	pthread_mutex_lock(&repl.lock);
 	repl.receivers--;
 	pthread_cond_broadcast(&repl.cond);

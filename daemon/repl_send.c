@@ -644,5 +644,6 @@ out_free:
 	if (rc != -ENOMEM)
 		io_uring_queue_exit(&s.rd.ring);
 	free(s.frame);
+	codec_thread_end();
 	return NULL;
 }
