@@ -16,12 +16,12 @@ static const struct cli_command {
 	const char *usage;
 } commands[] = {
 	{ "pull", CLI_CMD_PULL, 1, "pull SRC [--to DEST] [--verify]" },
-	{ "verify", CLI_CMD_VERIFY, 1, "verify PATH [--deep]" },
+	{ "verify", CLI_CMD_VERIFY, 1, "verify PATH [--deep] [--cluster]" },
 	{ "status", CLI_CMD_STATUS, 0, "status" },
 	{ "manifest", CLI_CMD_MANIFEST, 1, "manifest PATH [--xxhsum]" },
 	{ "commit", CLI_CMD_COMMIT, 1, "commit DIR [--wait]" },
 	{ "ls", CLI_CMD_LS, 0, "ls" },
-	{ "restore", CLI_CMD_NONE, 0, NULL },
+	{ "restore", CLI_CMD_RESTORE, 1, "restore DIR [--from NODE]" },
 	{ "codec", CLI_CMD_NONE, 0, NULL },
 };
 
@@ -46,6 +46,7 @@ static const struct cli_option {
 	{ "cluster", 0, false, CMD_BIT(CLI_CMD_VERIFY), FIELD(cluster), CLI_CMD_NONE },
 	{ "xxhsum", 0, false, CMD_BIT(CLI_CMD_MANIFEST), FIELD(xxhsum), CLI_CMD_NONE },
 	{ "wait", 0, false, CMD_BIT(CLI_CMD_COMMIT), FIELD(wait), CLI_CMD_NONE },
+	{ "from", 0, true, CMD_BIT(CLI_CMD_RESTORE), FIELD(from), CLI_CMD_NONE },
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -99,9 +100,6 @@ static int check(const struct cli_args *a, const struct cli_command *c, unsigned
 		if ((seen & (1u << i)) && !(options[i].cmds & CMD_BIT(c->cmd)))
 			return fail(-EINVAL, err, errlen, "option '--%s' does not apply to '%s'",
 				    options[i].name, c->name);
-	if (a->cluster)
-		return fail(-ENOTSUP, err, errlen,
-			    "verify --cluster needs checkpoint replication, not in this version yet");
 	if (nops < c->operands)
 		return fail(-EINVAL, err, errlen, "missing operand: stage %s", c->usage);
 	if (nops > c->operands)
@@ -212,17 +210,23 @@ void cli_args_usage(FILE *f)
 	      "  pull      copy SRC (under a source root) to the stage root; the local path\n"
 	      "            is the last line of stdout. --to names the destination, --verify\n"
 	      "            re-reads what landed\n"
-	      "  verify    check a staged tree against its manifest; --deep re-hashes every byte\n"
+	      "  verify    check a staged tree against its manifest; --deep re-hashes every\n"
+	      "            byte. --cluster: PATH is a checkpoint (ckpt_root/JOB/STEP); every\n"
+	      "            node says what it holds of it, shown as a table: a row per node\n"
+	      "            that wrote a part (origin), a column per node holding copies\n"
+	      "            (holder); \"-\" no copy, \"?\" the holder could not be asked\n"
 	      "  status    the daemon, its peers and the transfers in flight\n"
 	      "  commit    DIR (ckpt_root/JOB/STEP) is a finished checkpoint: write its manifest\n"
 	      "            and queue its copies to the partners; --wait returns once every\n"
 	      "            copy is confirmed on disk\n"
+	      "  restore   bring checkpoint DIR (ckpt_root/JOB/STEP) back to this node from\n"
+	      "            the copies its partners hold; --from NODE fetches them from NODE\n"
+	      "            rather than from a holder the daemon picks\n"
 	      "  ls        checkpoints known to this node and where their copies are\n"
 	      "  manifest  print PATH/.stage/manifest (no daemon needed); --xxhsum prints lines\n"
 	      "            `xxhsum -H2 -c` accepts when run inside PATH\n"
 	      "  codec     compress a file into a self-describing one and back, or measure\n"
 	      "            every codec on it (no daemon needed; see `stage codec --help`)\n"
-	      "  (restore comes in a later version)\n"
 	      "\n"
 	      "Options (before, among or after the operands; \"--\" ends them):\n"
 	      "  --socket PATH  the daemon's socket (default: $STAGE_SOCKET, else the daemon's\n"

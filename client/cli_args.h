@@ -29,14 +29,16 @@ enum cli_cmd {
 	CLI_CMD_MANIFEST,
 	CLI_CMD_COMMIT,
 	CLI_CMD_LS,
+	CLI_CMD_RESTORE,
 };
 
 /* What the user asked for. Strings point into argv. */
 struct cli_args {
 	enum cli_cmd cmd;
-	const char *operand;        /* SRC or PATH; NULL for status */
+	const char *operand;        /* SRC, PATH or DIR; NULL for status and ls */
 	const char *socket;         /* --socket, NULL if not given */
 	const char *to;             /* pull --to DEST */
+	const char *from;           /* restore --from NODE */
 	bool json;
 	bool verify;                /* pull --verify */
 	bool deep;                  /* verify --deep */
@@ -45,8 +47,8 @@ struct cli_args {
 	bool wait;                  /* commit --wait */
 };
 
-/* 0 and *a filled; or -EINVAL, a usage mistake; or -ENOTSUP, something this
- * version does not do yet (commit, verify --cluster...). Both exit 2; err gets
+/* 0 and *a filled; or -EINVAL, a usage mistake; or -ENOTSUP, a command this
+ * version does not do yet (or that main hands elsewhere: codec). Both exit 2; err gets
  * the message without the "stage: " prefix and without the "Try 'stage
  * --help'." hint, which only the first deserves. --help and --version win as
  * soon as they are seen. */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
@@ -226,7 +227,7 @@ static int result_update(struct cli_out *o, const struct msg *m)
 
 /* ---- for a person ---- */
 
-static void progress_human(struct cli_out *o, const struct msg *m)
+static int progress_human(struct cli_out *o, const struct msg *m)
 {
 	struct cli_progress p = {
 		.phase = o->phase,
@@ -241,7 +242,7 @@ static void progress_human(struct cli_out *o, const struct msg *m)
 	int n;
 
 	if (!o->progress || t - o->drawn_at < REDRAW_INTERVAL)
-		return;
+		return 0;
 	/* Short of the last column: a line that wraps cannot be redrawn by '\r'. */
 	cli_fmt_progress(line, o->cols > 0 && o->cols < (int)sizeof(line) ? (size_t)o->cols
 									 : sizeof(line), &p);
@@ -251,9 +252,10 @@ static void progress_human(struct cli_out *o, const struct msg *m)
 	fflush(o->err);
 	o->drawn = n;
 	o->drawn_at = t;
+	return 0;
 }
 
-static void note_human(struct cli_out *o, const struct msg *m)
+static int note_human(struct cli_out *o, const struct msg *m)
 {
 	struct span kind, path, text;
 
@@ -269,9 +271,10 @@ static void note_human(struct cli_out *o, const struct msg *m)
 		put_span(o->err, text);
 		fputc('\n', o->err);
 	}
+	return 0;
 }
 
-static void result_human(struct cli_out *o, const struct msg *m)
+static int result_human(struct cli_out *o, const struct msg *m)
 {
 	struct span text, path;
 	bool has_text = get_str(m, K_TEXT, &text) && text.n;
@@ -283,7 +286,7 @@ static void result_human(struct cli_out *o, const struct msg *m)
 		else
 			fputs("failed", o->err);
 		fputc('\n', o->err);
-		return;
+		return 0;
 	}
 	if (has_text) {
 		put_span(o->err, text);
@@ -293,9 +296,10 @@ static void result_human(struct cli_out *o, const struct msg *m)
 		put_span(o->out, path);
 		fputc('\n', o->out);
 	}
+	return 0;
 }
 
-static void status_human(struct cli_out *o, const struct msg *m)
+static int status_human(struct cli_out *o, const struct msg *m)
 {
 	struct span name, value;
 	size_t off = 0, width = 0;
@@ -309,6 +313,382 @@ static void status_human(struct cli_out *o, const struct msg *m)
 		put_span(o->out, value);
 		fputc('\n', o->out);
 	}
+	return 0;
+}
+
+/* ---- copy groups (MSG_CELLS): verify --cluster's table ---- */
+
+#define CELLS_MAX 256               /* origins, and holders, a table shows */
+
+/* One copy group (common/proto.h). A string the group lacks has p NULL. */
+struct copy_group {
+	size_t at, end;             /* offsets of its K_ORIGIN and past its last field */
+	struct span origin, holder, state, step, root;
+	uint64_t files, bytes;
+	bool has_files, has_bytes;
+};
+
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void set_u64(uint64_t *v, bool *has, const uint8_t *p, size_t n)
+{
+	if (n == 8 && !*has) {
+		*v = le64(p);
+		*has = true;
+	}
+}
+
+/* Within a group the first of a key counts, as msg_get_* has it for a
+ * frame; keys this client does not know are skipped (the protocol grows). */
+static void group_field(struct copy_group *g, uint16_t key, const uint8_t *p, size_t n)
+{
+	struct span *s;
+
+	switch (key) {
+	case K_HOLDER:
+		s = &g->holder;
+		break;
+	case K_STATE:
+		s = &g->state;
+		break;
+	case K_STEP:
+		s = &g->step;
+		break;
+	case K_ROOT:
+		s = &g->root;
+		break;
+	case K_FILES_TOTAL:
+		set_u64(&g->files, &g->has_files, p, n);
+		return;
+	case K_BYTES_TOTAL:
+		set_u64(&g->bytes, &g->has_bytes, p, n);
+		return;
+	default:
+		return;
+	}
+	if (!s->p)
+		*s = (struct span){ (const char *)p, n };
+}
+
+/* The group at or after *off; *off moves past it. Fields before the first
+ * K_ORIGIN belong to no group and are skipped. False after the last. */
+static bool next_group(const struct msg *m, size_t *off, struct copy_group *g)
+{
+	uint16_t key;
+	const uint8_t *p;
+	size_t n, at;
+
+	memset(g, 0, sizeof(*g));
+	do {
+		at = *off;
+		if (msg_next_field(m, off, &key, &p, &n) != 1)
+			return false;
+	} while (key != K_ORIGIN);
+	g->at = at;
+	g->origin = (struct span){ (const char *)p, n };
+	for (;;) {
+		at = *off;
+		if (msg_next_field(m, off, &key, &p, &n) != 1)
+			break;
+		if (key == K_ORIGIN) {
+			*off = at;
+			break;
+		}
+		group_field(g, key, p, n);
+	}
+	g->end = *off;
+	return true;
+}
+
+/* The group's K_TEXTs in turn; *off starts at g->at. */
+static bool next_text(const struct msg *m, const struct copy_group *g, size_t *off,
+		      struct span *text)
+{
+	uint16_t key;
+	const uint8_t *p;
+	size_t n;
+
+	while (*off < g->end && msg_next_field(m, off, &key, &p, &n) == 1)
+		if (key == K_TEXT) {
+			*text = (struct span){ (const char *)p, n };
+			return true;
+		}
+	return false;
+}
+
+static void json_span(struct cli_json *j, const char *key, struct span s)
+{
+	if (s.p)
+		cli_json_strn(j, key, s.p, s.n);
+}
+
+/* One frame, many objects: one per group, its K_TEXTs as an array. */
+static void cells_json(struct cli_out *o, const struct msg *m, const char *event)
+{
+	struct copy_group g;
+	struct cli_json j;
+	struct span text;
+	size_t off = 0, t, count;
+
+	while (next_group(m, &off, &g)) {
+		cli_json_begin(&j, o->out, event);
+		json_span(&j, "origin", g.origin);
+		json_span(&j, "holder", g.holder);
+		json_span(&j, "state", g.state);
+		json_span(&j, "step", g.step);
+		json_span(&j, "root", g.root);
+		if (g.has_files)
+			cli_json_u64(&j, "files", g.files);
+		if (g.has_bytes)
+			cli_json_u64(&j, "bytes", g.bytes);
+		for (t = g.at, count = 0; next_text(m, &g, &t, &text); count++) {
+			if (!count)
+				cli_json_key(&j, "detail", strlen("detail"));
+			fputc(count ? ',' : '[', j.f);
+			cli_json_string(j.f, text.p, text.n);
+		}
+		if (count)
+			fputc(']', j.f);
+		cli_json_end(&j);
+	}
+}
+
+/* The table: rows are the origins, columns the holders, each in the order
+ * first seen. A hostile frame can name thousands: CELLS_MAX of each are
+ * shown, which also bounds the cell index below (256 KiB). */
+struct cells {
+	struct span origins[CELLS_MAX], holders[CELLS_MAX];
+	size_t norigins, nholders;
+	bool more;                  /* some name did not fit */
+	bool down[CELLS_MAX];       /* the holder has a group of its own saying "unreachable" */
+	/* 1 + offset of the first group of (origin, holder), 0: none. A payload
+	 * is at most PROTO_MAX_PAYLOAD, so an offset fits. */
+	uint32_t at[CELLS_MAX][CELLS_MAX];
+	size_t width[1 + CELLS_MAX];        /* [0]: the origins' column */
+};
+
+static const struct span SPAN_UNKNOWN = { "?", 1 };
+
+static bool span_is(struct span s, const char *lit)
+{
+	return s.p && span_eq(s, (struct span){ lit, strlen(lit) });
+}
+
+/* Names are bytes from other nodes: they reach the terminal printable. */
+static void put_clean(FILE *f, struct span s)
+{
+	for (size_t i = 0; i < s.n; i++)
+		fputc(s.p[i] >= 0x20 && s.p[i] < 0x7f ? s.p[i] : '?', f);
+}
+
+/* The index of name in v[0..n), or SIZE_MAX. */
+static size_t find_name(const struct span *v, size_t n, struct span name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (span_eq(v[i], name))
+			return i;
+	return SIZE_MAX;
+}
+
+/* The index of name, appended if new and there is room; else SIZE_MAX. */
+static size_t add_name(struct span *v, size_t *n, struct span name, bool *more)
+{
+	size_t i = find_name(v, *n, name);
+
+	if (i != SIZE_MAX)
+		return i;
+	if (*n == CELLS_MAX) {
+		*more = true;
+		return SIZE_MAX;
+	}
+	v[*n] = name;
+	return (*n)++;
+}
+
+static void cells_collect(struct cells *c, const struct msg *m)
+{
+	struct copy_group g;
+	size_t off = 0, row, col;
+
+	while (next_group(m, &off, &g)) {
+		if (!g.holder.p)
+			continue;       /* belongs to no column */
+		row = g.origin.n ? add_name(c->origins, &c->norigins, g.origin, &c->more) : SIZE_MAX;
+		col = add_name(c->holders, &c->nholders, g.holder, &c->more);
+		if (col == SIZE_MAX)
+			continue;
+		if (!g.origin.n)
+			c->down[col] |= span_is(g.state, "unreachable");
+		else if (row != SIZE_MAX && !c->at[row][col])
+			c->at[row][col] = (uint32_t)g.at + 1;
+	}
+}
+
+/* A cell: the state, but the step held for "other-step" (more use than the
+ * word), and "?" where the holder could not be asked. */
+static struct span cell_text(const struct cells *c, const struct msg *m, size_t row, size_t col)
+{
+	struct copy_group g;
+	size_t off;
+
+	if (!c->at[row][col])
+		return c->down[col] ? SPAN_UNKNOWN : (struct span){ "-", 1 };
+	off = c->at[row][col] - 1;
+	next_group(m, &off, &g);
+	if (span_is(g.state, "other-step") && g.step.n)
+		return g.step;
+	if (span_is(g.state, "unreachable") || !g.state.n)
+		return SPAN_UNKNOWN;
+	return g.state;
+}
+
+static void cells_widths(struct cells *c, const struct msg *m)
+{
+	c->width[0] = strlen("ORIGIN");
+	for (size_t row = 0; row < c->norigins; row++)
+		if (c->origins[row].n > c->width[0])
+			c->width[0] = c->origins[row].n;
+	for (size_t col = 0; col < c->nholders; col++) {
+		size_t *w = &c->width[1 + col];
+
+		*w = c->holders[col].n;
+		for (size_t row = 0; row < c->norigins; row++) {
+			size_t n = cell_text(c, m, row, col).n;
+
+			if (n > *w)
+				*w = n;
+		}
+	}
+}
+
+/* A cell padded to its column's width plus two; the padding is written
+ * only before a cell that shows something, so no line ends in spaces. */
+static void put_cell(FILE *f, struct span s, size_t width, size_t *pending)
+{
+	if (!s.n) {
+		*pending += width + 2;
+		return;
+	}
+	fprintf(f, "%*s", (int)*pending, "");
+	put_clean(f, s);
+	*pending = width + 2 - s.n;
+}
+
+static void cells_table(FILE *f, const struct msg *m, struct cells *c)
+{
+	size_t pending = 0;
+
+	cells_widths(c, m);
+	put_cell(f, (struct span){ "ORIGIN", strlen("ORIGIN") }, c->width[0], &pending);
+	for (size_t col = 0; col < c->nholders; col++)
+		put_cell(f, c->holders[col], c->width[1 + col], &pending);
+	fputc('\n', f);
+	for (size_t row = 0; row < c->norigins; row++) {
+		pending = 0;
+		put_cell(f, c->origins[row], c->width[0], &pending);
+		for (size_t col = 0; col < c->nholders; col++)
+			put_cell(f, cell_text(c, m, row, col), c->width[1 + col], &pending);
+		fputc('\n', f);
+	}
+}
+
+static int span_cmp(const void *pa, const void *pb)
+{
+	const struct span *a = pa, *b = pb;
+
+	if (a->n != b->n)
+		return a->n < b->n ? -1 : 1;
+	return a->n ? memcmp(a->p, b->p, a->n) : 0;
+}
+
+static size_t count_distinct(struct span *v, size_t n)
+{
+	size_t count = n ? 1 : 0;
+
+	qsort(v, n, sizeof(*v), span_cmp);
+	for (size_t i = 1; i < n; i++)
+		count += !span_eq(v[i], v[i - 1]);
+	return count;
+}
+
+/* How many names the table left out. Sorted rather than looked up one by
+ * one: a frame of thousands of names must not cost their square. */
+static int cells_hidden(const struct msg *m, const struct cells *c, size_t *hidden)
+{
+	struct copy_group g;
+	struct span *v;
+	size_t off = 0, n = 0;
+
+	while (next_group(m, &off, &g))
+		n++;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (off = 0, n = 0; next_group(m, &off, &g);)
+		if (g.holder.p && g.origin.n)
+			v[n++] = g.origin;
+	*hidden = count_distinct(v, n) - c->norigins;
+	for (off = 0, n = 0; next_group(m, &off, &g);)
+		if (g.holder.p)
+			v[n++] = g.holder;
+	*hidden += count_distinct(v, n) - c->nholders;
+	free(v);
+	return 0;
+}
+
+/* "  ORIGIN on HOLDER: STATE: TEXT" per finding, or "  HOLDER: STATE:
+ * TEXT" for a holder as a whole; only for the groups the table shows. */
+static void cells_details(FILE *f, const struct msg *m, const struct cells *c)
+{
+	struct copy_group g;
+	struct span text;
+	size_t off = 0, t;
+
+	while (next_group(m, &off, &g)) {
+		if (!g.holder.p || find_name(c->holders, c->nholders, g.holder) == SIZE_MAX ||
+		    (g.origin.n && find_name(c->origins, c->norigins, g.origin) == SIZE_MAX))
+			continue;
+		for (t = g.at; next_text(m, &g, &t, &text);) {
+			fputs("  ", f);
+			if (g.origin.n) {
+				put_clean(f, g.origin);
+				fputs(" on ", f);
+			}
+			put_clean(f, g.holder);
+			fputs(": ", f);
+			put_clean(f, g.state.n ? g.state : SPAN_UNKNOWN);
+			fputs(": ", f);
+			put_clean(f, text);
+			fputc('\n', f);
+		}
+	}
+}
+
+static int cells_human(struct cli_out *o, const struct msg *m)
+{
+	struct cells *c = calloc(1, sizeof(*c));
+	size_t hidden;
+	int rc = 0;
+
+	if (!c)
+		return -ENOMEM;
+	cells_collect(c, m);
+	/* Holders alone, none of them holding anything: the details say why. */
+	if (c->norigins)
+		cells_table(o->out, m, c);
+	if (c->more && (rc = cells_hidden(m, c, &hidden)) == 0)
+		fprintf(o->out, "  (%zu more not shown)\n", hidden);
+	if (rc == 0)
+		cells_details(o->out, m, c);
+	free(c);
+	return rc;
 }
 
 static const struct frame_kind {
@@ -317,15 +697,18 @@ static const struct frame_kind {
 	const struct jfield *fields;
 	size_t nfields;
 	int (*update)(struct cli_out *, const struct msg *);   /* both modes; may be NULL */
-	void (*human)(struct cli_out *, const struct msg *);
+	int (*human)(struct cli_out *, const struct msg *);    /* 0 or -errno */
+	/* Writes the objects itself, in place of one from fields; may be NULL. */
+	void (*json)(struct cli_out *, const struct msg *, const char *event);
 } frame_kinds[] = {
 	{ MSG_PROGRESS, "progress", progress_fields, COUNT(progress_fields), progress_update,
-	  progress_human },
-	{ MSG_NOTE, "note", note_fields, COUNT(note_fields), NULL, note_human },
+	  progress_human, NULL },
+	{ MSG_NOTE, "note", note_fields, COUNT(note_fields), NULL, note_human, NULL },
 	{ MSG_RESULT, "result", result_fields, COUNT(result_fields), result_update,
-	  result_human },
-	{ MSG_STATUS, "status", status_fields, COUNT(status_fields), NULL, status_human },
-	{ MSG_LS, "ls", status_fields, COUNT(status_fields), NULL, status_human },
+	  result_human, NULL },
+	{ MSG_STATUS, "status", status_fields, COUNT(status_fields), NULL, status_human, NULL },
+	{ MSG_LS, "ls", status_fields, COUNT(status_fields), NULL, status_human, NULL },
+	{ MSG_CELLS, "copy", NULL, 0, NULL, cells_human, cells_json },
 };
 
 int cli_out_frame(struct cli_out *o, const struct msg *m)
@@ -344,7 +727,10 @@ int cli_out_frame(struct cli_out *o, const struct msg *m)
 	if (!o->json) {
 		if (m->type != MSG_PROGRESS)
 			cli_out_clear(o);
-		k->human(o, m);
+		return k->human(o, m);
+	}
+	if (k->json) {
+		k->json(o, m, k->event);
 		return 0;
 	}
 	cli_json_begin(&j, o->out, k->event);

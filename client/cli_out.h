@@ -38,7 +38,10 @@ struct cli_out {
 void cli_out_init(struct cli_out *o, FILE *out, FILE *err, bool json, bool progress);
 
 /* Renders one reply frame; unknown types are skipped (the protocol grows).
- * 0, or -EBADMSG for a result without a valid K_CODE. */
+ * 0, -EBADMSG for a result without a valid K_CODE, or -ENOMEM. A MSG_CELLS
+ * frame (verify --cluster) is a table for a person: a row per origin, a
+ * column per holder, then a line per finding; with --json, an object per
+ * copy group ("event":"copy"). */
 int cli_out_frame(struct cli_out *o, const struct msg *m);
 
 /* Erases the progress line, if one is drawn. */

@@ -56,11 +56,13 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 		[CLI_CMD_STATUS] = MSG_STATUS_REQ,
 		[CLI_CMD_COMMIT] = MSG_COMMIT_REQ,
 		[CLI_CMD_LS] = MSG_LS_REQ,
+		[CLI_CMD_RESTORE] = MSG_RESTORE_REQ,
 	};
 	/* Each option belongs to one command (cli_args saw to it), so the
 	 * flags need not ask which command this is. */
 	uint64_t flags = (a->verify ? REQ_VERIFY : 0) | (a->deep ? REQ_DEEP : 0) |
-			 (a->wait ? REQ_WAIT : 0) | (progress ? REQ_PROGRESS : 0);
+			 (a->cluster ? REQ_CLUSTER : 0) | (a->wait ? REQ_WAIT : 0) |
+			 (progress ? REQ_PROGRESS : 0);
 
 	msg_init(req, types[a->cmd]);
 	if (path)
@@ -69,6 +71,9 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 		msg_put_str(req, K_DEST, dest);
 	if (a->cmd != CLI_CMD_STATUS && a->cmd != CLI_CMD_LS)
 		msg_put_u64(req, K_FLAGS, flags);
+	/* A node name, passed as given: the daemon knows the hosts file. */
+	if (a->from)
+		msg_put_str(req, K_HOLDER, a->from);
 }
 
 /* One request, its reply frames, its result. Returns the exit code. */

@@ -30,12 +30,14 @@ enum msg_type {
 	MSG_STATUS_REQ = 3,
 	MSG_COMMIT_REQ = 4, /* K_PATH, K_FLAGS (REQ_WAIT) */
 	MSG_LS_REQ = 5,     /* no fields */
+	MSG_RESTORE_REQ = 6,/* K_PATH, K_FLAGS, K_HOLDER (--from, optional) */
 	/* daemon -> client */
 	MSG_PROGRESS = 16,  /* K_PHASE, K_FILES_DONE/TOTAL, K_BYTES_DONE/TOTAL */
 	MSG_NOTE = 17,      /* K_LEVEL, K_TEXT, K_PATH: one finding for the user */
 	MSG_RESULT = 18,    /* K_CODE (exit code), K_TEXT, K_PATH, stats: last frame */
 	MSG_STATUS = 19,    /* K_TEXT lines of key=value; see daemon/ctl.c */
 	MSG_LS = 20,        /* K_NAME/K_VALUE pairs, one per checkpoint copy */
+	MSG_CELLS = 21,     /* verify --cluster: copy groups (below), before the result */
 
 	/* peer <-> peer (docs/PROTOCOL.md, "Replication") */
 	MSG_PEER_HELLO = 32,  /* K_AUTH: auth_hello's bytes */
@@ -48,7 +50,26 @@ enum msg_type {
 	MSG_END = 39,       /* sender: every piece was sent */
 	MSG_DONE = 40,      /* receiver: K_CODE (0 confirmed on disk), K_ROOT, K_TEXT */
 	MSG_ERROR = 41,     /* either: K_ERRNO, K_TEXT; the connection closes after it */
+	MSG_HOLD_REQ = 42,  /* asker: K_JOB, K_STEP, K_FLAGS (REQ_DEEP) */
+	MSG_HOLD = 43,      /* answer: copy groups (below), this node being the holder */
+	MSG_FETCH_REQ = 44, /* origin: K_ORIGIN, K_JOB, K_STEP, K_ROOT, then K_PATH,
+			     * K_OFFSET, K_SIZE (a range of a file), or no K_PATH: the
+			     * manifest. Answer: MSG_DATA pieces (K_OFFSET, K_DATA) or
+			     * MSG_MANIFEST slices, then MSG_END; or MSG_ERROR */
 };
+
+/* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group
+ * starting at its K_ORIGIN (keys repeat across groups):
+ *   K_ORIGIN  the node that wrote the checkpoint ("" in MSG_CELLS: the group
+ *             is about the holder as a whole, e.g. it could not be asked)
+ *   K_HOLDER  the node holding the copy (MSG_CELLS only)
+ *   K_STATE   "ok", "damaged", "incomplete" (no manifest), "other-step" (not
+ *             this step; K_STEP names the latest held), and in MSG_CELLS also
+ *             "missing", "unreachable", "differs" (root unlike the others')
+ *   K_STEP, K_ROOT (when a manifest was read), K_FILES_TOTAL, K_BYTES_TOTAL,
+ *   K_TEXT    zero or more: the findings, first ones only
+ */
+enum { COPY_TEXTS_MAX = 8 };
 
 enum msg_key {
 	K_PATH = 1,         /* str */
@@ -79,6 +100,8 @@ enum msg_key {
 	K_FILE = 26,        /* u64: index of an entry in the manifest, from 0 */
 	K_DATA = 27,        /* bytes */
 	K_ERRNO = 28,       /* u64: a positive errno */
+	K_HOLDER = 29,      /* str: node name (restore --from, copy groups) */
+	K_STATE = 30,       /* str: state of a copy (copy groups) */
 };
 
 /* Request flags (K_FLAGS). */
@@ -86,6 +109,7 @@ enum msg_key {
 #define REQ_PROGRESS (1u << 1)  /* send MSG_PROGRESS frames (and count first) */
 #define REQ_DEEP     (1u << 2)  /* verify: re-hash every byte */
 #define REQ_WAIT     (1u << 3)  /* commit: answer once every replica is confirmed */
+#define REQ_CLUSTER  (1u << 4)  /* verify: ask every node */
 
 struct msg {
 	uint16_t type;

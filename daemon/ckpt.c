@@ -10,12 +10,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/manifest.h"
+#include "common/paths.h"
 #include "daemon/copier.h"
 #include "daemon/roots.h"
 #include "daemon/treeops.h"
@@ -52,6 +54,57 @@ int ckpt_parse(const struct stage_config *cfg, const char *path, char job[CKPT_N
 		return -EINVAL;
 	}
 	return 0;
+}
+
+int ckpt_locate(const struct stage_config *cfg, const char *arg, bool replicas_ok,
+		char origin[CKPT_NAME_MAX + 1], char job[CKPT_NAME_MAX + 1],
+		char step[CKPT_NAME_MAX + 1], char *why, size_t whylen)
+{
+	struct stage_config c = *cfg;
+	char *p = NULL, *root = NULL, *rr = NULL, *base = NULL;
+	int rc = roots_resolve(arg, &p);
+
+	origin[0] = '\0';
+	if (rc < 0) {
+		snprintf(why, whylen, "'%s': %s", arg, rc == -EINVAL ?
+			 "'..' below what exists" : strerror(-rc));
+		return rc;
+	}
+	root = realpath(cfg->ckpt_root, NULL);
+	rr = replicas_ok ? realpath(cfg->replica_root, NULL) : NULL;
+	if (root && paths_under(p, root)) {
+		c.ckpt_root = root;
+		rc = ckpt_parse(&c, p, job, step, why, whylen);
+	} else if (rr && paths_under(p, rr) && strcmp(p, rr) != 0) {
+		const char *rest = p + strlen(rr) + (strlen(rr) > 1);
+		size_t n = strcspn(rest, "/");
+		const char *w;
+
+		if (n <= CKPT_NAME_MAX) {
+			memcpy(origin, rest, n);
+			origin[n] = '\0';
+		}
+		if (n > CKPT_NAME_MAX || config_check_name(origin, &w) < 0 ||
+		    asprintf(&base, "%.*s", (int)(rest - p + (ptrdiff_t)n), p) < 0) {
+			base = NULL;
+			snprintf(why, whylen, "%s: a replica is %s/ORIGIN/JOB/STEP", p,
+				 cfg->replica_root);
+			rc = -EINVAL;
+		} else {
+			c.ckpt_root = base;
+			rc = ckpt_parse(&c, p, job, step, why, whylen);
+		}
+	} else {
+		snprintf(why, whylen, "%s is not a checkpoint: not beneath ckpt_root (%s)%s%s", p,
+			 cfg->ckpt_root, replicas_ok ? " or replica_root " : "",
+			 replicas_ok ? cfg->replica_root : "");
+		rc = -EINVAL;
+	}
+	free(p);
+	free(root);
+	free(rr);
+	free(base);
+	return rc;
 }
 
 int ckpt_step_cmp(const char *a, const char *b)

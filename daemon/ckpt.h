@@ -7,6 +7,7 @@
 #ifndef STAGE_CKPT_H
 #define STAGE_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,14 @@
  * ckpt_root/JOB/STEP. 0, or -EINVAL with why naming the path. */
 int ckpt_parse(const struct stage_config *cfg, const char *path, char job[CKPT_NAME_MAX + 1],
 	       char step[CKPT_NAME_MAX + 1], char *why, size_t whylen);
+
+/* The checkpoint a client's path names, whether or not it exists on this
+ * node: ckpt_root/JOB/STEP (*origin set to "") or, when replicas_ok,
+ * replica_root/ORIGIN/JOB/STEP. The path is resolved like roots_resolve.
+ * 0, or -errno with why naming the path. */
+int ckpt_locate(const struct stage_config *cfg, const char *arg, bool replicas_ok,
+		char origin[CKPT_NAME_MAX + 1], char job[CKPT_NAME_MAX + 1],
+		char step[CKPT_NAME_MAX + 1], char *why, size_t whylen);
 
 /* Hashes every file of ckpt_root/JOB/STEP through io_uring and publishes its
  * manifest (temporary name, fsync, rename). A file that changes while it is

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "daemon/cverify.h"
 #include "daemon/job.h"
 #include "daemon/pull.h"
 #include "daemon/repl.h"
@@ -204,20 +205,28 @@ static void serve(const struct stage_config *cfg, int fd)
 	case MSG_COMMIT_REQ:
 	case MSG_PULL_REQ:
 	case MSG_VERIFY_REQ:
+	case MSG_RESTORE_REQ:
 		if (msg_get_str(&m, K_PATH, &path) < 0 || path[0] != '/') {
 			reply_error(fd, 2, "request without an absolute path");
 			break;
 		}
-		if (msg_get_str(&m, K_DEST, &dest) == -EINVAL) {
-			reply_error(fd, 2, "malformed destination");
+		/* K_DEST: a pull's destination; K_HOLDER: restore --from. */
+		if (msg_get_str(&m, m.type == MSG_RESTORE_REQ ? K_HOLDER : K_DEST, &dest) ==
+		    -EINVAL) {
+			reply_error(fd, 2, "malformed destination or node name");
 			break;
 		}
 		job_begin(&j, fd, (uint32_t)flags, cfg, m.type == MSG_PULL_REQ ? "pull" :
-			  m.type == MSG_COMMIT_REQ ? "commit" : "verify", path);
+			  m.type == MSG_COMMIT_REQ ? "commit" :
+			  m.type == MSG_RESTORE_REQ ? "restore" : "verify", path);
 		if (m.type == MSG_PULL_REQ)
 			pull_run(&j, path, dest);
 		else if (m.type == MSG_COMMIT_REQ)
 			repl_commit_run(&j, path);
+		else if (m.type == MSG_RESTORE_REQ)
+			repl_restore_run(&j, path, dest);
+		else if (flags & REQ_CLUSTER)
+			cverify_run(&j, path);
 		else
 			verify_run(&j, path);
 		job_end(&j);

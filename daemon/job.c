@@ -77,7 +77,7 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 	size_t total, sent = 0;
 	uint64_t start = job_now_ns();
 
-	if (j->gone || m->err) {
+	if (j->gone || m->err || j->fd < 0) {
 		msg_free(m);
 		return;
 	}
@@ -167,6 +167,8 @@ bool job_cancelled(struct job *j)
 
 	if (atomic_load(&stage_stopping) || j->gone)
 		return true;
+	if (j->fd < 0)
+		return false;
 	now = job_now_ns();
 	if (now - j->t_check_ns < 50000000ull)
 		return false;

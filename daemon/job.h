@@ -20,7 +20,8 @@
 extern atomic_bool stage_stopping;  /* set by SIGTERM: every job winds down */
 
 struct job {
-	int fd;                          /* the client's connection, borrowed */
+	int fd;                          /* the client's connection, borrowed; -1: none
+					  * (work done for a peer: notes are only logged) */
 	uint32_t flags;                  /* REQ_* of the request */
 	const struct stage_config *cfg;  /* borrowed, immutable while running */
 	char kind[16];                   /* "pull", "verify" */

@@ -786,11 +786,11 @@ out_fail:
 
 /* verify_tree's report of a staged file that does not match: drop it, so
  * the next pass copies it again. */
-static void drop_bad(const char *rel, void *arg)
+static void drop_bad(const struct verify_finding *f, void *arg)
 {
 	struct pull *p = arg;
 	const char *base;
-	int fd = treeops_open_parent(p->dst_fd, rel, &base);
+	int fd = treeops_open_parent(p->dst_fd, f->rel, &base);
 
 	if (fd < 0)
 		return;
@@ -810,7 +810,9 @@ static void verify_and_repair(struct pull *p, digest_t root)
 	for (int pass = 1;; pass++) {
 		atomic_store(&j->phase, "verify");
 		p->dropped = 0;
-		ret = verify_tree(j, p->dst, p->dst_fd, true, true, drop_bad, p);
+		ret = verify_tree(j, p->dst, p->dst_fd,
+				  &(struct verify_opts){ .deep = true, .direct = true,
+							   .bad = drop_bad, .arg = p });
 		if (ret == 0) {
 			result(p, root);
 			return;

@@ -39,43 +39,50 @@ uint64_t repl_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Queues a commit of JOB/STEP; returns its seq. Under lock. */
-static uint64_t commit_locked(const char *job, const char *step)
+/* JOB/STEP's record (a new one if none), moved to the end of the list (the
+ * newest commit) with fresh copies and seq: state and root are the caller's
+ * to set, then save. NULL if out of memory. Under lock. */
+static struct record *requeue_locked(const char *job, const char *step)
 {
 	struct record *r = repl_rec_find(job, step);
-	uint64_t seq = repl_now_ns();
+	struct record **pp;
 
-	if (r && r->state == R_HASHING) {
-		r->rehash = true;       /* the committer hashes it once more */
-		return r->seq;
-	}
 	if (r) {
-		for (struct record **pp = &repl.records; *pp; pp = &(*pp)->next)
+		for (pp = &repl.records; *pp; pp = &(*pp)->next)
 			if (*pp == r) {
 				*pp = r->next;
 				break;
 			}
 		memset(r->copies, 0, sizeof(*r->copies) * (repl.npartners ? repl.npartners : 1));
-	} else {
-		r = repl_rec_new(job, step);
-		if (!r)
-			return 0;
+	} else if (!(r = repl_rec_new(job, step))) {
+		return NULL;
 	}
-	r->seq = seq;
-	r->state = R_HASHING;
+	r->seq = repl_now_ns();
 	r->why[0] = '\0';
-	{
-		struct record **pp = &repl.records;
+	for (pp = &repl.records; *pp; pp = &(*pp)->next)
+		;
+	r->next = NULL;
+	*pp = r;
+	return r;
+}
 
-		while (*pp)
-			pp = &(*pp)->next;
-		r->next = NULL;
-		*pp = r;
+/* Queues a commit of JOB/STEP; returns its seq. Under lock. */
+static uint64_t commit_locked(const char *job, const char *step)
+{
+	struct record *r = repl_rec_find(job, step);
+
+	if (r && r->state == R_HASHING) {
+		r->rehash = true;       /* the committer hashes it once more */
+		return r->seq;
 	}
+	r = requeue_locked(job, step);
+	if (!r)
+		return 0;
+	r->state = R_HASHING;
 	repl_rec_save(r);
 	repl_rec_retain(job);
 	pthread_cond_broadcast(&repl.cond);
-	return seq;
+	return r->seq;
 }
 
 static void *committer_main(void *arg)
@@ -136,6 +143,13 @@ static void on_finished(const char *job, const char *step, const char *why, void
 
 	pthread_mutex_lock(&repl.lock);
 	r = repl_rec_find(job, step);
+	for (struct restoring *x = repl.restoring; x; x = x->next)
+		if (strcmp(x->job, job) == 0 && strcmp(x->step, step) == 0) {
+			/* A restore writes there: its own record follows. */
+			log_debug("%s/%s is being restored: not committing it", job, step);
+			pthread_mutex_unlock(&repl.lock);
+			return;
+		}
 	if (r && r->state != R_FAILED && r->seq >= last_write) {
 		log_debug("%s/%s is finished (%s), and already committed", job, step, why);
 	} else {
@@ -143,6 +157,69 @@ static void on_finished(const char *job, const char *step, const char *why, void
 			 job, step, why);
 		commit_locked(job, step);
 	}
+	pthread_mutex_unlock(&repl.lock);
+}
+
+int repl_restore_begin(const char *job, const char *step)
+{
+	struct restoring *x;
+
+	pthread_mutex_lock(&repl.lock);
+	for (x = repl.restoring; x; x = x->next)
+		if (strcmp(x->job, job) == 0 && strcmp(x->step, step) == 0) {
+			pthread_mutex_unlock(&repl.lock);
+			return -EBUSY;
+		}
+	x = calloc(1, sizeof(*x));
+	if (x) {
+		snprintf(x->job, sizeof(x->job), "%s", job);
+		snprintf(x->step, sizeof(x->step), "%s", step);
+		x->next = repl.restoring;
+		repl.restoring = x;
+	}
+	pthread_mutex_unlock(&repl.lock);
+	return x ? 0 : -ENOMEM;
+}
+
+void repl_restore_end(const char *job, const char *step)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (struct restoring **pp = &repl.restoring; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->job, job) == 0 && strcmp((*pp)->step, step) == 0) {
+			struct restoring *x = *pp;
+
+			*pp = x->next;
+			free(x);
+			break;
+		}
+	pthread_mutex_unlock(&repl.lock);
+}
+
+void repl_restored(const char *job, const char *step, digest_t root, uint64_t files,
+		   uint64_t bytes)
+{
+	struct record *r;
+
+	pthread_mutex_lock(&repl.lock);
+	r = repl_rec_find(job, step);
+	if (r && r->state == R_READY && digest_eq(r->root, root)) {
+		pthread_mutex_unlock(&repl.lock);
+		return;         /* the record already says so: copies stand */
+	}
+	/* Committed with the restored root; each partner is offered it again
+	 * and, holding it, answers "have it" at the cost of a manifest. */
+	r = requeue_locked(job, step);
+	if (!r) {
+		pthread_mutex_unlock(&repl.lock);
+		return;
+	}
+	r->state = R_READY;
+	r->root = root;
+	r->files = files;
+	r->bytes = bytes;
+	repl_rec_save(r);
+	repl_rec_retain(job);
+	pthread_cond_broadcast(&repl.cond);
 	pthread_mutex_unlock(&repl.lock);
 }
 

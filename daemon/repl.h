@@ -11,7 +11,10 @@
 
 #include <stddef.h>
 
+#include <stdbool.h>
+
 #include "common/config.h"
+#include "common/digest.h"
 #include "common/proto.h"
 #include "daemon/job.h"
 
@@ -34,5 +37,33 @@ void repl_commit_run(struct job *j, const char *path);
 void repl_status(struct msg *m);
 /* K_NAME/K_VALUE pairs for `stage ls`, one per checkpoint. */
 void repl_ls(struct msg *m);
+
+/* One node's answer in a survey (repl_ask.c). */
+struct hold_cell;
+struct repl_answer {
+	const char *node;          /* its name in the hosts file, borrowed */
+	int err;                   /* 0: it answered; else -errno and why */
+	char why[512];
+	struct hold_cell *cells;   /* its copy groups (daemon/hold.h), holder = node */
+	size_t ncells;
+};
+/* Asks every node (this one answers in place; with `only`, just that node)
+ * what it holds of JOB/STEP, all at once. *ans: one answer per node in hosts
+ * file order, *n of them (a single node: one). 0, -ENOENT (`only` is not a
+ * node of the hosts file) or -ENOMEM. */
+int repl_survey(const char *job, const char *step, bool deep, const char *only,
+		struct repl_answer **ans, size_t *n);
+void repl_answers_free(struct repl_answer *a, size_t n);
+/* Where placement puts ORIGIN's copies: up to cap node names, in order. */
+size_t repl_placement(const char *origin, const char **holders, size_t cap);
+const char *repl_self_name(void);
+
+/* Serves MSG_RESTORE_REQ (repl_restore.c; sends the result). from: the
+ * node to restore from (--from), or NULL for the best copy. */
+void repl_restore_run(struct job *j, const char *path, const char *from);
+/* A restored step of this node: its record says committed with this root,
+ * and the partners are offered it again (those holding it answer "have it"). */
+void repl_restored(const char *job, const char *step, digest_t root, uint64_t files,
+		   uint64_t bytes);
 
 #endif

@@ -94,7 +94,16 @@ struct repl {
 	unsigned receivers;               /* threads serving peers, under lock */
 	struct rx_slot *rx;               /* transfers being received, under lock */
 	struct rx_link *rx_conns;         /* every authenticated receiver connection */
+	struct restoring *restoring;      /* steps being restored, under lock */
 };
+
+struct restoring {                    /* the watcher leaves these steps alone */
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	struct restoring *next;
+};
+/* repl.c: marks JOB/STEP as being restored: 0, or -EBUSY if it already is. */
+int repl_restore_begin(const char *job, const char *step);
+void repl_restore_end(const char *job, const char *step);
 
 extern struct repl repl;
 
@@ -117,5 +126,21 @@ int repl_recv_spawn(struct xport *x);
 void repl_recv_status(struct msg *m);
 /* Waits for every receiver to end (after the listener is closed). */
 void repl_recv_wait(void);
+
+/* The root (and chunk size, if chunk) of the complete manifest at
+ * dirfd/name, or -errno (-EBADMSG: damaged). */
+int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk);
+
+/* repl_ask.c: connects to node `host` and authenticates; io_ms is the
+ * connection's timeout afterwards. 0 or -errno with why. */
+int repl_dial(size_t host, int io_ms, struct xport **x, char *why, size_t whylen);
+/* A node, job or step name field: 0, -EINVAL (not a valid name), -ENOENT. */
+int repl_get_name(const struct msg *m, uint16_t key, char *out);
+/* A peer's MSG_ERROR as "NODE refused: TEXT" in why; returns its -errno. */
+int repl_peer_error(const struct msg *m, const char *node, char *why, size_t whylen);
+/* Serve one request on a receiver connection: 0 to go on, -errno to close
+ * it (a refusal has been sent). */
+int repl_serve_hold(struct xport *x, const char *peer, const struct msg *req);
+int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req);
 
 #endif

@@ -23,6 +23,9 @@
  * (exchanged with an older copy of the same step, which is then removed),
  * old steps beyond `keep` are removed, and DONE is sent.
  *
+ * The same connection also carries questions (MSG_HOLD_REQ, repl_ask.c)
+ * and restores' fetches (MSG_FETCH_REQ, repl_fetch.c) between offers.
+ *
  * Anything wrong (a bad digest, a frame out of order, a full disk) is a
  * MSG_ERROR and the end of the connection; the journal is untouched, so the
  * sender's next attempt resumes from the last durable point.
@@ -383,7 +386,7 @@ static int on_data(struct rx *r, const struct msg *m)
 /* ---- offer, publication ---- */
 
 /* The root of a complete manifest at dirfd/name, or -errno. */
-static int manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk)
+int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk)
 {
 	struct mf_reader *mr;
 	struct mf_entry e;
@@ -493,12 +496,12 @@ static int take_offer(struct rx *r, uint64_t size)
 	close(fd);
 	if (rc < 0)
 		return fail(r, rc, "offer: %s", strerror(-rc));
-	rc = manifest_root(r->st_fd, "offer.new", &old, &r->chunk_size);
+	rc = repl_manifest_root(r->st_fd, "offer.new", &old, &r->chunk_size);
 	if (rc < 0 || !digest_eq(old, r->root))
 		return fail(r, -EBADMSG, "the offered manifest of %s/%s is damaged or not the "
 			    "offered root", r->job, r->step);
 	/* Same offer as the one in .incoming: keep what is there. */
-	if (manifest_root(r->st_fd, "offer", &old, NULL) == 0 && digest_eq(old, r->root)) {
+	if (repl_manifest_root(r->st_fd, "offer", &old, NULL) == 0 && digest_eq(old, r->root)) {
 		read_journal(r);
 	} else {
 		DIR *d;
@@ -687,20 +690,6 @@ static void close_transfer(struct rx *r)
 	r->st_fd = r->in_fd = -1;
 }
 
-static int get_name(const struct msg *m, uint16_t key, char *out)
-{
-	char *s = NULL;
-	const char *w;
-	int rc = msg_get_str(m, key, &s);
-
-	if (rc == 0 && (strlen(s) > CKPT_NAME_MAX || config_check_name(s, &w) < 0))
-		rc = -EINVAL;
-	if (rc == 0)
-		strcpy(out, s);
-	free(s);
-	return rc;
-}
-
 /* One offer, from OFFER to DONE. 0, or -errno with r->why (sent). */
 static int serve_offer(struct rx *r, const struct msg *offer)
 {
@@ -710,8 +699,9 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	struct msg m;
 	int rc;
 
-	if (get_name(offer, K_ORIGIN, r->origin) < 0 || get_name(offer, K_JOB, r->job) < 0 ||
-	    get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
+	if (repl_get_name(offer, K_ORIGIN, r->origin) < 0 ||
+	    repl_get_name(offer, K_JOB, r->job) < 0 ||
+	    repl_get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
 	    digest_from_hex(hex, strlen(hex), &r->root) < 0 ||
 	    msg_get_u64(offer, K_SIZE, &size) < 0) {
 		free(hex);
@@ -734,7 +724,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		goto out;
 	snprintf(rel, sizeof(rel), "%s/%s/%s/%s", r->origin, r->job, r->step, MF_NAME);
 	msg_init(&m, MSG_WANT);
-	if (manifest_root(r->rr_fd, rel, &have, NULL) == 0 && digest_eq(have, r->root)) {
+	if (repl_manifest_root(r->rr_fd, rel, &have, NULL) == 0 && digest_eq(have, r->root)) {
 		msg_put_u64(&m, K_CODE, 1);
 		rc = r->x->ops->send(r->x, &m);
 		msg_free(&m);
@@ -819,9 +809,17 @@ static void *rx_main(void *arg)
 		rc = r->x->ops->recv(r->x, &m);
 		if (rc < 0)
 			break;
+		if (m.type == MSG_HOLD_REQ || m.type == MSG_FETCH_REQ) {
+			rc = m.type == MSG_HOLD_REQ ? repl_serve_hold(r->x, r->peer, &m)
+						    : repl_serve_fetch(r->x, r->peer, &m);
+			msg_free(&m);
+			if (rc < 0)
+				break;
+			continue;
+		}
 		if (m.type != MSG_OFFER) {
 			msg_free(&m);
-			peer_send_error(r->x, EPROTO, "expected an offer");
+			peer_send_error(r->x, EPROTO, "expected an offer, a question or a fetch");
 			break;
 		}
 		r->why[0] = '\0';

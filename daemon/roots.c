@@ -32,9 +32,7 @@ int roots_mkdirs(const char *path, unsigned mode)
 	return 0;
 }
 
-/* realpath of the longest existing prefix of abs, plus the rest verbatim.
- * The rest must hold no ".." (it cannot be resolved: nothing is there). */
-static int resolve_prefix(const char *abs, char **out)
+int roots_resolve(const char *abs, char **out)
 {
 	char buf[PATH_MAX], *real;
 	size_t n = strlen(abs);
@@ -121,7 +119,7 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
 		goto out_free;
 	}
 	if (dest_arg) {
-		ret = resolve_prefix(dest_arg, &d);
+		ret = roots_resolve(dest_arg, &d);
 		if (ret < 0) {
 			snprintf(why, whylen, "destination '%s': %s", dest_arg,
 				 ret != -EINVAL ? strerror(-ret) : dest_arg[0] != '/'

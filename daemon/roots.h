@@ -17,6 +17,11 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
  * ckpt_root or replica_root. */
 int roots_local(const struct stage_config *cfg, const char *arg, char **path, char *why,
 		size_t whylen);
+/* realpath of the longest existing prefix of abs, plus the rest verbatim:
+ * how a path that does not exist yet (a checkpoint to restore onto an empty
+ * disk) is understood. The rest must hold no ".." (nothing is there to
+ * resolve it against): -EINVAL, as for a relative abs. 0 or -errno. */
+int roots_resolve(const char *abs, char **out);
 /* mkdir -p with mode for the directories it creates. 0 or -errno. */
 int roots_mkdirs(const char *path, unsigned mode);
 

@@ -38,7 +38,8 @@ struct verify {
 
 /* rel is NULL for a finding about no single entry (a directory that could
  * not be listed): then detail says everything. */
-static void finding(struct verify *v, const char *kind, const char *rel, const char *detail)
+static void finding_chunks(struct verify *v, const char *kind, const char *rel,
+			   const char *detail, const digest_t *chunks, uint64_t nchunks)
 {
 	v->findings++;
 	if (!rel)
@@ -46,8 +47,16 @@ static void finding(struct verify *v, const char *kind, const char *rel, const c
 	else
 		job_note(v->job, LOG_ERROR, kind, rel, "%s %s/%s%s%s", kind, v->path, rel,
 			 detail ? ": " : "", detail ? detail : "");
-	if (rel && v->bad)
-		v->bad(rel, v->bad_arg);
+	if (rel && v->bad) {
+		struct verify_finding f = { kind, rel, detail, chunks, nchunks };
+
+		v->bad(&f, v->bad_arg);
+	}
+}
+
+static void finding(struct verify *v, const char *kind, const char *rel, const char *detail)
+{
+	finding_chunks(v, kind, rel, detail, NULL, 0);
 }
 
 static void on_hashed(struct cp_file *cf, void *arg)
@@ -77,7 +86,7 @@ static void on_hashed(struct cp_file *cf, void *arg)
 				 bad > 8 ? ", ..." : "", (unsigned long long)cf->nchunks);
 		else
 			snprintf(d, sizeof(d), "content digest differs");
-		finding(v, "damaged", it->want.path, d);
+		finding_chunks(v, "damaged", it->want.path, d, cf->chunks, cf->nchunks);
 	}
 	atomic_fetch_add(&v->job->files_done, 1);
 	atomic_fetch_add(&v->job->bytes_done, it->want.size);
@@ -161,10 +170,12 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 	atomic_fetch_add(&v->job->bytes_done, m->size);
 }
 
-int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool direct,
-		verify_bad_fn bad, void *arg)
+int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_opts *o)
 {
-	struct verify v = { .job = j, .path = path, .dirfd = dirfd, .bad = bad, .bad_arg = arg };
+	struct verify v = { .job = j, .path = path, .dirfd = dirfd, .bad = o->bad,
+			    .bad_arg = o->arg };
+	const char *mf = o->manifest ? o->manifest : "manifest";
+	bool deep = o->deep;
 	struct cursor mc;
 	struct walk *w;
 	struct walk_ent e;
@@ -173,7 +184,7 @@ int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool dire
 	int stage_fd, ret;
 
 	stage_fd = openat(dirfd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (stage_fd < 0 || faccessat(stage_fd, "manifest", F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+	if (stage_fd < 0 || faccessat(stage_fd, mf, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (stage_fd >= 0)
 			close(stage_fd);
 		job_note(j, LOG_ERROR, NULL, NULL,
@@ -181,7 +192,7 @@ int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool dire
 			 path, path, MF_NAME);
 		return -ENOENT;
 	}
-	ret = cursor_open(&mc, stage_fd, "manifest", MF_COMPLETE, why, sizeof(why));
+	ret = cursor_open(&mc, stage_fd, mf, MF_COMPLETE, why, sizeof(why));
 	close(stage_fd);
 	if (ret < 0) {
 		job_note(j, LOG_ERROR, NULL, NULL, "%s/%s: %s", path, MF_DIRNAME, why);
@@ -191,7 +202,7 @@ int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool dire
 		struct copier_opts co = {
 			.memory = j->cfg->memory, .io_size = j->cfg->io_size,
 			.chunk_size = cursor_chunk_size(&mc), .direct_min = 2 * j->cfg->io_size,
-			.max_files = j->cfg->files_in_flight, .depth = 8, .direct_verify = direct,
+			.max_files = j->cfg->files_in_flight, .depth = 8, .direct_verify = o->direct,
 		};
 
 		ret = copier_create(&v.cp, -1, &co);
@@ -254,6 +265,8 @@ int verify_tree(struct job *j, const char *path, int dirfd, bool deep, bool dire
 		ret = mc.err;
 	} else if (ret == 0) {
 		ret = v.findings ? 1 : 0;
+		if (o->root && mc.r)
+			*o->root = mf_reader_root(mc.r);
 	}
 	atomic_store(&j->files_total, v.files);
 	atomic_store(&j->bytes_total, v.bytes);
@@ -281,7 +294,7 @@ void verify_run(struct job *j, const char *path_arg)
 		free(path);
 		return;
 	}
-	ret = verify_tree(j, path, fd, deep, false, NULL, NULL);
+	ret = verify_tree(j, path, fd, &(struct verify_opts){ .deep = deep });
 	if (ret == 0)
 		job_result(j, 0, path, NULL, "verified %s%s: %llu files, %llu bytes", path,
 			   deep ? " (every byte)" : "",

@@ -136,12 +136,70 @@ static void test_args_not_in_this_version(void **state)
 	struct cli_args a;
 	char err[256];
 
-	/* The command is named before its (unknown to us) options are looked at. */
-	assert_int_equal(PARSE(&a, err, "restore", "dir", "--from", "n1"), -ENOTSUP);
-	assert_string_equal(err, "'restore' is not available in this version yet");
+	/* main hands codec to its own parser before this one sees it. */
 	assert_int_equal(PARSE(&a, err, "--json", "codec", "bench", "f"), -ENOTSUP);
-	assert_int_equal(PARSE(&a, err, "verify", "p", "--cluster"), -ENOTSUP);
-	assert_non_null(strstr(err, "verify --cluster needs checkpoint replication"));
+	assert_string_equal(err, "'codec' is not available in this version yet");
+}
+
+static void test_args_verify_cluster(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	assert_int_equal(PARSE(&a, err, "verify", "p", "--cluster", "--deep"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_VERIFY);
+	assert_string_equal(a.operand, "p");
+	assert_true(a.cluster && a.deep);
+	assert_int_equal(PARSE(&a, err, "verify", "p"), 0);
+	assert_false(a.cluster || a.deep);
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--cluster"), -EINVAL);
+	assert_string_equal(err, "option '--cluster' does not apply to 'pull'");
+}
+
+static void test_args_restore(void **state)
+{
+	struct cli_args a;
+	char err[256];
+
+	assert_int_equal(PARSE(&a, err, "restore", "ck/job/step"), 0);
+	assert_int_equal(a.cmd, CLI_CMD_RESTORE);
+	assert_string_equal(a.operand, "ck/job/step");
+	assert_null(a.from);
+	assert_int_equal(PARSE(&a, err, "restore", "d", "--from", "n1"), 0);
+	assert_string_equal(a.operand, "d");
+	assert_string_equal(a.from, "n1");
+	assert_int_equal(PARSE(&a, err, "--from=n2", "restore", "d"), 0);
+	assert_string_equal(a.from, "n2");
+
+	assert_int_equal(PARSE(&a, err, "restore"), -EINVAL);
+	assert_string_equal(err, "missing operand: stage restore DIR [--from NODE]");
+	assert_int_equal(PARSE(&a, err, "restore", "a", "b"), -EINVAL);
+	assert_non_null(strstr(err, "extra operand 'b'"));
+	assert_int_equal(PARSE(&a, err, "verify", "p", "--from", "n1"), -EINVAL);
+	assert_string_equal(err, "option '--from' does not apply to 'verify'");
+	assert_int_equal(PARSE(&a, err, "restore", "d", "--from="), -EINVAL);
+	assert_string_equal(err, "option '--from' needs a non-empty value");
+	assert_int_equal(PARSE(&a, err, "restore", "d", "--from", ""), -EINVAL);
+	assert_string_equal(err, "option '--from' needs a non-empty value");
+	assert_int_equal(PARSE(&a, err, "restore", "d", "--from"), -EINVAL);
+	assert_string_equal(err, "option '--from' needs a value");
+	assert_int_equal(PARSE(&a, err, "restore", "d", "--cluster"), -EINVAL);
+}
+
+static void test_args_usage_text(void **state)
+{
+	struct capture c;
+	const char *t;
+
+	cap_open(&c);
+	cli_args_usage(c.f);
+	t = cap_text(&c);
+	assert_non_null(strstr(t, "  stage verify PATH [--deep] [--cluster]\n"));
+	assert_non_null(strstr(t, "  stage restore DIR [--from NODE]\n"));
+	assert_non_null(strstr(t, "\n  restore   "));
+	assert_non_null(strstr(t, "--cluster: "));
+	assert_null(strstr(t, "later version"));
+	cap_close(&c);
 }
 
 static void test_args_commit_ls(void **state)
@@ -547,6 +605,178 @@ static void test_frames_progress_line(void **state)
 			    "stage: hello\n");
 }
 
+/* One copy group; texts end with NULL. */
+static void put_group(struct msg *m, const char *origin, const char *holder, const char *st,
+		      const char *step, ...)
+{
+	const char *text;
+	va_list ap;
+
+	msg_put_str(m, K_ORIGIN, origin);
+	msg_put_str(m, K_HOLDER, holder);
+	msg_put_str(m, K_STATE, st);
+	if (step)
+		msg_put_str(m, K_STEP, step);
+	va_start(ap, step);
+	while ((text = va_arg(ap, const char *)))
+		msg_put_str(m, K_TEXT, text);
+	va_end(ap);
+}
+
+/* Three origins on three holders: one copy of another step, no copy of n2
+ * on n2, n3 not reachable at all. */
+static void cells_frame(struct msg *m)
+{
+	msg_init(m, MSG_CELLS);
+	put_group(m, "n0", "n1", "ok", "step-200", NULL);
+	msg_put_str(m, K_ROOT, "0123456789abcdef0123456789abcdef");
+	msg_put_u64(m, K_FILES_TOTAL, 3);
+	msg_put_u64(m, K_BYTES_TOTAL, 4096);
+	put_group(m, "n0", "n2", "other-step", "step-100", NULL);
+	put_group(m, "", "n3", "unreachable", NULL, "connect: Connection refused", NULL);
+	put_group(m, "n1", "n2", "ok", "step-200", NULL);
+	put_group(m, "n1", "n1", "damaged", "step-200", "a.bin: digest differs",
+		  "b.bin: missing", NULL);
+	put_group(m, "n2", "n1", "missing", NULL, NULL);
+	assert_int_equal(m->err, 0);
+}
+
+static void test_frames_cells_human(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	cells_frame(&m);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	assert_string_equal(cap_text(&f->out),
+			    "ORIGIN  n1       n2        n3\n"
+			    "n0      ok       step-100  ?\n"
+			    "n1      damaged  ok        ?\n"
+			    "n2      missing  -         ?\n"
+			    "  n3: unreachable: connect: Connection refused\n"
+			    "  n1 on n1: damaged: a.bin: digest differs\n"
+			    "  n1 on n1: damaged: b.bin: missing\n");
+	assert_string_equal(cap_text(&f->err), "");
+}
+
+static void test_frames_cells_json(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	f->o.json = true;
+	cells_frame(&m);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	assert_string_equal(cap_text(&f->out),
+		"{\"event\":\"copy\",\"origin\":\"n0\",\"holder\":\"n1\",\"state\":\"ok\","
+		"\"step\":\"step-200\",\"root\":\"0123456789abcdef0123456789abcdef\","
+		"\"files\":3,\"bytes\":4096}\n"
+		"{\"event\":\"copy\",\"origin\":\"n0\",\"holder\":\"n2\",\"state\":\"other-step\","
+		"\"step\":\"step-100\"}\n"
+		"{\"event\":\"copy\",\"origin\":\"\",\"holder\":\"n3\",\"state\":\"unreachable\","
+		"\"detail\":[\"connect: Connection refused\"]}\n"
+		"{\"event\":\"copy\",\"origin\":\"n1\",\"holder\":\"n2\",\"state\":\"ok\","
+		"\"step\":\"step-200\"}\n"
+		"{\"event\":\"copy\",\"origin\":\"n1\",\"holder\":\"n1\",\"state\":\"damaged\","
+		"\"step\":\"step-200\",\"detail\":[\"a.bin: digest differs\",\"b.bin: missing\"]}\n"
+		"{\"event\":\"copy\",\"origin\":\"n2\",\"holder\":\"n1\",\"state\":\"missing\"}\n");
+}
+
+/* The rarer cells: an origin's own "unreachable", "other-step" naming no
+ * step, a group on a holder that is also down as a whole, a repeated pair. */
+static void test_frames_cells_rules(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	msg_init(&m, MSG_CELLS);
+	put_group(&m, "", "h2", "unreachable", NULL, NULL);
+	put_group(&m, "origin-a", "h1", "unreachable", NULL, NULL);
+	put_group(&m, "origin-a", "h2", "ok", NULL, NULL);
+	put_group(&m, "origin-b", "h1", "other-step", NULL, NULL);
+	put_group(&m, "origin-b", "h1", "ok", NULL, NULL);
+	put_group(&m, "origin-b", "h3", "differs", NULL, NULL);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	assert_string_equal(cap_text(&f->out),
+			    "ORIGIN    h2  h1          h3\n"
+			    "origin-a  ok  ?           -\n"
+			    "origin-b  ?   other-step  differs\n");
+}
+
+/* Names and findings come from other nodes: nothing reaches the terminal
+ * unprintable, and the padding counts what is printed. */
+static void test_frames_cells_unprintable(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	msg_init(&m, MSG_CELLS);
+	msg_put_str(&m, K_TEXT, "before any group: ignored");
+	put_group(&m, "n\x1b[2J\x7f", "h\xff", "bad\ttab", NULL, "x\ny", NULL);
+	msg_put_u64(&m, 999, 1);        /* a key of a later version */
+	put_group(&m, "n1", "h\xff", "ok", NULL, NULL);
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	assert_string_equal(cap_text(&f->out),
+			    "ORIGIN  h?\n"
+			    "n?[2J?  bad?tab\n"
+			    "n1      ok\n"
+			    "  n?[2J? on h?: bad?tab: x?y\n");
+}
+
+/* A frame naming more nodes than a table can show: the first 256 origins,
+ * then how many more there were. */
+static void test_frames_cells_bounded(void **state)
+{
+	struct frames *f = *state;
+	const char *t, *line;
+	char name[16];
+	size_t rows = 0;
+	struct msg m;
+
+	msg_init(&m, MSG_CELLS);
+	for (int i = 0; i < 260; i++) {
+		snprintf(name, sizeof(name), "o%03d", i);
+		put_group(&m, name, "h", "ok", NULL, NULL);
+	}
+	put_group(&m, "o000", "h", "damaged", NULL, NULL);    /* not a new origin */
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	t = cap_text(&f->out);
+	assert_true(strncmp(t, "ORIGIN  h\no000    ok\n", strlen("ORIGIN  h\no000    ok\n")) == 0);
+	for (line = t; (line = strchr(line, '\n')) && line[1]; line++)
+		rows += line[1] == 'o';
+	assert_int_equal(rows, 256);
+	assert_non_null(strstr(t, "\no255    ok\n  (4 more not shown)\n"));
+	assert_null(strstr(t, "o256"));
+}
+
+static void test_frames_cells_holders_only(void **state)
+{
+	struct frames *f = *state;
+	struct msg m;
+
+	msg_init(&m, MSG_CELLS);
+	put_group(&m, "", "n1", "unreachable", NULL, "timed out", NULL);
+	/* Groups without a holder belong to no column: JSON only. */
+	msg_put_str(&m, K_ORIGIN, "");
+	msg_put_str(&m, K_ORIGIN, "n0");
+	msg_put_str(&m, K_TEXT, "lost");
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	f->o.json = true;
+	assert_int_equal(cli_out_frame(&f->o, &m), 0);
+	msg_free(&m);
+	assert_string_equal(cap_text(&f->out),
+			    "  n1: unreachable: timed out\n"
+			    "{\"event\":\"copy\",\"origin\":\"\",\"holder\":\"n1\","
+			    "\"state\":\"unreachable\",\"detail\":[\"timed out\"]}\n"
+			    "{\"event\":\"copy\",\"origin\":\"\"}\n"
+			    "{\"event\":\"copy\",\"origin\":\"n0\",\"detail\":[\"lost\"]}\n");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -555,6 +785,9 @@ int main(void)
 		cmocka_unit_test(test_args_command_index),
 		cmocka_unit_test(test_args_usage_errors),
 		cmocka_unit_test(test_args_not_in_this_version),
+		cmocka_unit_test(test_args_verify_cluster),
+		cmocka_unit_test(test_args_restore),
+		cmocka_unit_test(test_args_usage_text),
 		cmocka_unit_test(test_args_commit_ls),
 		cmocka_unit_test(test_args_help_version),
 		cmocka_unit_test(test_absolute_paths),
@@ -571,6 +804,18 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_frames_json, frames_setup, frames_teardown),
 		cmocka_unit_test_setup_teardown(test_frames_status, frames_setup, frames_teardown),
 		cmocka_unit_test_setup_teardown(test_frames_progress_line, frames_setup,
+						frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_cells_human, frames_setup,
+						frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_cells_json, frames_setup,
+						frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_cells_rules, frames_setup,
+						frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_cells_unprintable, frames_setup,
+						frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_cells_bounded, frames_setup,
+						frames_teardown),
+		cmocka_unit_test_setup_teardown(test_frames_cells_holders_only, frames_setup,
 						frames_teardown),
 	};
 

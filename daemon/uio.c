@@ -1,0 +1,69 @@
+#include "daemon/uio.h"
+
+#include <errno.h>
+#include <stdbool.h>
+
+int uio_init(struct io_uring *ring)
+{
+	return io_uring_queue_init(4, ring, 0);
+}
+
+/* One request, waited for: its result, or -errno. */
+static int one(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off, bool write)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_cqe *cqe;
+	int rc;
+
+	if (!sqe)
+		return -EBUSY;
+	if (write)
+		io_uring_prep_write(sqe, fd, buf, (unsigned)n, off);
+	else
+		io_uring_prep_read(sqe, fd, buf, (unsigned)n, off);
+	rc = io_uring_submit_and_wait(ring, 1);
+	if (rc < 0)
+		return rc;
+	rc = io_uring_wait_cqe(ring, &cqe);
+	if (rc < 0)
+		return rc;
+	rc = cqe->res;
+	io_uring_cqe_seen(ring, cqe);
+	return rc;
+}
+
+ssize_t uio_pread(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		int rc = one(ring, fd, (char *)buf + done, n - done, off + done, false);
+
+		if (rc == -EINTR || rc == -EAGAIN)
+			continue;
+		if (rc < 0)
+			return rc;
+		if (rc == 0)
+			break;
+		done += (size_t)rc;
+	}
+	return (ssize_t)done;
+}
+
+int uio_pwrite(struct io_uring *ring, int fd, const void *buf, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		int rc = one(ring, fd, (char *)buf + done, n - done, off + done, true);
+
+		if (rc == -EINTR || rc == -EAGAIN)
+			continue;
+		if (rc < 0)
+			return rc;
+		if (rc == 0)
+			return -ENOSPC;
+		done += (size_t)rc;
+	}
+	return 0;
+}

@@ -1,0 +1,267 @@
+"""stage verify --cluster and stage restore between real daemons, with real
+damage: a flipped byte, a deleted checkpoint directory, a replacement node
+with an empty disk, a node holding another step, a holder that is down, a
+truncated or edited manifest.
+
+Clusters come from conftest's make_cluster (nodes n0..nN-1 on loopback,
+one hosts file, one key). With replicas = 1, n_i's copy goes to n_{i+1}.
+"""
+import json
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from helpers import CHUNK, D, F, L, assert_tree_equal, flip_byte, make_tree
+
+JOB, STEP = "job1", "step-100"
+
+
+def ckpt(d, step=STEP, job=JOB):
+    return d.base / "ckpt" / job / step
+
+
+def replica(holder, origin, step=STEP, job=JOB):
+    return holder.base / "replicas" / origin.name / job / step
+
+
+def shards(root, rank, seed):
+    """One rank's part of a checkpoint: a multi-chunk shard, small files,
+    a subdirectory, a link."""
+    return make_tree(root, [
+        F(f"model-rank{rank}.pt", size=6 * CHUNK + 321),
+        F(f"optim/rank{rank}.bin", size=2 * CHUNK),
+        F("meta.json", data=b'{"step": 100}\n', mode=0o640),
+        F("empty", data=b""),
+        D("sub/deeper", mode=0o750),
+        F("sub/deeper/x.txt", data=b"x" * 100),
+        L("latest.pt", f"model-rank{rank}.pt"),
+    ], seed=seed)
+
+
+def commit(d, path, wait=True):
+    args = ["commit", str(path)] + (["--wait"] if wait else [])
+    cp = d.run(*args, timeout=120)
+    assert cp.returncode == 0, f"commit on {d.name}: {cp.stderr}"
+
+
+@pytest.fixture
+def trio(make_cluster, tmp_path):
+    """Three nodes, each with its own step-100 committed and replicated to
+    its partner; the originals kept in tmp_path/orig for comparison."""
+    nodes = make_cluster(3, replicas=1, transfer={"watch": "off"})
+    for i, d in enumerate(nodes):
+        shards(ckpt(d), i, seed=10 + i)
+        shutil.copytree(ckpt(d), tmp_path / "orig" / d.name, symlinks=True)
+        commit(d, ckpt(d))
+    return nodes
+
+
+def cverify(d, *extra, step=STEP, json_out=False):
+    return d.run("verify", str(ckpt(d, step)), "--cluster", *extra, json=json_out, timeout=120)
+
+
+def cells(cp):
+    """The "copy" objects of a --json run: {(origin, holder): obj}."""
+    out = {}
+    for line in cp.stdout.splitlines():
+        o = json.loads(line)
+        if o.get("event") == "copy":
+            out[(o.get("origin", ""), o.get("holder"))] = o
+    return out
+
+
+# ------------------------------------------------------------ verify --cluster
+
+def test_cluster_verify_all_intact(trio):
+    n0, n1, n2 = trio
+    cp = cverify(n0)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "verified on 3 nodes" in cp.stderr
+    lines = cp.stdout.splitlines()
+    assert lines[0].split() == ["ORIGIN", "n0", "n1", "n2"], cp.stdout
+    assert lines[1].split() == ["n0", "ok", "ok", "-"], cp.stdout
+    assert lines[2].split() == ["n1", "-", "ok", "ok"], cp.stdout
+    assert lines[3].split() == ["n2", "ok", "-", "ok"], cp.stdout
+    js = cverify(n1, json_out=True)
+    assert js.returncode == 0, js.stderr
+    c = cells(js)
+    assert c[("n0", "n1")]["state"] == "ok" and c[("n0", "n0")]["state"] == "ok"
+    assert c[("n0", "n0")]["root"] == c[("n0", "n1")]["root"]
+    assert c[("n0", "n0")]["root"] != c[("n1", "n1")]["root"]
+    assert c[("n2", "n2")]["files"] == 5
+    res = [json.loads(x) for x in js.stdout.splitlines() if '"result"' in x][-1]
+    assert res["code"] == 0
+    # A replica's path names the same step.
+    rp = n1.run("verify", str(replica(n1, n0)), "--cluster", timeout=60)
+    assert rp.returncode == 0, rp.stderr
+
+
+def test_flipped_byte_found_and_restored(trio, tmp_path):
+    n0, n1, n2 = trio
+    victim = ckpt(n1) / "model-rank1.pt"
+    flip_byte(victim, 3 * CHUNK + 17)
+    # Local deep verify names the file.
+    cp = n1.run("verify", str(ckpt(n1)), "--deep")
+    assert cp.returncode == 1 and "model-rank1.pt" in cp.stdout, cp.stdout + cp.stderr
+    # Fast cluster verify cannot see a flipped byte under an unchanged mtime;
+    # --deep can, and names the copy.
+    cp = cverify(n0, "--deep")
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert cp.stdout.splitlines()[2].split() == ["n1", "-", "damaged", "ok"], cp.stdout
+    assert "n1's own copy of step-100 is damaged" in cp.stderr
+    assert "model-rank1.pt" in cp.stdout
+    assert "restore" in cp.stderr           # says it is recoverable
+    # Restore fetches the damaged chunk only.
+    rs = n1.run("restore", str(ckpt(n1)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    assert "1 file rebuilt, 1 chunk" in rs.stderr, rs.stderr
+    assert "from n2" in rs.stderr
+    assert_tree_equal(tmp_path / "orig" / "n1", ckpt(n1))
+    assert n1.run("verify", str(ckpt(n1)), "--deep").returncode == 0
+    assert cverify(n2, "--deep").returncode == 0
+    # Idempotent: a second restore finds nothing to do.
+    again = n1.run("restore", str(ckpt(n1)), timeout=120)
+    assert again.returncode == 0 and "nothing to restore" in again.stderr, again.stderr
+    assert not any((ckpt(n1) / ".stage" / "tmp").iterdir())
+
+
+def test_deleted_checkpoint_dir_restored(trio, tmp_path):
+    n0, n1, n2 = trio
+    shutil.rmtree(ckpt(n0))
+    cp = cverify(n1)
+    assert cp.returncode == 1
+    assert cp.stdout.splitlines()[1].split() == ["n0", "missing", "ok", "-"], cp.stdout
+    assert "n0 has no checkpoint step-100" in cp.stderr
+    # The path no longer exists; it is understood from its place under ckpt_root.
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    assert "from n1" in rs.stderr
+    assert_tree_equal(tmp_path / "orig" / "n0", ckpt(n0))
+    assert (ckpt(n0) / ".stage" / "manifest").read_bytes() == \
+        (replica(n1, n0) / ".stage" / "manifest").read_bytes()
+    assert cverify(n2, "--deep").returncode == 0
+
+
+def test_replacement_node(trio, tmp_path):
+    """n1 dies with its disk; a new n1 (same name, same key, empty disk) gets
+    every shard back. The replicas it held for n0 are gone too: verify says
+    so, and n0 committing again puts them back."""
+    n0, n1, n2 = trio
+    n1.kill9()
+    time.sleep(0.5)     # see test_replicate.after_kill9
+    for sub in ("ckpt", "replicas", "state"):
+        shutil.rmtree(n1.base / sub, ignore_errors=True)
+    n1.start()
+    rs = n1.run("restore", str(ckpt(n1)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    assert_tree_equal(tmp_path / "orig" / "n1", ckpt(n1))
+    ls = n1.run("ls")
+    assert "job1/step-100" in ls.stdout and "state=committed" in ls.stdout, ls.stdout
+    cp = cverify(n0)
+    assert cp.returncode == 1
+    assert "n1 holds no copy of n0's step-100" in cp.stderr, cp.stderr
+    commit(n0, ckpt(n0))
+    assert cverify(n0, "--deep").returncode == 0
+
+
+def test_node_with_another_step(make_cluster):
+    n0, n1, n2 = make_cluster(3, replicas=1, transfer={"watch": "off"})
+    for i, d in enumerate((n0, n1)):
+        shards(ckpt(d), i, seed=i)
+        commit(d, ckpt(d))
+    shards(ckpt(n2, "step-90"), 2, seed=2)
+    commit(n2, ckpt(n2, "step-90"))
+    cp = cverify(n0)
+    assert cp.returncode == 1
+    rows = {l.split()[0]: l.split()[1:] for l in cp.stdout.splitlines()[1:4]}
+    assert rows["n2"] == ["step-90", "-", "step-90"], cp.stdout
+    assert "n2 has no step-100 (its latest checkpoint of the job is step-90)" in cp.stderr
+    assert "intact on no node" in cp.stderr
+
+
+def test_holder_down(trio):
+    n0, n1, n2 = trio
+    n2.kill9()
+    t0 = time.monotonic()
+    cp = cverify(n0, json_out=True)
+    assert time.monotonic() - t0 < 10
+    assert cp.returncode == 1
+    c = cells(cp)
+    assert c[("", "n2")]["state"] == "unreachable"
+    assert c[("n0", "n0")]["state"] == "ok" and c[("n1", "n2")] if ("n1", "n2") in c else True
+    text = cp.stdout + cp.stderr
+    assert "n2 could not be asked" in text
+    assert "its own copy and the replicas it holds are unknown" in text
+    # Human form: n2's column is "?".
+    hp = cverify(n0)
+    assert hp.stdout.splitlines()[1].split() == ["n0", "ok", "ok", "?"], hp.stdout
+
+
+@pytest.mark.parametrize("how", ["truncate", "edit"])
+def test_damaged_manifest(trio, how):
+    n0, n1, n2 = trio
+    mf = ckpt(n0) / ".stage" / "manifest"
+    good = mf.read_bytes()
+    if how == "truncate":
+        mf.write_bytes(good[: len(good) // 2])
+    else:
+        mf.write_bytes(good.replace(b"meta.json", b"meta.jsoN", 1))
+    cp = n0.run("verify", str(ckpt(n0)))
+    assert cp.returncode == 1 and "manifest" in cp.stderr, cp.stderr
+    cv = cverify(n1)
+    assert cv.returncode == 1
+    assert cv.stdout.splitlines()[1].split()[1] == "damaged", cv.stdout
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    assert mf.read_bytes() == good
+    assert cverify(n1, "--deep").returncode == 0
+
+
+def test_restore_bad_input(trio, make_daemon, tmp_path):
+    n0, n1, n2 = trio
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for args, code, words in [
+        (("restore", str(outside)), 2, "not beneath ckpt_root"),
+        (("restore", str(ckpt(n0)), "--from", "nosuch"), 2, "--from nosuch"),
+        (("restore", str(ckpt(n0)), "--from", "n0"), 2, "names this node"),
+        (("restore", str(n0.base / "ckpt" / JOB)), 2, "JOB/STEP"),
+        (("verify", str(outside), "--cluster"), 2, "not a checkpoint"),
+    ]:
+        cp = n0.run(*args)
+        assert cp.returncode == code, f"{args}: {cp.returncode} {cp.stderr}"
+        assert words in cp.stderr, f"{args}: {cp.stderr}"
+    # A step nobody holds a copy of.
+    shards(ckpt(n0, "step-7"), 0, seed=7)
+    cp = n0.run("restore", str(ckpt(n0, "step-7")))
+    assert cp.returncode == 1 and "no node that answered holds an intact copy" in cp.stderr
+    # The daemon kept serving.
+    assert n0.run("status").returncode == 0
+    # A single node has no replicas.
+    solo = make_daemon()
+    p = solo.base / "ckpt" / JOB / STEP
+    shards(p, 0, seed=1)
+    cp = solo.run("restore", str(p))
+    assert cp.returncode == 1 and "single node" in cp.stderr, cp.stderr
+
+
+def test_restore_refuses_another_commit(trio, tmp_path):
+    """n0 changed a file and committed again while its partner was down: the
+    replica is of the older commit. Restore does not mix the two, and
+    --from takes the replica's commit whole."""
+    n0, n1, n2 = trio
+    n1.kill9()
+    time.sleep(0.5)
+    (ckpt(n0) / "meta.json").write_bytes(b'{"step": 101}\n')
+    commit(n0, ckpt(n0), wait=False)
+    time.sleep(1)
+    n1.start()
+    # Right after the restart the sender may be backing off: the replica is
+    # still the old commit for a moment. Damage n0's copy to give restore work.
+    os.unlink(ckpt(n0) / "optim" / "rank0.bin")
+    cp = n0.run("restore", str(ckpt(n0)), "--from", "n1", timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert (ckpt(n0) / "optim" / "rank0.bin").exists()
