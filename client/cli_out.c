@@ -727,7 +727,11 @@ int cli_out_frame(struct cli_out *o, const struct msg *m)
 	if (!o->json) {
 		if (m->type != MSG_PROGRESS)
 			cli_out_clear(o);
-		return k->human(o, m);
+		rc = k->human(o, m);
+		/* stdout and stderr interleave in frame order when they share a
+		 * terminal or a file (the table before the verdict). */
+		fflush(o->out);
+		return rc;
 	}
 	if (k->json) {
 		k->json(o, m, k->event);

@@ -31,8 +31,8 @@ static void on_bad(const struct verify_finding *f, void *arg)
 		t->more++;
 		return;
 	}
-	if (asprintf(&s, "%s %s%s%s", f->kind, f->rel, f->detail ? ": " : "",
-		     f->detail ? f->detail : "") >= 0)
+	if (asprintf(&s, "%s: %s%s%s%s", f->rel, f->kind, f->detail ? " (" : "",
+		     f->detail ? f->detail : "", f->detail ? ")" : "") >= 0)
 		t->c->text[t->c->ntext++] = s;
 }
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/codec.h"
@@ -92,6 +93,32 @@ out:
 	return rc;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* `rate` caps a restore served as it caps each sender: training shares the
+ * link. Sleeps until `sent` bytes since t0 are within the rate. */
+static void pace(uint64_t t0, uint64_t sent)
+{
+	uint64_t due, now;
+
+	if (!repl.cfg->rate)
+		return;
+	due = t0 + (uint64_t)((double)sent / (double)repl.cfg->rate * 1e9);
+	now = mono_ns();
+	if (due > now) {
+		struct timespec ts = { .tv_sec = (time_t)((due - now) / 1000000000ull),
+				       .tv_nsec = (long)((due - now) % 1000000000ull) };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
 static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t off,
 		      uint64_t size, char *why, size_t whylen)
 {
@@ -105,6 +132,7 @@ static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t of
 	const char *base;
 	struct stat st;
 	struct msg m;
+	uint64_t t0, sent = 0;
 	int dir_fd, fd = -1, rc;
 
 	if (!buf || !frame) {
@@ -128,6 +156,7 @@ static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t of
 			 "not a file of that size here" : strerror(-rc));
 		goto out_ring;
 	}
+	t0 = mono_ns();
 	while (size) {
 		size_t len = size < REPL_PIECE ? (size_t)size : REPL_PIECE, flen;
 		ssize_t n = uio_pread(&ring, fd, buf, len, off);
@@ -153,6 +182,8 @@ static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t of
 			goto out_ring;
 		off += len;
 		size -= len;
+		sent += flen;
+		pace(t0, sent);
 	}
 	msg_init(&m, MSG_END);
 	rc = x->ops->send(x, &m);

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers import CHUNK, D, F, L, assert_tree_equal, flip_byte, make_tree
+from helpers import CHUNK, D, F, L, assert_tree_equal, flip_byte, make_tree, wait_for
 
 JOB, STEP = "job1", "step-100"
 
@@ -265,3 +265,38 @@ def test_restore_refuses_another_commit(trio, tmp_path):
     cp = n0.run("restore", str(ckpt(n0)), "--from", "n1", timeout=120)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert (ckpt(n0) / "optim" / "rank0.bin").exists()
+
+
+def test_interrupted_restore_resumes(make_cluster):
+    """kill -9 of the origin's daemon in the middle of rebuilding a big file:
+    nothing half-built appears under the file's name, and the next restore
+    finishes the job (the files already rebuilt are not fetched again)."""
+    # The holder serves at most 64 MiB/s (`rate`): the rebuild takes 3 s.
+    n0, n1 = make_cluster(2, replicas=1, transfer={"watch": "off"},
+                          node_transfer={1: {"rate": str(64 << 20)}})
+    make_tree(ckpt(n0), [F("small.bin", size=3 * CHUNK), F("zbig.bin", size=192 << 20)], seed=5)
+    commit(n0, ckpt(n0))
+    orig = {p: (ckpt(n0) / p).read_bytes() for p in ("small.bin", "zbig.bin")}
+    for p in orig:
+        os.unlink(ckpt(n0) / p)
+    tmp = ckpt(n0) / ".stage" / "tmp"
+    client = n0.popen("restore", str(ckpt(n0)))
+
+    def rebuilding():
+        return any(t.name.startswith("rebuild.") and t.stat().st_size > (16 << 20)
+                   for t in (tmp.iterdir() if tmp.exists() else []))
+
+    wait_for(rebuilding, 60, "the restore to be half-way through zbig.bin")
+    n0.kill9()
+    client.wait(10)
+    assert not (ckpt(n0) / "zbig.bin").exists(), "a half-built file under its final name"
+    assert (ckpt(n0) / "small.bin").read_bytes() == orig["small.bin"]
+    time.sleep(0.5)
+    n0.start()
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    assert "1 file rebuilt" in rs.stderr, rs.stderr       # small.bin was done already
+    for p, data in orig.items():
+        assert (ckpt(n0) / p).read_bytes() == data
+    assert not [t for t in tmp.iterdir() if t.name.startswith("rebuild.")]
+    assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
