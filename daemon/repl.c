@@ -40,9 +40,10 @@ uint64_t repl_now_ns(void)
 }
 
 /* JOB/STEP's record (a new one if none), moved to the end of the list (the
- * newest commit) with fresh copies and seq: state and root are the caller's
- * to set, then save. NULL if out of memory. Under lock. */
-static struct record *requeue_locked(const char *job, const char *step)
+ * newest commit) with a fresh seq and, unless keep_copies, fresh copies:
+ * state and root are the caller's to set, then save. NULL if out of
+ * memory. Under lock. */
+static struct record *requeue_locked(const char *job, const char *step, bool keep_copies)
 {
 	struct record *r = repl_rec_find(job, step);
 	struct record **pp;
@@ -53,7 +54,9 @@ static struct record *requeue_locked(const char *job, const char *step)
 				*pp = r->next;
 				break;
 			}
-		memset(r->copies, 0, sizeof(*r->copies) * (repl.npartners ? repl.npartners : 1));
+		if (!keep_copies)
+			memset(r->copies, 0,
+			       sizeof(*r->copies) * (repl.npartners ? repl.npartners : 1));
 	} else if (!(r = repl_rec_new(job, step))) {
 		return NULL;
 	}
@@ -75,7 +78,7 @@ static uint64_t commit_locked(const char *job, const char *step)
 		r->rehash = true;       /* the committer hashes it once more */
 		return r->seq;
 	}
-	r = requeue_locked(job, step);
+	r = requeue_locked(job, step, false);
 	if (!r)
 		return 0;
 	r->state = R_HASHING;
@@ -202,13 +205,11 @@ void repl_restored(const char *job, const char *step, digest_t root, uint64_t fi
 
 	pthread_mutex_lock(&repl.lock);
 	r = repl_rec_find(job, step);
-	if (r && r->state == R_READY && digest_eq(r->root, root)) {
-		pthread_mutex_unlock(&repl.lock);
-		return;         /* the record already says so: copies stand */
-	}
-	/* Committed with the restored root; each partner is offered it again
-	 * and, holding it, answers "have it" at the cost of a manifest. */
-	r = requeue_locked(job, step);
+	/* Committed now (so the watcher, seeing the writes, does not commit it
+	 * again) with the restored root. The copies stand if the record already
+	 * had this root; otherwise each partner is offered it again and,
+	 * holding it, answers "have it" at the cost of a manifest. */
+	r = requeue_locked(job, step, r && r->state == R_READY && digest_eq(r->root, root));
 	if (!r) {
 		pthread_mutex_unlock(&repl.lock);
 		return;

@@ -300,3 +300,35 @@ def test_interrupted_restore_resumes(make_cluster):
         assert (ckpt(n0) / p).read_bytes() == data
     assert not [t for t in tmp.iterdir() if t.name.startswith("rebuild.")]
     assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
+
+
+def test_watcher_does_not_commit_a_restore(make_cluster, tmp_path):
+    """With watch = on, the files a restore writes look like a trainer
+    writing a step (.metadata and all); the watcher must not commit the
+    step half-restored, nor again once it is whole."""
+    n0, n1 = make_cluster(2, replicas=1, transfer={"watch": "on", "settle": "2"},
+                          node_transfer={1: {"rate": str(64 << 20)}})
+    make_tree(ckpt(n0), [F("rank0.distcp", size=128 << 20), F(".metadata", data=b"{}")], seed=3)
+    commit(n0, ckpt(n0))
+    shutil.copytree(ckpt(n0), tmp_path / "orig", symlinks=True)
+    shutil.rmtree(ckpt(n0))
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    time.sleep(4)                           # past the marker's 2 s of quiet and settle
+    log = n0.log()
+    assert "job1/step-100 is finished" not in log, log[-2000:]
+    assert_tree_equal(tmp_path / "orig", ckpt(n0))
+    assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
+
+
+def test_single_node_verify_cluster(make_daemon):
+    """No hosts file: the cluster is this node; its own copy decides."""
+    d = make_daemon(transfer={"watch": "off"})
+    shards(ckpt(d), 0, seed=4)
+    commit(d, ckpt(d))
+    cp = cverify(d)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "verified on 1 node" in cp.stderr
+    os.unlink(ckpt(d) / "meta.json")
+    cp = cverify(d)
+    assert cp.returncode == 1 and "own copy of step-100 is damaged" in cp.stderr, cp.stderr
