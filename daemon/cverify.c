@@ -41,8 +41,10 @@ static int problem(struct cverify_out *o, const char *fmt, ...)
 	va_start(ap, fmt);
 	n = vasprintf(&v[o->nproblems], fmt, ap);
 	va_end(ap);
-	if (n < 0)
+	if (n < 0) {
+		v[o->nproblems] = NULL;
 		return -ENOMEM;
+	}
 	v[++o->nproblems] = NULL;
 	return 0;
 }
@@ -87,6 +89,16 @@ static const struct hold_cell *find(const struct cverify_in *in, const char *ori
 		    strcmp(in->cells[i].holder, holder) == 0)
 			return &in->cells[i];
 	return NULL;
+}
+
+/* The index of node name among those asked, or nnodes. */
+static size_t node_index(const struct cverify_in *in, const char *name)
+{
+	size_t i = 0;
+
+	while (i < in->nnodes && strcmp(in->names[i], name) != 0)
+		i++;
+	return i;
 }
 
 static bool at_step(const struct cverify_in *in, const struct hold_cell *c)
@@ -195,6 +207,9 @@ static int one_origin(struct cverify_out *o, const struct cverify_in *in, const 
 		else if (rc == 0)
 			rc = copy_problem(o, in, c, state, own, expected);
 	}
+	if (rc == 0 && node_index(in, origin) == in->nnodes)
+		rc = problem(o, "%s is not in the hosts file, so its own copy of %s was not asked "
+			     "about", origin, in->step);
 	if (rc == 0 && !intact) {
 		o->recoverable = false;
 		rc = problem(o, "%s's shards of %s are intact on no node that answered", origin,
@@ -202,6 +217,8 @@ static int one_origin(struct cverify_out *o, const struct cverify_in *in, const 
 	}
 	return rc;
 }
+
+static int decide(const struct cverify_in *in, struct cverify_out *o);
 
 static bool listed(const char *const *v, size_t n, const char *s)
 {
@@ -211,7 +228,32 @@ static bool listed(const char *const *v, size_t n, const char *s)
 	return false;
 }
 
-int cverify_decide(const struct cverify_in *in, struct cverify_out *o)
+/* Cells are trusted only from holders that answered: a failed answer's
+ * cells (if a caller passes any) are dropped here, not half-used. */
+int cverify_decide(const struct cverify_in *in_all, struct cverify_out *o)
+{
+	struct hold_cell *kept = calloc(in_all->ncells + 1, sizeof(*kept));
+	struct cverify_in in_kept = *in_all, *in = &in_kept;
+	int ret;
+
+	memset(o, 0, sizeof(*o));
+	if (!kept)
+		return -ENOMEM;
+	in_kept.cells = kept;
+	in_kept.ncells = 0;
+	for (size_t i = 0; i < in_all->ncells; i++) {
+		const struct hold_cell *c = &in_all->cells[i];
+		size_t h = c->holder ? node_index(in_all, c->holder) : in_all->nnodes;
+
+		if (c->origin && c->state && h < in_all->nnodes && in_all->reached[h])
+			kept[in_kept.ncells++] = *c;
+	}
+	ret = decide(in, o);
+	free(kept);
+	return ret;
+}
+
+static int decide(const struct cverify_in *in, struct cverify_out *o)
 {
 	const char **origins = calloc(in->nnodes + in->ncells + 1, sizeof(*origins));
 	size_t n = 0;

@@ -235,7 +235,7 @@ int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells
 {
 	struct hold_cell *c = NULL;
 	const uint8_t *p;
-	size_t off = 0, len;
+	size_t off = 0, len, n0 = *n;
 	uint16_t key;
 	int rc = 0;
 
@@ -265,7 +265,12 @@ int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells
 		if (!c)
 			continue;       /* fields before the first group */
 		switch (key) {
-		case K_HOLDER: slot = &c->holder; break;
+		case K_HOLDER:
+			/* A MSG_HOLD speaks for its sender only. */
+			if (holder)
+				rc = -EBADMSG;
+			slot = &c->holder;
+			break;
 		case K_STATE: slot = &c->state; break;
 		case K_STEP: slot = &c->step; break;
 		case K_ROOT:
@@ -302,5 +307,11 @@ int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells
 	}
 	if (rc == 0 && c && !cell_ok(c))
 		rc = -EBADMSG;
+	if (rc < 0) {
+		/* All or nothing: half a frame's groups must not pass for an answer. */
+		for (size_t i = n0; i < *n; i++)
+			cell_free(&(*cells)[i]);
+		*n = n0;
+	}
 	return rc;
 }

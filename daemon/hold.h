@@ -37,9 +37,11 @@ struct hold_cell {
 };
 
 /* Parses every copy group of m, appending to *cells (*n of them, growing).
- * holder: the holder of groups that carry no K_HOLDER (a MSG_HOLD names
- * none: its sender is the holder). 0, -EBADMSG (a group without a state, a
- * bad root, a name that is not a node or step name) or -ENOMEM. */
+ * holder: for a MSG_HOLD, its sender, the holder of every group (a group
+ * naming a holder of its own is refused); NULL for a MSG_CELLS, whose groups
+ * name theirs. 0, or -EBADMSG (a group without a state, a bad root, a name
+ * that is not a node or step name, an allocation that failed), and then
+ * nothing was appended. */
 int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells, size_t *n);
 /* Appends one group to m (the inverse of hold_parse; holder may be NULL). */
 void hold_put(struct msg *m, const struct hold_cell *c, bool with_holder);
