@@ -97,6 +97,7 @@ demo: deps
 bench-smoke: $(BIN)
 	@tools/bench/pull --smoke
 	@tools/bench/codec --smoke
+	@tools/bench/verify --smoke
 
 # libFuzzer targets, one per parser of outside bytes; built with clang.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
