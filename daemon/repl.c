@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/manifest.h"
 #include "daemon/repl_impl.h"
 #include "daemon/roots.h"
 #include "daemon/watch.h"
@@ -37,6 +39,20 @@ uint64_t repl_now_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether JOB/STEP is being restored, or a restore of it was cut off (its
+ * mark is still there). Under lock. */
+static bool restore_pending(const char *job, const char *step)
+{
+	char mark[PATH_MAX];
+
+	for (struct restoring *x = repl.restoring; x; x = x->next)
+		if (strcmp(x->job, job) == 0 && strcmp(x->step, step) == 0)
+			return true;
+	snprintf(mark, sizeof(mark), "%s/%s/%s/%s/%s", repl.cfg->ckpt_root, job, step, MF_DIRNAME,
+		 RESTORE_MARK);
+	return access(mark, F_OK) == 0;
 }
 
 /* JOB/STEP's record (a new one if none), moved to the end of the list (the
@@ -146,13 +162,14 @@ static void on_finished(const char *job, const char *step, const char *why, void
 
 	pthread_mutex_lock(&repl.lock);
 	r = repl_rec_find(job, step);
-	for (struct restoring *x = repl.restoring; x; x = x->next)
-		if (strcmp(x->job, job) == 0 && strcmp(x->step, step) == 0) {
-			/* A restore writes there: its own record follows. */
-			log_debug("%s/%s is being restored: not committing it", job, step);
-			pthread_mutex_unlock(&repl.lock);
-			return;
-		}
+	if (restore_pending(job, step)) {
+		/* A restore writes there (or was cut off): committing half a
+		 * restore would replicate it over the intact copies. */
+		log_info("%s/%s is being restored, or its restore did not finish: not committing "
+			 "it", job, step);
+		pthread_mutex_unlock(&repl.lock);
+		return;
+	}
 	if (r && r->state != R_FAILED && r->seq >= last_write) {
 		log_debug("%s/%s is finished (%s), and already committed", job, step, why);
 	} else {
@@ -165,9 +182,15 @@ static void on_finished(const char *job, const char *step, const char *why, void
 
 int repl_restore_begin(const char *job, const char *step)
 {
+	struct record *r;
 	struct restoring *x;
 
 	pthread_mutex_lock(&repl.lock);
+	r = repl_rec_find(job, step);
+	if (r && r->state == R_HASHING) {
+		pthread_mutex_unlock(&repl.lock);
+		return -EAGAIN;         /* a commit is hashing it: one or the other */
+	}
 	for (x = repl.restoring; x; x = x->next)
 		if (strcmp(x->job, job) == 0 && strcmp(x->step, step) == 0) {
 			pthread_mutex_unlock(&repl.lock);
@@ -587,6 +610,14 @@ void repl_commit_run(struct job *j, const char *path_arg)
 	}
 	job_set_what(j, "%s/%s", job, step);
 	pthread_mutex_lock(&repl.lock);
+	if (restore_pending(job, step)) {
+		pthread_mutex_unlock(&repl.lock);
+		job_result(j, 1, path, NULL, "not committing %s: it is being restored, or its "
+			   "restore did not finish (%s/%s/%s exists); run `stage restore %s` again "
+			   "first, so that half a restore is never replicated", path, path,
+			   MF_DIRNAME, RESTORE_MARK, path);
+		goto out_free;
+	}
 	seq = commit_locked(job, step);
 	if (!seq) {
 		pthread_mutex_unlock(&repl.lock);

@@ -58,6 +58,10 @@ void repl_answers_free(struct repl_answer *a, size_t n);
 size_t repl_placement(const char *origin, const char **holders, size_t cap);
 const char *repl_self_name(void);
 
+/* A restore under way (or interrupted) leaves DIR/.stage/RESTORE_MARK until
+ * the step is whole again; no commit of the step is made while it is there. */
+#define RESTORE_MARK "restoring"
+
 /* Serves MSG_RESTORE_REQ (repl_restore.c; sends the result). from: the
  * node to restore from (--from), or NULL for the best copy. */
 void repl_restore_run(struct job *j, const char *path, const char *from);

@@ -51,6 +51,34 @@ static bool rel_ok(const char *p)
 	return true;
 }
 
+/* The root of the copy at step_fd. A restore asks for thousands of ranges of
+ * one copy on one connection (one thread): the manifest is read whole once,
+ * and again only when it is another file or was changed. */
+static int copy_root(int step_fd, digest_t *root)
+{
+	static __thread struct { dev_t dev; ino_t ino; struct timespec mtime; off_t size;
+				 digest_t root; bool valid; } seen;
+	struct stat st;
+	int rc;
+
+	if (fstatat(step_fd, MF_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (seen.valid && seen.dev == st.st_dev && seen.ino == st.st_ino &&
+	    seen.size == st.st_size && seen.mtime.tv_sec == st.st_mtim.tv_sec &&
+	    seen.mtime.tv_nsec == st.st_mtim.tv_nsec) {
+		*root = seen.root;
+		return 0;
+	}
+	rc = repl_manifest_root(step_fd, MF_NAME, root, NULL);
+	seen.valid = rc == 0;
+	seen.dev = st.st_dev;
+	seen.ino = st.st_ino;
+	seen.size = st.st_size;
+	seen.mtime = st.st_mtim;
+	seen.root = *root;
+	return rc;
+}
+
 static int send_manifest(struct xport *x, int step_fd, char *why, size_t whylen)
 {
 	int fd = openat(step_fd, MF_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -72,8 +100,14 @@ static int send_manifest(struct xport *x, int step_fd, char *why, size_t whylen)
 			snprintf(why, whylen, "reading the manifest: %s", strerror(errno));
 			goto out;
 		}
-		if (n == 0 || off + (uint64_t)n > REPL_MF_MAX)
+		if (n == 0)
 			break;
+		if (off + (uint64_t)n > REPL_MF_MAX) {
+			rc = -EFBIG;
+			snprintf(why, whylen, "the manifest is larger than %llu bytes",
+				 (unsigned long long)REPL_MF_MAX);
+			goto out;
+		}
 		msg_init(&m, MSG_MANIFEST);
 		msg_put_u64(&m, K_OFFSET, off);
 		rc = x->ops->send_tail(x, &m, K_DATA, slice, (size_t)n);
@@ -206,12 +240,13 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 	digest_t want, have;
 	int rr_fd, step_fd = -1, rc;
 
+	int prc = msg_get_str(req, K_PATH, &path);
+
 	if (repl_get_name(req, K_ORIGIN, origin) < 0 || repl_get_name(req, K_JOB, job) < 0 ||
 	    repl_get_name(req, K_STEP, step) < 0 || msg_get_str(req, K_ROOT, &hex) < 0 ||
-	    digest_from_hex(hex, strlen(hex), &want) < 0 ||
-	    (msg_get_str(req, K_PATH, &path) == 0 &&
-	     (!rel_ok(path) || msg_get_u64(req, K_OFFSET, &off) < 0 ||
-	      msg_get_u64(req, K_SIZE, &size) < 0))) {
+	    digest_from_hex(hex, strlen(hex), &want) < 0 || (prc < 0 && prc != -ENOENT) ||
+	    (prc == 0 && (!rel_ok(path) || msg_get_u64(req, K_OFFSET, &off) < 0 ||
+			  msg_get_u64(req, K_SIZE, &size) < 0))) {
 		free(hex);
 		free(path);
 		peer_send_error(x, EBADMSG, "%s: a malformed fetch", repl.cfg->name);
@@ -229,7 +264,7 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 	step_fd = rr_fd < 0 ? -errno : treeops_open_beneath(rr_fd, rel);
 	if (rr_fd >= 0)
 		close(rr_fd);
-	rc = step_fd < 0 ? step_fd : repl_manifest_root(step_fd, MF_NAME, &have, NULL);
+	rc = step_fd < 0 ? step_fd : copy_root(step_fd, &have);
 	if (rc == 0 && !digest_eq(have, want))
 		rc = -ESTALE;
 	if (rc < 0) {

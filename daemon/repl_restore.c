@@ -68,6 +68,8 @@ struct restore {
 	struct bad *bad;
 	size_t nbad, capbad;
 	uint64_t files_fixed, chunks_fetched, bytes_fetched, chunks_kept;
+	uint64_t displaced;            /* entries of the wrong type moved aside */
+	bool lost_finding;             /* on_bad could not record one: fail */
 	char path[4096];               /* ckpt_root/JOB/STEP, for messages */
 	char why[8192];
 };
@@ -80,8 +82,10 @@ static void on_bad(const struct verify_finding *f, void *arg)
 		size_t cap = r->capbad ? 2 * r->capbad : 64;
 		struct bad *v = realloc(r->bad, cap * sizeof(*v));
 
-		if (!v)
-			return;     /* the final verify catches what this misses */
+		if (!v) {
+			r->lost_finding = true;
+			return;
+		}
 		r->bad = v;
 		r->capbad = cap;
 	}
@@ -89,6 +93,8 @@ static void on_bad(const struct verify_finding *f, void *arg)
 	r->bad[r->nbad].unexpected = strcmp(f->kind, "unexpected") == 0;
 	if (r->bad[r->nbad].rel)
 		r->nbad++;
+	else
+		r->lost_finding = true;
 }
 
 static int bad_cmp(const void *a, const void *b)
@@ -175,8 +181,11 @@ static int fetch_manifest(struct restore *r)
 		}
 		msg_free(&m);
 	}
-	if (rc == 0 && fsync(fd) < 0)
+	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "%s/%s/%s: fsync: %s", r->path, MF_DIRNAME,
+			 MF_FETCHED, strerror(errno));
+	}
 	close(fd);
 	if (rc < 0)
 		return rc;
@@ -283,6 +292,39 @@ static int keep_range(struct restore *r, int lfd, int fd, uint64_t off, uint64_t
 	return 0;
 }
 
+/* An entry of another type than the manifest's stands where it belongs (a
+ * directory where a file was): it is moved aside to .stage/displaced.N, not
+ * deleted, since what is in it was never compared with anything. */
+static int displace(struct restore *r, int parent, const char *base, const char *rel)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "displaced.%llu", (unsigned long long)r->displaced++);
+	if (renameat(parent, base, r->stage_fd, name) < 0) {
+		int err = errno;
+
+		snprintf(r->why, sizeof(r->why), "%s/%s is in the way and cannot be moved aside: %s",
+			 r->path, rel, strerror(err));
+		return -err;
+	}
+	job_note(r->j, LOG_WARN, "displaced", rel, "%s/%s was not what the manifest says it is: "
+		 "moved to %s/%s/%s", r->path, rel, r->path, MF_DIRNAME, name);
+	return 0;
+}
+
+/* What stands at parent/base, unless it is of the type wanted (S_IF*):
+ * moved aside. 0 or -errno. */
+static int clear_way(struct restore *r, int parent, const char *base, const char *rel,
+		     mode_t want)
+{
+	struct stat st;
+
+	if (fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    (st.st_mode & S_IFMT) == want)
+		return 0;
+	return displace(r, parent, base, rel);
+}
+
 /* Rebuilds file e at parent/base (see the top of the file). */
 static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
 		   int parent, const char *base)
@@ -299,8 +341,11 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		goto out_state;
 	}
 	snprintf(tmp, sizeof(tmp), "rebuild.%llu", (unsigned long long)r->files_fixed);
+	/* O_NONBLOCK only so that a fifo in its place cannot hang the open;
+	 * io_uring reads of a non-blocking file may return -EAGAIN. */
 	lfd = openat(parent, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (lfd >= 0 && (fstat(lfd, &st) < 0 || !S_ISREG(st.st_mode))) {
+	if (lfd >= 0 && (fstat(lfd, &st) < 0 || !S_ISREG(st.st_mode) ||
+			 fcntl(lfd, F_SETFL, 0) < 0)) {
 		close(lfd);
 		lfd = -1;
 	}
@@ -340,16 +385,18 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 			 e->path);
 		rc = -EBADMSG;
 	}
-	if (rc == 0 && fdatasync(fd) < 0)
+	if (rc == 0 && fdatasync(fd) < 0) {
 		rc = -errno;
-	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, e->mode, e->mtime_ns, &what)) < 0)
+		snprintf(r->why, sizeof(r->why), "%s: fdatasync: %s", e->path, strerror(errno));
+	}
+	/* The manifest's mode, without set-id bits: those are not restored
+	 * from another node's word. */
+	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, e->mode & 01777, e->mtime_ns,
+					      &what)) < 0)
 		snprintf(r->why, sizeof(r->why), "%s: %s: %s", e->path, what, strerror(-rc));
+	if (rc == 0)
+		rc = clear_way(r, parent, base, e->path, S_IFREG);
 	if (rc == 0) {
-		struct stat old;
-
-		/* A directory where the file belongs cannot be renamed over. */
-		if (fstatat(parent, base, &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(old.st_mode))
-			treeops_remove(parent, base, true);
 		if (renameat(r->tmp_fd, tmp, parent, base) < 0) {
 			rc = -errno;
 			snprintf(r->why, sizeof(r->why), "renaming into %s: %s", e->path,
@@ -382,17 +429,19 @@ static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chun
 	}
 	switch (e->type) {
 	case MF_DIR:
-		if (fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
-			unlinkat(parent, base, 0);
-		if (mkdirat(parent, base, 0700) < 0 && errno != EEXIST)
+		rc = clear_way(r, parent, base, e->path, S_IFDIR);
+		if (rc == 0 && mkdirat(parent, base, 0700) < 0 && errno != EEXIST)
 			rc = -errno;
 		break;
 	case MF_LINK:
-		if (fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			treeops_remove(parent, base, S_ISDIR(st.st_mode));
-		if (symlinkat(e->target, parent, base) < 0)
+		/* A link with the wrong target is replaced; anything else moves aside. */
+		rc = clear_way(r, parent, base, e->path, S_IFLNK);
+		if (rc == 0 && fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    unlinkat(parent, base, 0) < 0)
 			rc = -errno;
-		else
+		if (rc == 0 && symlinkat(e->target, parent, base) < 0)
+			rc = -errno;
+		else if (rc == 0)
 			rc = treeops_set_meta_at(parent, base, true, false, 0, 0, e->mode,
 						 e->mtime_ns, &what);
 		break;
@@ -590,6 +639,31 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 	return -1;
 }
 
+/* .stage/restoring: the persistent "being restored" mark (repl.c reads it
+ * before any commit of the step). Holds the holder and root, for a person. */
+static int mark(struct restore *r)
+{
+	char hex[DIGEST_HEX_LEN + 1], line[512];
+	int fd = openat(r->stage_fd, RESTORE_MARK, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
+			O_CLOEXEC, 0644);
+	int n, rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	digest_to_hex(r->root, hex);
+	n = snprintf(line, sizeof(line), "from %s root %s\n", r->holder, hex);
+	if (uio_pwrite(&r->ring, fd, line, (size_t)n, 0) < 0 || fsync(fd) < 0)
+		rc = -EIO;
+	close(fd);
+	return rc;
+}
+
+static void unmark(struct restore *r)
+{
+	if (unlinkat(r->stage_fd, RESTORE_MARK, 0) == 0)
+		fsync(r->stage_fd);
+}
+
 struct leftover {
 	uint64_t unexpected, other;
 };
@@ -643,35 +717,64 @@ static void run(struct restore *r, const char *from)
 	}
 	job_note(r->j, LOG_INFO, NULL, NULL, "restoring %s from the copy on %s", r->path,
 		 r->holder);
-	rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
-				 .deep = true, .bad = on_bad, .arg = r, .manifest = mf });
-	if (rc == 1)
-		rc = repair(r, mf);
-	else if (rc < 0)
-		snprintf(r->why, sizeof(r->why), "could not read it: %s", strerror(-rc));
-	if (rc == 0 && syncfs(r->step_fd) < 0)
+	/* From here until it is whole again the step is marked: neither the
+	 * watcher nor `stage commit` may commit it (and replicate half a
+	 * restore over the intact copies), even after a crash. A manifest of
+	 * another commit goes now: it must not stand over a tree on its way
+	 * to another content. */
+	rc = mark(r);
+	if (rc == 0 && strcmp(mf, MF_FETCHED) == 0 && unlinkat(r->stage_fd, "manifest", 0) < 0 &&
+	    errno != ENOENT)
 		rc = -errno;
+	if (rc == 0 && fsync(r->stage_fd) < 0)
+		rc = -errno;
+	if (rc < 0 && !*r->why)
+		snprintf(r->why, sizeof(r->why), "%s/%s: %s", r->path, MF_DIRNAME, strerror(-rc));
+	if (rc == 0) {
+		rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
+					 .deep = true, .bad = on_bad, .arg = r, .manifest = mf });
+		if (rc == 1 && !r->lost_finding)
+			rc = repair(r, mf);
+		else if (rc == 1)
+			rc = -ENOMEM;
+		if (rc < 0 && !*r->why)
+			snprintf(r->why, sizeof(r->why), "could not read it: %s", strerror(-rc));
+	}
+	if (rc == 0 && syncfs(r->step_fd) < 0) {
+		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "syncfs: %s", strerror(errno));
+	}
+	if (rc == 0) {
+		/* Proof before the manifest: the tree matches it in every entry. */
+		rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
+					 .bad = count_left, .arg = &left, .manifest = mf });
+		if (rc == 1 && !left.other)
+			rc = 0;         /* only entries not in the manifest: left alone */
+		if (rc != 0) {
+			snprintf(r->why, sizeof(r->why), "it still does not match the manifest "
+				 "afterwards (%llu entries%s%s)", (unsigned long long)left.other,
+				 rc < 0 ? "; " : "", rc < 0 ? strerror(-rc) : "");
+			rc = rc < 0 ? rc : -EIO;
+		}
+	}
 	if (rc == 0 && strcmp(mf, MF_FETCHED) == 0) {
 		/* The manifest goes last: it says the step is complete. */
 		if (renameat(r->stage_fd, MF_FETCHED, r->stage_fd, "manifest") < 0 ||
-		    fsync(r->stage_fd) < 0)
+		    fsync(r->stage_fd) < 0) {
 			rc = -errno;
+			snprintf(r->why, sizeof(r->why), "%s/%s: %s", r->path, MF_NAME,
+				 strerror(errno));
+		}
 	}
 	if (rc < 0) {
-		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s", r->path, r->holder,
-			   *r->why ? r->why : strerror(-rc));
-		goto out;
-	}
-	rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
-				 .bad = count_left, .arg = &left });
-	if (rc < 0 || left.other) {
-		job_result(r->j, 1, NULL, NULL, "restore %s from %s: still does not match its "
-			   "manifest afterwards (%llu entries)", r->path, r->holder,
-			   (unsigned long long)left.other);
+		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s%s", r->path, r->holder,
+			   *r->why ? r->why : strerror(-rc),
+			   "; the step stays marked unfinished: run the restore again");
 		goto out;
 	}
 	repl_restored(r->job, r->step, r->root, atomic_load(&r->j->files_total),
 		      atomic_load(&r->j->bytes_total));
+	unmark(r);
 	if (!r->files_fixed && !r->nbad)
 		job_result(r->j, 0, r->path, NULL, "%s is intact (every byte checked against the "
 			   "copy on %s): nothing to restore", r->path, r->holder);
@@ -711,8 +814,11 @@ void repl_restore_run(struct job *j, const char *path, const char *from)
 	}
 	snprintf(r.path, sizeof(r.path), "%s/%s/%s", repl.cfg->ckpt_root, job, step);
 	job_set_what(j, "%s", r.path);
-	if (repl_restore_begin(job, step) < 0) {
-		job_result(j, 1, NULL, NULL, "a restore of %s is already running", r.path);
+	rc = repl_restore_begin(job, step);
+	if (rc < 0) {
+		job_result(j, 1, NULL, NULL, "%s: %s", r.path, rc == -EAGAIN ?
+			   "a commit of it is being hashed; restore it once that is done" :
+			   "a restore of it is already running");
 		return;
 	}
 	r.buf = malloc(REPL_PIECE);

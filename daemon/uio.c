@@ -21,10 +21,12 @@ static int one(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off,
 		io_uring_prep_write(sqe, fd, buf, (unsigned)n, off);
 	else
 		io_uring_prep_read(sqe, fd, buf, (unsigned)n, off);
-	rc = io_uring_submit_and_wait(ring, 1);
+	rc = io_uring_submit(ring);
 	if (rc < 0)
 		return rc;
-	rc = io_uring_wait_cqe(ring, &cqe);
+	/* Submitted: wait for this very completion, whatever interrupts. */
+	while ((rc = io_uring_wait_cqe(ring, &cqe)) == -EINTR)
+		;
 	if (rc < 0)
 		return rc;
 	rc = cqe->res;

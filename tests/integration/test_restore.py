@@ -272,7 +272,9 @@ def test_interrupted_restore_resumes(make_cluster):
     nothing half-built appears under the file's name, and the next restore
     finishes the job (the files already rebuilt are not fetched again)."""
     # The holder serves at most 64 MiB/s (`rate`): the rebuild takes 3 s.
-    n0, n1 = make_cluster(2, replicas=1, transfer={"watch": "off"},
+    # The watcher is on, with a short settle: it must not commit the
+    # half-restored step, neither before nor after the restart.
+    n0, n1 = make_cluster(2, replicas=1, transfer={"watch": "on", "settle": "1"},
                           node_transfer={1: {"rate": str(64 << 20)}})
     make_tree(ckpt(n0), [F("small.bin", size=3 * CHUNK), F("zbig.bin", size=192 << 20)], seed=5)
     commit(n0, ckpt(n0))
@@ -291,15 +293,43 @@ def test_interrupted_restore_resumes(make_cluster):
     client.wait(10)
     assert not (ckpt(n0) / "zbig.bin").exists(), "a half-built file under its final name"
     assert (ckpt(n0) / "small.bin").read_bytes() == orig["small.bin"]
+    assert (ckpt(n0) / ".stage" / "restoring").exists()
     time.sleep(0.5)
     n0.start()
+    time.sleep(3)                           # past settle: the watcher looked at it
+    assert "is finished" not in n0.log(), n0.log()[-2000:]
+    cm = n0.run("commit", str(ckpt(n0)))
+    assert cm.returncode == 1 and "restore did not finish" in cm.stderr, cm.stderr
     rs = n0.run("restore", str(ckpt(n0)), timeout=120)
     assert rs.returncode == 0, rs.stdout + rs.stderr
     assert "1 file rebuilt" in rs.stderr, rs.stderr       # small.bin was done already
     for p, data in orig.items():
         assert (ckpt(n0) / p).read_bytes() == data
     assert not [t for t in tmp.iterdir() if t.name.startswith("rebuild.")]
+    assert not (ckpt(n0) / ".stage" / "restoring").exists()
     assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
+
+
+def test_restore_moves_aside_what_is_in_the_way(trio, tmp_path):
+    """A directory where the manifest has a file (and a file where it has a
+    directory): restore moves them into .stage/displaced.N, deletes nothing,
+    and names them."""
+    n0, n1, n2 = trio
+    f = ckpt(n0) / "optim" / "rank0.bin"
+    f.unlink()
+    f.mkdir()
+    (f / "new-shard").write_bytes(b"written after the commit")
+    shutil.rmtree(ckpt(n0) / "sub" / "deeper")
+    (ckpt(n0) / "sub" / "deeper").write_bytes(b"a file now")
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    assert "displaced" in rs.stdout, rs.stdout
+    assert_tree_equal(tmp_path / "orig" / "n0", ckpt(n0))
+    kept = sorted((ckpt(n0) / ".stage").glob("displaced.*"))
+    assert len(kept) == 2, kept
+    contents = {p.name: (p / "new-shard").read_bytes() if p.is_dir() else p.read_bytes()
+                for p in kept}
+    assert sorted(contents.values()) == [b"a file now", b"written after the commit"]
 
 
 def test_watcher_does_not_commit_a_restore(make_cluster, tmp_path):
