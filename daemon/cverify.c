@@ -74,10 +74,11 @@ static int push(struct cverify_out *o, const struct hold_cell *c, const char *st
 	d->root = c->root;
 	d->files = c->files;
 	d->bytes = c->bytes;
-	if (text && d->ntext < COPY_TEXTS_MAX)
-		d->text[d->ntext++] = strdup(text);
+	if (text && d->ntext < COPY_TEXTS_MAX && (d->text[d->ntext] = strdup(text)))
+		d->ntext++;
 	for (unsigned i = 0; i < c->ntext && d->ntext < COPY_TEXTS_MAX; i++)
-		d->text[d->ntext++] = strdup(c->text[i]);
+		if ((d->text[d->ntext] = strdup(c->text[i])))
+			d->ntext++;
 	return d->origin && d->holder && d->state ? 0 : -ENOMEM;
 }
 
@@ -372,9 +373,10 @@ void cverify_run(struct job *j, const char *path)
 	msg_init(&m, MSG_CELLS);
 	for (size_t i = 0; i < out.ntable; i++)
 		hold_put(&m, &out.table[i], true);
-	if (m.err == 0)
-		msg_send(j->fd, &m);
-	msg_free(&m);
+	if (m.err)
+		job_note(j, LOG_WARN, NULL, NULL, "the table is too large to send (%zu copies): "
+			 "the problems below say what is wrong", out.ntable);
+	job_send(j, &m);
 	for (size_t i = 0; i < out.nproblems; i++)
 		job_note(j, LOG_ERROR, NULL, NULL, "%s", out.problems[i]);
 	if (rc == 0)

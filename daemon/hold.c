@@ -31,7 +31,8 @@ static void on_bad(const struct verify_finding *f, void *arg)
 		t->more++;
 		return;
 	}
-	if (asprintf(&s, "%s: %s%s%s%s", f->rel, f->kind, f->detail ? " (" : "",
+	/* At most 256 bytes a finding: an answer holds many, and a frame 1 MiB. */
+	if (asprintf(&s, "%.200s: %s%s%.40s%s", f->rel, f->kind, f->detail ? " (" : "",
 		     f->detail ? f->detail : "", f->detail ? ")" : "") >= 0)
 		t->c->text[t->c->ntext++] = s;
 }

@@ -120,6 +120,11 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 	msg_free(m);
 }
 
+void job_send(struct job *j, struct msg *m)
+{
+	send_or_hang_up(j, m, false);
+}
+
 void job_note(struct job *j, enum log_level lvl, const char *kind, const char *path,
 	      const char *fmt, ...)
 {

@@ -45,6 +45,9 @@ void job_set_what(struct job *j, const char *fmt, ...) __attribute__((format(pri
 /* A finding or message for the user: kind/path may be NULL. Also logged. */
 void job_note(struct job *j, enum log_level lvl, const char *kind, const char *path,
 	      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Sends a frame of the job's own (a table) the way notes go: never blocking
+ * for long on a client that stopped reading. Consumes m. */
+void job_send(struct job *j, struct msg *m);
 /* Sends MSG_PROGRESS if asked for and 100 ms have passed (or force). */
 void job_progress(struct job *j, bool force);
 /* Whether to stop: the daemon is stopping or the client hung up. Cheap. */

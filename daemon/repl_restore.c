@@ -114,9 +114,9 @@ static void fetch_req(struct restore *r, struct msg *m)
 	msg_put_str(m, K_ROOT, hex);
 }
 
-/* The next frame of a fetch: MSG_DATA/MSG_MANIFEST (1) or MSG_END (0), or
- * -errno with r->why. */
-static int fetch_next(struct restore *r, struct msg *m, uint16_t type)
+/* The next frame of a fetch: MSG_DATA/MSG_MANIFEST (1) or MSG_END (0, its
+ * K_SIZE in *end_size if end_size), or -errno with r->why. */
+static int fetch_next_end(struct restore *r, struct msg *m, uint16_t type, uint64_t *end_size)
 {
 	int rc = r->x->ops->recv(r->x, m);
 
@@ -130,6 +130,8 @@ static int fetch_next(struct restore *r, struct msg *m, uint16_t type)
 		return rc;
 	}
 	if (m->type == MSG_END) {
+		if (end_size)
+			msg_get_u64(m, K_SIZE, end_size);
 		msg_free(m);
 		return 0;
 	}
@@ -143,10 +145,15 @@ static int fetch_next(struct restore *r, struct msg *m, uint16_t type)
 }
 
 /* The holder's manifest to .stage/restore.manifest, fsync'd, its root checked. */
+static int fetch_next(struct restore *r, struct msg *m, uint16_t type)
+{
+	return fetch_next_end(r, m, type, NULL);
+}
+
 static int fetch_manifest(struct restore *r)
 {
 	struct msg m;
-	uint64_t off = 0;
+	uint64_t off = 0, end_size = UINT64_MAX;
 	digest_t got;
 	int fd, rc;
 
@@ -162,7 +169,7 @@ static int fetch_manifest(struct restore *r)
 	msg_free(&m);
 	if (rc < 0)
 		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
-	while (rc >= 0 && (rc = fetch_next(r, &m, MSG_MANIFEST)) == 1) {
+	while (rc >= 0 && (rc = fetch_next_end(r, &m, MSG_MANIFEST, &end_size)) == 1) {
 		const uint8_t *p;
 		size_t n;
 		uint64_t at;
@@ -180,6 +187,11 @@ static int fetch_manifest(struct restore *r)
 			off += n;
 		}
 		msg_free(&m);
+	}
+	if (rc == 0 && end_size != off) {
+		snprintf(r->why, sizeof(r->why), "%s sent %llu manifest bytes, and said %llu",
+			 r->holder, (unsigned long long)off, (unsigned long long)end_size);
+		rc = -EPROTO;
 	}
 	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
