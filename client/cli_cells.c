@@ -32,19 +32,10 @@ struct copy_group {
 	bool has_files, has_bytes;
 };
 
-static uint64_t le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 static void set_u64(uint64_t *v, bool *has, const uint8_t *p, size_t n)
 {
 	if (n == 8 && !*has) {
-		*v = le64(p);
+		*v = proto_get_le64(p);
 		*has = true;
 	}
 }

@@ -42,7 +42,7 @@ static uint32_t get_le32(const uint8_t *p)
 	return get_le16(p) | (uint32_t)get_le16(p + 2) << 16;
 }
 
-static uint64_t get_le64(const uint8_t *p)
+uint64_t proto_get_le64(const uint8_t *p)
 {
 	return get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
 }
@@ -202,7 +202,7 @@ int msg_get_u64(const struct msg *m, uint16_t key, uint64_t *v)
 		return rc;
 	if (n != 8)
 		return -EBADMSG;
-	*v = get_le64(p);
+	*v = proto_get_le64(p);
 	return 0;
 }
 

@@ -133,6 +133,9 @@ int msg_get_str(const struct msg *m, uint16_t key, char **out);
 /* Iterate: *off starts at 0; returns 1 with key/p/n, 0 at the end. */
 int msg_next_field(const struct msg *m, size_t *off, uint16_t *key, const uint8_t **p, size_t *n);
 
+/* The value of a u64 field's 8 bytes (little-endian), for readers that
+ * walk fields with msg_next_field. */
+uint64_t proto_get_le64(const uint8_t *p);
 /* Checks a payload's field structure. 0 or -EBADMSG. */
 int proto_check_payload(const uint8_t *p, size_t n);
 /* Decodes a header: 0 and the type, flags and length, or -EBADMSG. */

@@ -285,13 +285,7 @@ int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells
 				rc = -EBADMSG;
 				break;
 			}
-			{
-				uint64_t v = 0;
-
-				for (int i = 7; i >= 0; i--)
-					v = v << 8 | p[i];
-				*(key == K_FILES_TOTAL ? &c->files : &c->bytes) = v;
-			}
+			*(key == K_FILES_TOTAL ? &c->files : &c->bytes) = proto_get_le64(p);
 			break;
 		case K_TEXT:
 			if (c->ntext < COPY_TEXTS_MAX && !(c->text[c->ntext++] = dup_field(p, len)))

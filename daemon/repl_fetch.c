@@ -23,6 +23,7 @@
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/manifest.h"
+#include "daemon/job.h"
 #include "daemon/peer.h"
 #include "daemon/treeops.h"
 #include "daemon/uio.h"
@@ -127,14 +128,6 @@ out:
 	return rc;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* `rate` caps a restore served as it caps each sender: training shares the
  * link. Sleeps until `sent` bytes since t0 are within the rate. */
 static void pace(uint64_t t0, uint64_t sent)
@@ -144,7 +137,7 @@ static void pace(uint64_t t0, uint64_t sent)
 	if (!repl.cfg->rate)
 		return;
 	due = t0 + (uint64_t)((double)sent / (double)repl.cfg->rate * 1e9);
-	now = mono_ns();
+	now = job_now_ns();
 	if (due > now) {
 		struct timespec ts = { .tv_sec = (time_t)((due - now) / 1000000000ull),
 				       .tv_nsec = (long)((due - now) % 1000000000ull) };
@@ -190,7 +183,7 @@ static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t of
 			 "not a file of that size here" : strerror(-rc));
 		goto out_ring;
 	}
-	t0 = mono_ns();
+	t0 = job_now_ns();
 	while (size) {
 		size_t len = size < REPL_PIECE ? (size_t)size : REPL_PIECE, flen;
 		ssize_t n = uio_pread(&ring, fd, buf, len, off);

@@ -375,6 +375,10 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		digest_t want = e->nchunks ? e->chunks[i] : e->digest;
 
 		XXH3_128bits_reset(chunk);
+		/* An intact local chunk is read twice (judged, then copied, the
+		 * second time from the page cache): a chunk may be far larger than
+		 * the piece buffer, and the whole-file hash must not take in bytes
+		 * that turn out bad. */
 		if (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
 		    local_intact(r, lfd, off, len, want)) {
 			rc = keep_range(r, lfd, fd, off, len, whole, chunk);

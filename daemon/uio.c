@@ -34,12 +34,14 @@ static int one(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off,
 	return rc;
 }
 
-ssize_t uio_pread(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off)
+/* Until n bytes are done, the file ends (a read returns 0) or an error:
+ * the bytes done, or -errno. */
+static ssize_t all(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off, bool write)
 {
 	size_t done = 0;
 
 	while (done < n) {
-		int rc = one(ring, fd, (char *)buf + done, n - done, off + done, false);
+		int rc = one(ring, fd, (char *)buf + done, n - done, off + done, write);
 
 		if (rc == -EINTR || rc == -EAGAIN)
 			continue;
@@ -52,20 +54,14 @@ ssize_t uio_pread(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t o
 	return (ssize_t)done;
 }
 
+ssize_t uio_pread(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off)
+{
+	return all(ring, fd, buf, n, off, false);
+}
+
 int uio_pwrite(struct io_uring *ring, int fd, const void *buf, size_t n, uint64_t off)
 {
-	size_t done = 0;
+	ssize_t rc = all(ring, fd, (void *)buf, n, off, true);
 
-	while (done < n) {
-		int rc = one(ring, fd, (char *)buf + done, n - done, off + done, true);
-
-		if (rc == -EINTR || rc == -EAGAIN)
-			continue;
-		if (rc < 0)
-			return rc;
-		if (rc == 0)
-			return -ENOSPC;
-		done += (size_t)rc;
-	}
-	return 0;
+	return rc < 0 ? (int)rc : (size_t)rc < n ? -ENOSPC : 0;
 }
