@@ -44,7 +44,8 @@ enum msg_type {
 	MSG_PEER_PROOF = 33,  /* K_AUTH: auth_proof's bytes */
 	MSG_OFFER = 34,     /* sender: K_ORIGIN, K_JOB, K_STEP, K_ROOT, K_SIZE (manifest bytes) */
 	MSG_MANIFEST = 35,  /* sender: K_OFFSET, K_DATA: a slice of the manifest text */
-	MSG_WANT = 36,      /* receiver: K_CODE (0 send, 1 have it), K_FILE, K_OFFSET: resume point */
+	MSG_WANT = 36,      /* receiver: K_CODE (0 send, 1 have it), K_FILE, K_OFFSET: resume
+			     * point, K_HELD (optional): chunks not to send */
 	MSG_DATA = 37,      /* sender: K_FILE, K_OFFSET, K_DATA: one codec chunk frame */
 	/* 38 reserved: MSG_WANT reports acknowledged progress */
 	MSG_END = 39,       /* sender: every piece was sent */
@@ -102,6 +103,7 @@ enum msg_key {
 	K_ERRNO = 28,       /* u64: a positive errno */
 	K_HOLDER = 29,      /* str: node name (restore --from, copy groups) */
 	K_STATE = 30,       /* str: state of a copy (copy groups) */
+	K_HELD = 31,        /* bytes: MSG_WANT's bitmap of chunks the receiver holds */
 };
 
 /* Request flags (K_FLAGS). */

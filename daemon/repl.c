@@ -675,9 +675,10 @@ void repl_status(struct msg *m)
 				 hp->host, hp->port);
 		else if (p->state == PEER_UP)
 			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport tcp, codec %s, "
-				 "%llu bytes sent as %llu", hp->name, hp->host, hp->port,
-				 p->codec ? p->codec : "-", (unsigned long long)p->raw,
-				 (unsigned long long)p->wire);
+				 "%llu bytes sent as %llu, %llu bytes held there", hp->name,
+				 hp->host, hp->port, p->codec ? p->codec : "-",
+				 (unsigned long long)p->raw, (unsigned long long)p->wire,
+				 (unsigned long long)p->held);
 		else if (p->state == PEER_DOWN)
 			snprintf(v, sizeof(v), "%s %s:%u: partner, down: %s (retry in %llu ms)",
 				 hp->name, hp->host, hp->port, p->why,

@@ -72,6 +72,7 @@ struct partner {
 	struct xport *x;           /* the sender's connection; shutdown() at stop */
 	const char *codec;         /* what the last piece went as, for status */
 	uint64_t wire, raw;        /* bytes sent on the wire / their raw size, ever */
+	uint64_t held;             /* bytes not sent: the partner held them, ever */
 };
 
 struct repl {

@@ -48,6 +48,7 @@
 #include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/peer.h"
+#include "daemon/repl_have.h"
 #include "daemon/roots.h"
 #include "daemon/treeops.h"
 
@@ -58,7 +59,7 @@
 struct rx_slot {                   /* a transfer in progress, in repl.rx */
 	char key[3 * (CKPT_NAME_MAX + 1)];   /* ORIGIN/JOB/STEP */
 	struct xport *x;
-	uint64_t got, total;
+	uint64_t got, local;           /* bytes received; copied from local copies */
 	struct rx_slot *next;
 };
 
@@ -95,6 +96,11 @@ struct rx {
 	struct mf_entry ce;            /* entry at index ci, valid when have_ce */
 	bool have_ce;
 	uint64_t ci;
+	uint64_t gbase;                /* chunk number of ce's first chunk (repl_have.h) */
+	/* chunks held here already: not sent, copied from src */
+	struct have *have;             /* NULL: everything is sent */
+	int src_fd;                    /* the local copy being read, or -1 */
+	const char *src_path;          /* its path beneath replica_root (have's) */
 	/* the file being written */
 	int fd;
 	uint64_t expect;               /* next offset due */
@@ -162,6 +168,8 @@ static int next_entry(struct rx *r)
 	int rc;
 
 	if (r->have_ce) {
+		if (r->ce.type == MF_FILE && r->ce.size)
+			r->gbase += r->ce.nchunks ? r->ce.nchunks : 1;
 		mf_entry_free(&r->ce);
 		r->have_ce = false;
 		r->ci++;
@@ -174,7 +182,8 @@ static int next_entry(struct rx *r)
 }
 
 /* Makes the current entry exist, when it is not a file with data (those
- * come in DATA frames). Idempotent, for a resumed transfer. */
+ * come in DATA frames or from local copies). Idempotent, for a resumed
+ * transfer. */
 static int materialize(struct rx *r)
 {
 	const struct mf_entry *e = &r->ce;
@@ -206,36 +215,22 @@ static int materialize(struct rx *r)
 				fail(r, rc, "%s: %s", e->path, strerror(-rc));
 			close(fd);
 		}
-	} else if (r->ci > r->j_idx || (r->ci == r->j_idx && r->j_off < e->size)) {
-		/* Whole files before the resume point are durable already. */
-		rc = fail(r, -EPROTO, "%s: no data was sent for it", e->path);
 	}
 	close(dfd);
 	return rc;
 }
 
-/* Moves the cursor to entry idx, materializing what it passes. */
-static int advance_to(struct rx *r, uint64_t idx)
-{
-	int rc;
-
-	if (idx < r->ci || (r->fd >= 0 && idx != r->ci))
-		return fail(r, -EPROTO, "a piece for entry %llu out of order",
-			    (unsigned long long)idx);
-	while (r->have_ce && r->ci < idx) {
-		if ((rc = materialize(r)) < 0 || (rc = next_entry(r)) < 0)
-			return rc;
-	}
-	return 0;
-}
-
 /* ---- the file being written ---- */
 
-static void feed(struct rx *r, const uint8_t *p, size_t n, bool *bad)
+/* Hashes n more bytes of the current file: false when a chunk they complete
+ * does not match its manifest digest. */
+static bool feed(struct rx *r, const uint8_t *p, size_t n)
 {
+	bool ok = true;
+
 	XXH3_128bits_update(r->whole, p, n);
 	if (!r->ce.nchunks)
-		return;
+		return true;
 	while (n) {
 		size_t take = r->chunk_size - r->chunk_fill < n ? r->chunk_size - r->chunk_fill : n;
 
@@ -247,12 +242,13 @@ static void feed(struct rx *r, const uint8_t *p, size_t n, bool *bad)
 		    r->chunk_no * r->chunk_size + r->chunk_fill == r->ce.size) {
 			if (r->chunk_no >= r->ce.nchunks ||
 			    !digest_eq(XXH3_128bits_digest(r->chunk), r->ce.chunks[r->chunk_no]))
-				*bad = true;
+				ok = false;
 			r->chunk_no++;
 			r->chunk_fill = 0;
 			XXH3_128bits_reset(r->chunk);
 		}
 	}
+	return ok;
 }
 
 static int journal(struct rx *r, uint64_t idx, uint64_t off)
@@ -263,12 +259,19 @@ static int journal(struct rx *r, uint64_t idx, uint64_t off)
 	return 0;
 }
 
+/* The current file's bytes are wrong: the journal goes back to its start,
+ * so that the next attempt does not resume on top of them. */
+static void forget_file(struct rx *r)
+{
+	journal(r, r->ci, 0);
+}
+
 static int open_file(struct rx *r)
 {
 	const char *base;
 	int dfd = treeops_open_parent(r->in_fd, r->ce.path, &base);
 	uint64_t keep = r->ci == r->j_idx ? r->j_off : 0;
-	bool bad = false;
+	bool ok = true;
 
 	if (dfd < 0)
 		return fail(r, dfd, "%s: %s", r->ce.path, strerror(-dfd));
@@ -291,16 +294,12 @@ static int open_file(struct rx *r)
 
 		if (got != (ssize_t)n)
 			return fail(r, got < 0 ? -errno : -EIO, "re-reading %s", r->ce.path);
-		feed(r, r->wq.buf[b], n, &bad);
+		ok &= feed(r, r->wq.buf[b], n);
 		r->expect += n;
 	}
 	r->synced = keep;
-	if (bad) {              /* the durable part is not what the journal said */
-		r->expect = r->synced = 0;
-		ftruncate(r->fd, 0);
-		XXH3_128bits_reset(r->whole);
-		XXH3_128bits_reset(r->chunk);
-		r->chunk_fill = r->chunk_no = 0;
+	if (!ok) {              /* the durable part is not what the journal said */
+		forget_file(r);
 		return fail(r, -EBADMSG, "%s: the resumed part does not match; starting it over",
 			    r->ce.path);
 	}
@@ -314,8 +313,10 @@ static int finish_file(struct rx *r)
 
 	if (rc < 0)
 		return fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
-	if (!digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest))
+	if (!digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest)) {
+		forget_file(r);
 		return fail(r, -EBADMSG, "%s does not match its digest", r->ce.path);
+	}
 	rc = treeops_set_meta(r->fd, false, 0, 0, r->ce.mode, r->ce.mtime_ns, &what);
 	if (rc == 0 && fdatasync(r->fd) < 0)
 		rc = -errno;
@@ -327,52 +328,30 @@ static int finish_file(struct rx *r)
 	return rc < 0 ? rc : next_entry(r);    /* done with it: the cursor moves on */
 }
 
-static int on_data(struct rx *r, const struct msg *m)
+/* Buffer b holds the next n bytes of the current file: hashed (-EBADMSG,
+ * not yet reported, when a chunk does not match), written, and now and then
+ * made durable and journaled, only where a chunk ends, so that the journal
+ * never vouches for part of a chunk that was not checked. */
+static int put_piece(struct rx *r, int b, size_t n)
 {
-	uint64_t idx, off;
-	const uint8_t *p;
-	size_t n, raw, used;
-	bool bad = false;
-	int b, rc;
+	int rc;
 
-	if (msg_get_u64(m, K_FILE, &idx) < 0 || msg_get_u64(m, K_OFFSET, &off) < 0 ||
-	    msg_get_bytes(m, K_DATA, &p, &n) < 0)
-		return fail(r, -EBADMSG, "a DATA frame without its fields");
-	if ((rc = advance_to(r, idx)) < 0)
-		return rc;
-	if (!r->have_ce || r->ce.type != MF_FILE || r->ce.size == 0)
-		return fail(r, -EPROTO, "DATA for entry %llu, which is not a file with data",
-			    (unsigned long long)idx);
-	if (r->fd < 0 && (rc = open_file(r)) < 0)
-		return rc;
-	if (off != r->expect)
-		return fail(r, -EPROTO, "%s: piece at %llu, expected %llu", r->ce.path,
-			    (unsigned long long)off, (unsigned long long)r->expect);
-	b = wq_free_buf(&r->wq);
-	rc = codec_chunk_decode(p, n, r->wq.buf[b], REPL_PIECE, &raw, &used);
-	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
-		return fail(r, -EBADMSG, "%s: the piece at %llu is damaged (digest or length)",
-			    r->ce.path, (unsigned long long)off);
-	feed(r, r->wq.buf[b], raw, &bad);
-	if (bad)
-		return fail(r, -EBADMSG, "%s: chunk %llu does not match its digest", r->ce.path,
-			    (unsigned long long)(r->chunk_no - 1));
+	if (!feed(r, r->wq.buf[b], n))
+		return -EBADMSG;
 	{
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->wq.ring);
 
-		io_uring_prep_write(sqe, r->fd, r->wq.buf[b], (unsigned)raw, off);
+		io_uring_prep_write(sqe, r->fd, r->wq.buf[b], (unsigned)n, r->expect);
 		io_uring_sqe_set_data64(sqe, (uint64_t)b);
 		r->wq.busy[b] = true;
-		r->wq.len[b] = (uint32_t)raw;
+		r->wq.len[b] = (uint32_t)n;
 		r->wq.inflight++;
 		io_uring_submit(&r->wq.ring);
 	}
 	wq_reap(&r->wq, false);
-	r->expect = off + raw;
-	r->slot.got += raw;
-	if (r->expect == r->ce.size)
-		return finish_file(r);
-	if (r->expect - r->synced >= SYNC_EVERY) {
+	r->expect += n;
+	if (r->expect < r->ce.size && r->expect - r->synced >= SYNC_EVERY &&
+	    (!r->ce.nchunks || r->chunk_fill == 0)) {
 		if ((rc = wq_drain(&r->wq)) < 0)
 			return fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
 		if (fdatasync(r->fd) < 0)
@@ -381,6 +360,155 @@ static int on_data(struct rx *r, const struct msg *m)
 		return journal(r, r->ci, r->expect);
 	}
 	return 0;
+}
+
+/* ---- chunks held here already ---- */
+
+/* A chunk copied from a local copy was wrong (bit rot there, or the copy
+ * changed or went): this offer will not trust local copies again, and the
+ * refusal makes the sender try again, this time sending everything. */
+static int held_bad(struct rx *r, uint64_t k, const char *why)
+{
+	int fd = openat(r->st_fd, "nolocal", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+
+	if (fd >= 0)
+		close(fd);
+	if (!r->ce.nchunks)
+		forget_file(r);     /* journaled mid-file, unchecked until its end */
+	log_warn("%s: %s: chunk %llu held in %s/%s %s; fetching it instead", r->slot.key,
+		 r->ce.path, (unsigned long long)k, repl.cfg->replica_root, r->src_path, why);
+	return fail(r, -EBADMSG, "%s: chunk %llu of the local copy %s %s; the next attempt "
+		    "fetches it", r->ce.path, (unsigned long long)k, r->src_path, why);
+}
+
+/* n bytes at off of the held file path into p. */
+static int read_held(struct rx *r, const char *path, uint64_t off, uint8_t *p, size_t n)
+{
+	ssize_t got;
+
+	if (r->src_fd < 0 || r->src_path != path) {
+		const char *base;
+		int dfd;
+
+		if (r->src_fd >= 0)
+			close(r->src_fd);
+		r->src_path = path;
+		dfd = treeops_open_parent(r->rr_fd, path, &base);
+		r->src_fd = dfd < 0 ? dfd : openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd >= 0)
+			close(dfd);
+		if (r->src_fd < 0)
+			return -errno;
+	}
+	got = pread(r->src_fd, p, n, (off_t)off);
+	return got == (ssize_t)n ? 0 : got < 0 ? -errno : -ESTALE;
+}
+
+/* Bytes [expect, upto) of the current file, which the sender left out: from
+ * the local copies the plan found, checked like any other bytes. */
+static int fill_held(struct rx *r, uint64_t upto)
+{
+	int rc;
+
+	if (r->fd < 0 && (rc = open_file(r)) < 0)
+		return rc;
+	while (r->expect < upto) {
+		uint64_t k = r->ce.nchunks ? r->expect / r->chunk_size : 0;
+		uint64_t start = k * r->chunk_size, end = r->ce.size, soff, n;
+		const char *path;
+		int b;
+
+		if (r->ce.nchunks && start + r->chunk_size < end)
+			end = start + r->chunk_size;
+		if (have_source(r->have, r->gbase + k, &path, &soff) < 0)
+			return fail(r, -EPROTO, "%s: bytes %llu to %llu were neither sent nor held "
+				    "here", r->ce.path, (unsigned long long)r->expect,
+				    (unsigned long long)upto);
+		n = (upto < end ? upto : end) - r->expect;
+		if (n > REPL_PIECE)
+			n = REPL_PIECE;
+		b = wq_free_buf(&r->wq);
+		rc = read_held(r, path, soff + (r->expect - start), r->wq.buf[b], (size_t)n);
+		if (rc < 0)
+			return held_bad(r, k, rc == -ESTALE ? "is shorter than its manifest says" :
+					strerror(-rc));
+		rc = put_piece(r, b, (size_t)n);
+		if (rc == -EBADMSG)
+			return held_bad(r, k, "does not match its digest");
+		if (rc < 0)
+			return rc;
+		r->slot.local += n;
+	}
+	if (r->expect == r->ce.size) {
+		/* A file of one chunk has no chunk digest: its own is the check. */
+		if (!r->ce.nchunks && !digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest))
+			return held_bad(r, 0, "does not match its digest");
+		return finish_file(r);
+	}
+	return 0;
+}
+
+/* Moves the cursor to entry idx (and, with a file there, to byte off of
+ * it), making what it passes: entries without data, and the parts of files
+ * that were not sent because they are held here. */
+static int advance_to(struct rx *r, uint64_t idx, uint64_t off)
+{
+	int rc;
+
+	if (idx < r->ci)
+		return fail(r, -EPROTO, "a piece for entry %llu out of order",
+			    (unsigned long long)idx);
+	while (r->have_ce && r->ci < idx) {
+		bool data = r->ce.type == MF_FILE && r->ce.size;
+		bool durable = r->ci < r->j_idx || (r->ci == r->j_idx && r->j_off >= r->ce.size);
+
+		if (data && !durable)
+			rc = fill_held(r, r->ce.size);      /* moves the cursor */
+		else if ((rc = data ? 0 : materialize(r)) == 0)
+			rc = next_entry(r);
+		if (rc < 0)
+			return rc;
+	}
+	if (r->have_ce && r->ci == idx && r->ce.type == MF_FILE && r->ce.size) {
+		if (r->fd < 0 && (rc = open_file(r)) < 0)
+			return rc;
+		if (off > r->expect && off <= r->ce.size)
+			return fill_held(r, off);
+	}
+	return 0;
+}
+
+static int on_data(struct rx *r, const struct msg *m)
+{
+	uint64_t idx, off;
+	const uint8_t *p;
+	size_t n, raw, used;
+	int b, rc;
+
+	if (msg_get_u64(m, K_FILE, &idx) < 0 || msg_get_u64(m, K_OFFSET, &off) < 0 ||
+	    msg_get_bytes(m, K_DATA, &p, &n) < 0)
+		return fail(r, -EBADMSG, "a DATA frame without its fields");
+	if ((rc = advance_to(r, idx, off)) < 0)
+		return rc;
+	if (!r->have_ce || r->ce.type != MF_FILE || r->ce.size == 0)
+		return fail(r, -EPROTO, "DATA for entry %llu, which is not a file with data",
+			    (unsigned long long)idx);
+	if (off != r->expect)
+		return fail(r, -EPROTO, "%s: piece at %llu, expected %llu", r->ce.path,
+			    (unsigned long long)off, (unsigned long long)r->expect);
+	b = wq_free_buf(&r->wq);
+	rc = codec_chunk_decode(p, n, r->wq.buf[b], REPL_PIECE, &raw, &used);
+	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
+		return fail(r, -EBADMSG, "%s: the piece at %llu is damaged (digest or length)",
+			    r->ce.path, (unsigned long long)off);
+	rc = put_piece(r, b, raw);
+	if (rc == -EBADMSG)
+		return fail(r, rc, "%s: chunk %llu does not match its digest", r->ce.path,
+			    (unsigned long long)(r->chunk_no - 1));
+	if (rc < 0)
+		return rc;
+	r->slot.got += raw;
+	return r->expect == r->ce.size ? finish_file(r) : 0;
 }
 
 /* ---- offer, publication ---- */
@@ -516,6 +644,7 @@ static int take_offer(struct rx *r, uint64_t size)
 		if (d)
 			closedir(d);
 		unlinkat(r->st_fd, "journal", 0);
+		unlinkat(r->st_fd, "nolocal", 0);
 		r->j_idx = r->j_off = 0;
 	}
 	if (renameat(r->st_fd, "offer.new", r->st_fd, "offer") < 0)
@@ -677,6 +806,12 @@ static void close_transfer(struct rx *r)
 	if (r->have_ce)
 		mf_entry_free(&r->ce);
 	r->have_ce = false;
+	have_free(r->have);
+	r->have = NULL;
+	if (r->src_fd >= 0)
+		close(r->src_fd);
+	r->src_fd = -1;
+	r->src_path = NULL;
 	if (r->mr)
 		mf_reader_close(r->mr);
 	r->mr = NULL;
@@ -688,6 +823,25 @@ static void close_transfer(struct rx *r)
 	if (r->in_fd >= 0)
 		close(r->in_fd);
 	r->st_fd = r->in_fd = -1;
+}
+
+/* Which chunks of the offer this node holds already (repl_have.c): unless
+ * a local copy let this offer down before (.stage/nolocal). Without a plan
+ * everything is sent, as it would be to a receiver that does not plan. */
+static void plan_held(struct rx *r)
+{
+	int rc;
+
+	if (faccessat(r->st_fd, "nolocal", F_OK, 0) == 0)
+		return;
+	rc = have_plan(&r->have, r->rr_fd, r->st_fd, "offer", r->origin, r->job, r->step,
+		       r->j_idx, r->j_off);
+	if (rc < 0)
+		log_warn("%s: looking for chunks held here: %s; asking for all of them",
+			 r->slot.key, strerror(-rc));
+	else if (r->have)
+		log_info("%s: %llu chunks of it are held here already", r->slot.key,
+			 (unsigned long long)have_count(r->have));
 }
 
 /* One offer, from OFFER to DONE. 0, or -errno with r->why (sent). */
@@ -713,10 +867,10 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 			    r->peer, r->origin);
 	if (size == 0 || size > REPL_MF_MAX)
 		return fail(r, -EFBIG, "a manifest of %llu bytes", (unsigned long long)size);
-	r->ci = r->j_idx = r->j_off = 0;    /* a connection carries offer after offer */
+	r->ci = r->gbase = r->j_idx = r->j_off = 0;  /* a connection carries offer after offer */
 	snprintf(r->slot.key, sizeof(r->slot.key), "%s/%s/%s", r->origin, r->job, r->step);
 	r->slot.x = r->x;
-	r->slot.got = 0;
+	r->slot.got = r->slot.local = 0;
 	rx_register(r);
 	r->x->ops->set_timeout(r->x, REPL_IO_MS);
 	rc = take_offer(r, size);
@@ -735,6 +889,13 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	msg_put_u64(&m, K_CODE, 0);
 	msg_put_u64(&m, K_FILE, r->j_idx);
 	msg_put_u64(&m, K_OFFSET, r->j_off);
+	plan_held(r);
+	if (r->have) {
+		size_t len;
+		const uint8_t *bits = have_bits(r->have, &len);
+
+		msg_put_bytes(&m, K_HELD, bits, len);
+	}
 	rc = r->x->ops->send(r->x, &m);
 	msg_free(&m);
 	if (rc < 0) {
@@ -766,14 +927,15 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		if (rc < 0)
 			goto out;
 	}
-	if ((rc = advance_to(r, UINT64_MAX)) < 0 || (rc = publish(r)) < 0)
+	if ((rc = advance_to(r, UINT64_MAX, 0)) < 0 || (rc = publish(r)) < 0)
 		goto out;
 	msg_init(&m, MSG_DONE);
 	msg_put_u64(&m, K_CODE, 0);
 	msg_put_str(&m, K_ROOT, "");
 	rc = r->x->ops->send(r->x, &m);
 	msg_free(&m);
-	log_info("%s: received and published", r->slot.key);
+	log_info("%s: received and published (%llu bytes received, %llu from local copies)",
+		 r->slot.key, (unsigned long long)r->slot.got, (unsigned long long)r->slot.local);
 out:
 	close_transfer(r);
 	rx_unregister(r);
@@ -872,7 +1034,7 @@ int repl_recv_spawn(struct xport *x)
 	if (!r)
 		goto out_close;
 	r->x = x;
-	r->fd = r->in_fd = r->st_fd = -1;
+	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
 	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	r->whole = XXH3_createState();
 	r->chunk = XXH3_createState();
@@ -922,7 +1084,8 @@ void repl_recv_status(struct msg *m)
 	for (struct rx_slot *s = repl.rx; s; s = s->next) {
 		char v[1024];
 
-		snprintf(v, sizeof(v), "%s: %llu bytes so far", s->key, (unsigned long long)s->got);
+		snprintf(v, sizeof(v), "%s: %llu bytes so far, %llu more from local copies", s->key,
+			 (unsigned long long)s->got, (unsigned long long)s->local);
 		msg_put_str(m, K_NAME, "receiving");
 		msg_put_str(m, K_VALUE, v);
 	}

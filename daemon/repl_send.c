@@ -1,8 +1,12 @@
 /* The sender of one partner: takes the oldest copy pending for it, offers
  * the checkpoint, and streams what the receiver wants, piece by piece.
  *
- * Per copy:  OFFER, MANIFEST...  ->  <- WANT (resume point, or "have it")
+ * Per copy:  OFFER, MANIFEST...  ->  <- WANT (resume point, or "have it",
+ *                                             and the chunks held there)
  *            DATA(file, offset, chunk frame)...  END  ->  <- DONE
+ *
+ * Chunks the receiver says it holds (K_HELD, repl_have.h) are left out: the
+ * pieces of a file go as runs of the chunks it lacks.
  *
  * The connection stays open between copies. When it breaks, the copy goes
  * back to PENDING and the sender reconnects with backoff; the receiver's
@@ -10,10 +14,8 @@
  * the copy a try; after REPL_MAX_TRIES it is FAILED.
  *
  * Reads run REPL_DEPTH pieces ahead on the sender's own io_uring, so the
- * disk, the codec and the socket overlap. compress = auto decides per window
- * of pieces from what it measures: the codec's speed and ratio on this data
- * and the rate the link drains at, compressing only when that ships the
- * bytes sooner than sending them raw.
+ * disk, the codec and the socket overlap. compress = auto compresses or not
+ * by window of pieces, whichever is measured to deliver more (zpolicy.h).
  */
 #include "daemon/repl_impl.h"
 
@@ -31,12 +33,13 @@
 #include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/peer.h"
+#include "daemon/repl_have.h"
 #include "daemon/treeops.h"
+#include "daemon/zpolicy.h"
 
 #define REPL_DEPTH 4
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
-#define WINDOW_PIECES 16
 
 struct rdahead {                    /* pieces of one file read ahead, in order */
 	struct io_uring ring;
@@ -45,15 +48,7 @@ struct rdahead {                    /* pieces of one file read ahead, in order *
 	uint64_t off[REPL_DEPTH];
 	unsigned head, n;               /* oldest slot, slots in flight or ready */
 	int fd;                         /* the file, borrowed */
-	uint64_t next, size;            /* next offset to read, file size */
-};
-
-struct zpolicy {                    /* compress = auto's measurements */
-	int mode;                       /* enum cfg_compress */
-	bool on;                        /* current decision */
-	unsigned left;                  /* pieces until the next decision */
-	double comp_s, comp_raw, comp_out;   /* time, raw and output bytes compressed */
-	double wire_s, wire_bytes;      /* time spent sending and bytes sent */
+	uint64_t next, end;             /* next offset to read, end of the range */
 };
 
 struct sender {
@@ -65,6 +60,7 @@ struct sender {
 	size_t frame_cap;
 	struct zpolicy z;
 	unsigned backoff_ms;
+	unsigned lost;                  /* copies lost mid-way in a row */
 	uint64_t tokens_t;              /* rate cap: time (ns) the bucket is drained to */
 };
 
@@ -78,9 +74,9 @@ static uint64_t mono_ns(void)
 
 static void rd_submit(struct rdahead *rd)
 {
-	while (rd->n < REPL_DEPTH && rd->next < rd->size) {
+	while (rd->n < REPL_DEPTH && rd->next < rd->end) {
 		unsigned s = (rd->head + rd->n) % REPL_DEPTH;
-		uint64_t len = rd->size - rd->next < REPL_PIECE ? rd->size - rd->next : REPL_PIECE;
+		uint64_t len = rd->end - rd->next < REPL_PIECE ? rd->end - rd->next : REPL_PIECE;
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&rd->ring);
 
 		if (!sqe)
@@ -95,11 +91,11 @@ static void rd_submit(struct rdahead *rd)
 	io_uring_submit(&rd->ring);
 }
 
-static void rd_start(struct rdahead *rd, int fd, uint64_t off, uint64_t size)
+static void rd_start(struct rdahead *rd, int fd, uint64_t off, uint64_t end)
 {
 	rd->fd = fd;
 	rd->next = off;
-	rd->size = size;
+	rd->end = end;
 	rd->head = rd->n = 0;
 	rd_submit(rd);
 }
@@ -132,7 +128,7 @@ static void rd_release(struct rdahead *rd, size_t used, size_t len)
 	rd->head = (rd->head + 1) % REPL_DEPTH;
 	rd->n--;
 	if (used < len)
-		rd->next = rd->size;    /* a short read: stop; the caller fails */
+		rd->next = rd->end;    /* a short read: stop; the caller fails */
 	rd_submit(rd);
 }
 
@@ -154,42 +150,9 @@ static void rd_drain(struct rdahead *rd)
 	}
 }
 
-/* compress = auto: over the last window, would compressed pieces have gone
- * out sooner? Sending raw costs raw/link; compressed, out/link plus the
- * codec's time (one thread does both, so they add). */
-static void z_decide(struct zpolicy *z)
+static uint64_t queued(struct xport *x)
 {
-	double link = z->wire_s > 0 ? z->wire_bytes / z->wire_s : 0;
-	double speed = z->comp_s > 0 ? z->comp_raw / z->comp_s : 0;
-	double ratio = z->comp_raw > 0 ? z->comp_out / z->comp_raw : 1;
-
-	if (link <= 0 || speed <= 0)
-		z->on = true;           /* nothing measured yet: try it */
-	else
-		z->on = 1.0 / speed + ratio / link < 0.95 / link;
-	z->left = WINDOW_PIECES;
-	z->comp_s = z->comp_raw = z->comp_out = 0;
-	z->wire_s = z->wire_bytes = 0;
-}
-
-static const struct codec_ops *z_pick(struct zpolicy *z, bool *trial)
-{
-	*trial = false;
-	switch (z->mode) {
-	case CFG_COMPRESS_OFF:
-		return &codec_none_ops;
-	case CFG_COMPRESS_ZSTD:
-		return &codec_zstd_ops;
-	case CFG_COMPRESS_FLOAT:
-		return NULL;    /* float where the dtype allows, else zstd */
-	default:
-		if (z->left == 0)
-			z_decide(z);
-		z->left--;
-		/* The first piece of a window is always compressed: a measurement. */
-		*trial = z->left == WINDOW_PIECES - 1;
-		return z->on || *trial ? NULL : &codec_none_ops;
-	}
+	return x->ops->queued ? x->ops->queued(x) : 0;
 }
 
 static void rate_wait(struct sender *s, size_t bytes)
@@ -257,35 +220,55 @@ static int expect(struct xport *x, struct msg *m, uint16_t type, char *why, size
 	return 0;
 }
 
-/* Sends one file from offset off. */
-static int send_file(struct sender *s, int step_fd, uint64_t idx, const struct mf_entry *e,
-		     uint64_t off, uint64_t *sent, const char *job, const char *step,
-		     uint64_t seq, uint64_t total, char *why, size_t whylen)
-{
-	const char *base;
-	int dir_fd, fd, rc = 0;
-	struct stat st;
-	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+/* One copy being sent. */
+struct out {
+	const char *job, *step;
+	uint64_t seq, total;
+	int step_fd;
+	uint64_t sent;                  /* bytes of the checkpoint done: sent or held */
+	uint64_t held;                  /* of which the receiver held */
+	uint64_t raw;                   /* raw bytes sent in pieces */
+	const uint8_t *bits;            /* K_HELD, or NULL */
+	size_t nbits;
+	uint64_t chunk;                 /* the manifest's chunk size */
+};
 
-	dir_fd = treeops_open_parent(step_fd, e->path, &base);
-	if (dir_fd < 0) {
-		snprintf(why, whylen, "%s: %s", e->path, strerror(-dir_fd));
-		return -ESTALE;
+/* A send failed. A receiver that refuses while pieces stream (a full disk,
+ * a damaged piece) sends MSG_ERROR and closes, which this end sees as a
+ * broken pipe: its last words, when there are any, tell a refusal (which
+ * costs the copy a try) from a lost connection (which costs nothing). */
+static int send_failed(struct sender *s, int rc, char *why, size_t whylen)
+{
+	struct msg m;
+
+	if (s->x->ops->recv_last && s->x->ops->recv_last(s->x, &m, 1000) == 0) {
+		if (m.type == MSG_ERROR) {
+			char *t = NULL;
+
+			msg_get_str(&m, K_TEXT, &t);
+			snprintf(why, whylen, "refused: %s", t ? t : strerror(-rc));
+			free(t);
+			msg_free(&m);
+			return -EREMOTEIO;
+		}
+		msg_free(&m);
 	}
-	fd = openat(dir_fd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	close(dir_fd);
-	if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size != e->size) {
-		snprintf(why, whylen, "%s changed or vanished since it was committed", e->path);
-		if (fd >= 0)
-			close(fd);
-		return -ESTALE;
-	}
-	rd_start(&s->rd, fd, off, e->size);
-	while (off < e->size) {
+	snprintf(why, whylen, "sending: %s", strerror(-rc));
+	return rc;
+}
+
+/* Sends bytes [off, end) of an open file, piece by piece. */
+static int send_range(struct sender *s, struct out *o, int fd, uint64_t idx,
+		      const struct mf_entry *e, uint64_t off, uint64_t end,
+		      struct codec_params *cp, char *why, size_t whylen)
+{
+	int rc = 0;
+
+	rd_start(&s->rd, fd, off, end);
+	while (off < end) {
 		uint8_t *p;
 		size_t len, flen;
-		uint64_t at, t0, t1;
-		bool trial;
+		uint64_t at;
 		const struct codec_ops *want;
 		struct msg m;
 
@@ -295,47 +278,91 @@ static int send_file(struct sender *s, int step_fd, uint64_t idx, const struct m
 			rc = -ESTALE;
 			break;
 		}
-		if (cp.dtype == CODEC_DT_COUNT)
-			cp.dtype = codec_detect_dtype(p, len, e->size);
-		want = z_pick(&s->z, &trial);
-		t0 = mono_ns();
-		rc = codec_chunk_encode(p, len, want, &cp, s->frame, s->frame_cap, &flen);
-		t1 = mono_ns();
+		/* A file whose first chunks are held starts mid-way: no header
+		 * to read the dtype from, so the trial on this piece decides. */
+		if (cp->dtype == CODEC_DT_COUNT)
+			cp->dtype = codec_detect_dtype(p, len, at == 0 ? e->size : len);
+		want = zp_pick(&s->z, mono_ns(), queued(s->x));
+		rc = codec_chunk_encode(p, len, want, cp, s->frame, s->frame_cap, &flen);
 		if (rc < 0) {
 			snprintf(why, whylen, "encoding %s: %s", e->path, strerror(-rc));
 			break;
-		}
-		if (want != &codec_none_ops) {
-			s->z.comp_s += (double)(t1 - t0) / 1e9;
-			s->z.comp_raw += (double)len;
-			s->z.comp_out += (double)flen;
 		}
 		rate_wait(s, flen);
 		msg_init(&m, MSG_DATA);
 		msg_put_u64(&m, K_FILE, idx);
 		msg_put_u64(&m, K_OFFSET, at);
-		t0 = mono_ns();
 		rc = s->x->ops->send_tail(s->x, &m, K_DATA, s->frame, flen);
-		t1 = mono_ns();
 		msg_free(&m);
 		rd_release(&s->rd, len, len);
 		if (rc < 0) {
-			snprintf(why, whylen, "sending: %s", strerror(-rc));
+			rc = send_failed(s, rc, why, whylen);
 			break;
 		}
-		s->z.wire_s += (double)(t1 - t0) / 1e9;
-		s->z.wire_bytes += (double)flen;
+		zp_sent(&s->z, len, flen, mono_ns(), queued(s->x));
 		off = at + len;
-		*sent += len;
+		o->sent += len;
+		o->raw += len;
 		pthread_mutex_lock(&repl.lock);
 		s->p->raw += len;
 		s->p->wire += flen;
 		s->p->codec = codec_by_id(s->frame[0]) ? codec_by_id(s->frame[0])->name : "?";
 		pthread_mutex_unlock(&repl.lock);
-		set_sent(s, job, step, seq, *sent, total);
+		set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
 	}
 	rd_drain(&s->rd);
-	close(fd);
+	return rc;
+}
+
+/* Where chunk k of e ends. */
+static uint64_t chunk_end(const struct out *o, const struct mf_entry *e, uint64_t k)
+{
+	return e->nchunks && (k + 1) * o->chunk < e->size ? (k + 1) * o->chunk : e->size;
+}
+
+/* Sends file idx (whose first chunk has number g) from byte off: the runs
+ * of chunks the receiver does not hold. */
+static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct mf_entry *e,
+		     uint64_t g, uint64_t off, char *why, size_t whylen)
+{
+	const char *base;
+	int dir_fd, fd = -1, rc = 0;
+	struct stat st;
+	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+
+	while (rc == 0 && off < e->size) {
+		uint64_t k = e->nchunks ? off / o->chunk : 0, end = chunk_end(o, e, k);
+
+		if (have_bit(o->bits, o->nbits, g + k)) {
+			o->held += end - off;
+			o->sent += end - off;
+			off = end;
+			continue;
+		}
+		while (end < e->size && !have_bit(o->bits, o->nbits, g + end / o->chunk))
+			end = chunk_end(o, e, end / o->chunk);
+		if (fd < 0) {
+			dir_fd = treeops_open_parent(o->step_fd, e->path, &base);
+			if (dir_fd < 0) {
+				snprintf(why, whylen, "%s: %s", e->path, strerror(-dir_fd));
+				return -ESTALE;
+			}
+			fd = openat(dir_fd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			close(dir_fd);
+			if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size != e->size) {
+				snprintf(why, whylen, "%s changed or vanished since it was committed",
+					 e->path);
+				if (fd >= 0)
+					close(fd);
+				return -ESTALE;
+			}
+		}
+		rc = send_range(s, o, fd, idx, e, off, end, &cp, why, whylen);
+		off = end;
+	}
+	if (fd >= 0)
+		close(fd);
+	set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
 	return rc;
 }
 
@@ -348,10 +375,13 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	struct mf_reader *mr = NULL;
 	struct mf_entry e;
 	struct msg m;
-	uint64_t code = 0, want_idx = 0, want_off = 0, idx = 0, sent = 0, mf_size;
+	uint64_t code = 0, want_idx = 0, want_off = 0, idx = 0, g = 0, mf_size;
 	int root_fd, step_fd, mf_fd, rc;
 	struct stat st;
-	uint8_t *slice;
+	uint8_t *slice, *bits = NULL;
+	const uint8_t *hb;
+	size_t hn;
+	struct out o = { .job = job, .step = step, .seq = seq, .total = total };
 
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
 	root_fd = open(repl.cfg->ckpt_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -380,8 +410,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	rc = s->x->ops->send(s->x, &m);
 	msg_free(&m);
 	slice = malloc(REPL_MF_SLICE);
-	for (uint64_t o = 0; rc == 0 && o < mf_size; ) {
-		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)o) : -1;
+	for (uint64_t at = 0; rc == 0 && at < mf_size; ) {
+		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)at) : -1;
 
 		if (n <= 0) {
 			snprintf(why, whylen, "reading the manifest of %s: %s", rel,
@@ -390,10 +420,10 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 			break;
 		}
 		msg_init(&m, MSG_MANIFEST);
-		msg_put_u64(&m, K_OFFSET, o);
+		msg_put_u64(&m, K_OFFSET, at);
 		rc = s->x->ops->send_tail(s->x, &m, K_DATA, slice, (size_t)n);
 		msg_free(&m);
-		o += (uint64_t)n;
+		at += (uint64_t)n;
 	}
 	free(slice);
 	if (rc < 0) {
@@ -408,6 +438,11 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	msg_get_u64(&m, K_CODE, &code);
 	msg_get_u64(&m, K_FILE, &want_idx);
 	msg_get_u64(&m, K_OFFSET, &want_off);
+	if (msg_get_bytes(&m, K_HELD, &hb, &hn) == 0 && hn && (bits = malloc(hn))) {
+		memcpy(bits, hb, hn);
+		o.bits = bits;
+		o.nbits = hn;
+	}
 	msg_free(&m);
 	s->x->ops->set_timeout(s->x, REPL_IO_MS);
 	if (code == 1) {
@@ -420,19 +455,19 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		rc = -ESTALE;
 		goto out_close_mf;
 	}
+	o.step_fd = step_fd;
 	while ((rc = mf_reader_next(mr, &e)) == 1) {
+		o.chunk = mf_reader_chunk_size(mr);
 		if (idx >= want_idx && e.type == MF_FILE && e.size > 0) {
 			uint64_t off = idx == want_idx ? want_off : 0;
 
-			if (idx > want_idx || off == 0)
-				; /* whole file */
-			else
-				sent += off;
-			rc = send_file(s, step_fd, idx, &e, off, &sent, job, step, seq, total,
-				       why, whylen);
+			o.sent += off < e.size ? off : e.size;  /* durable there already */
+			rc = send_file(s, &o, idx, &e, g, off, why, whylen);
 		} else if (e.type == MF_FILE) {
-			sent += e.size;
+			o.sent += e.size;
 		}
+		if (e.type == MF_FILE && e.size > 0)
+			g += e.nchunks ? e.nchunks : 1;
 		mf_entry_free(&e);
 		idx++;
 		if (rc < 0)
@@ -448,11 +483,12 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	mf_reader_close(mr);
 	if (rc < 0)
 		goto out_close_mf;
+	zp_pause(&s->z, mono_ns(), queued(s->x));
 	msg_init(&m, MSG_END);
 	rc = s->x->ops->send(s->x, &m);
 	msg_free(&m);
 	if (rc < 0) {
-		snprintf(why, whylen, "sending: %s", strerror(-rc));
+		rc = send_failed(s, rc, why, whylen);
 		goto out_close_mf;
 	}
 	s->x->ops->set_timeout(s->x, REPL_FINISH_MS);
@@ -471,7 +507,14 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		}
 		msg_free(&m);
 	}
+	if (rc == 0)
+		log_info("%s/%s to %s: %llu bytes sent, %llu held there already", job, step,
+			 s->h->name, (unsigned long long)o.raw, (unsigned long long)o.held);
 out_close_mf:
+	pthread_mutex_lock(&repl.lock);
+	s->p->held += o.held;
+	pthread_mutex_unlock(&repl.lock);
+	free(bits);
 	if (mf_fd >= 0)
 		close(mf_fd);
 out_close_step:
@@ -483,6 +526,7 @@ static void disconnect(struct sender *s)
 {
 	if (!s->x)
 		return;
+	zp_drop(&s->z);         /* a window cut by a failure measures nothing */
 	pthread_mutex_lock(&repl.lock);
 	s->p->x = NULL;
 	pthread_mutex_unlock(&repl.lock);
@@ -539,9 +583,10 @@ static int connect_peer(struct sender *s)
 	return rc;
 }
 
-/* After a refusal (a full disk, a damaged piece), a pause before the next
- * try: 0.4, 0.8, 1.6, 3.2 s. Under lock; the daemon's stop cuts it short. */
-static void refusal_backoff(unsigned tries)
+/* After a refusal (a full disk, a damaged piece) or a connection lost
+ * mid-copy, a pause before the next try: 0.2 s << tries, at most 6.4 s.
+ * Under lock; the daemon's stop cuts it short. */
+static void retry_pause(unsigned tries)
 {
 	uint64_t d = repl_now_ns() + (200000000ull << (tries < 5 ? tries : 5));
 	struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
@@ -566,9 +611,9 @@ void *repl_send_main(void *arg)
 	struct partner *p = arg;
 	size_t i = (size_t)(p - repl.partners);
 	struct sender s = { .p = p, .h = &repl.hosts.v[p->host] };
-	int rc;
+	int rc, crc;
 
-	s.z.mode = repl.cfg->compress;
+	zp_init(&s.z, repl.cfg->compress);
 	s.frame_cap = codec_chunk_bound(REPL_PIECE);
 	s.frame = malloc(s.frame_cap);
 	rc = io_uring_queue_init(REPL_DEPTH * 2, &s.rd.ring, 0);
@@ -602,7 +647,7 @@ void *repl_send_main(void *arg)
 		r->copies[i].total = total;
 		pthread_mutex_unlock(&repl.lock);
 
-		rc = s.x ? 0 : connect_peer(&s);
+		crc = rc = s.x ? 0 : connect_peer(&s);
 		if (rc == 0) {
 			rc = send_copy(&s, job, step, seq, root, total, why, sizeof(why));
 			/* A failure may leave either side mid-offer: start afresh. */
@@ -617,6 +662,7 @@ void *repl_send_main(void *arg)
 			r->copies[i].state = C_CONFIRMED;
 			r->copies[i].why[0] = '\0';
 			r->copies[i].tries = 0;
+			s.lost = 0;
 			log_info("%s/%s: confirmed on %s", job, step, s.h->name);
 			repl_rec_save(r);
 		} else if (rc == -EREMOTEIO || rc == -ESTALE) {
@@ -625,7 +671,7 @@ void *repl_send_main(void *arg)
 			r->copies[i].state = rc == -ESTALE || ++r->copies[i].tries >= REPL_MAX_TRIES ?
 				C_FAILED : C_PENDING;
 			if (r->copies[i].state == C_PENDING)
-				refusal_backoff(r->copies[i].tries);
+				retry_pause(r->copies[i].tries);
 		} else {
 			r->copies[i].state = C_PENDING;
 			if (why[0] && p->state == PEER_UP) {
@@ -633,6 +679,11 @@ void *repl_send_main(void *arg)
 				p->state = PEER_DOWN;
 				snprintf(p->why, sizeof(p->why), "%s", why);
 			}
+			/* A receiver that refuses mid-stream just closes, which
+			 * looks the same from here: without a pause, a refusal
+			 * that repeats would be a busy loop. */
+			if (crc == 0 && !repl.stopping)
+				retry_pause(s.lost < 5 ? s.lost++ : 5);
 		}
 		pthread_cond_broadcast(&repl.cond);
 	}

@@ -43,8 +43,17 @@ struct xport_ops {
 			 size_t n);
 	/* A whole frame; -ENOTCONN on a clean close between frames. */
 	int (*recv)(struct xport *x, struct msg *m);
+	/* After a failed send: one frame the peer sent before it closed (its
+	 * MSG_ERROR: a refusal while we were still sending), within timeout_ms.
+	 * Only while nothing has failed on the receiving side. */
+	int (*recv_last)(struct xport *x, struct msg *m, int timeout_ms);
 	/* 0 disables; applies to every later send and recv. */
 	int (*set_timeout)(struct xport *x, int timeout_ms);
+	/* Bytes handed to send that have not yet reached the peer (sent but
+	 * not acknowledged, or not sent yet): with the time, it tells how fast
+	 * the path drains, which the time send takes does not (it returns once
+	 * the bytes are queued). 0 when unknown. */
+	uint64_t (*queued)(struct xport *x);
 	/* Wakes a thread blocked in send or recv; the connection is then dead. */
 	void (*shutdown)(struct xport *x);
 	void (*close)(struct xport *x);

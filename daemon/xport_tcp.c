@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <arpa/inet.h>
@@ -39,6 +41,7 @@ struct tcp_conn {
 	/* A failed send or recv may have left a frame half-moved, so the stream
 	 * is out of step for good: later calls repeat the first error. */
 	int dead;
+	bool dead_in;            /* a recv failed: the inbound stream too */
 };
 
 /* strerror without the capital, to sit inside "...: reason". */
@@ -373,7 +376,27 @@ static int tcp_recv(struct xport *x, struct msg *m)
 		return rc;
 	}
 	rc = msg_recv(c->fd, m);
+	if (rc)
+		c->dead_in = true;
 	return rc ? io_failed(c, rc) : 0;
+}
+
+static int tcp_recv_last(struct xport *x, struct msg *m, int timeout_ms)
+{
+	struct tcp_conn *c = (struct tcp_conn *)x;
+	struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	if (atomic_load(&c->shut) || c->dead_in)
+		return -ENOTCONN;
+	/* Whatever arrived before the peer's reset is still queued here. */
+	if (poll(&pfd, 1, timeout_ms) <= 0)
+		return -ETIMEDOUT;
+	rc = msg_recv(c->fd, m);
+	if (rc)
+		c->dead_in = true;
+	return rc;
 }
 
 static int tcp_set_timeout(struct xport *x, int timeout_ms)
@@ -389,6 +412,14 @@ static int tcp_set_timeout(struct xport *x, int timeout_ms)
 	    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
 		return -errno;
 	return 0;
+}
+
+static uint64_t tcp_queued(struct xport *x)
+{
+	struct tcp_conn *c = (struct tcp_conn *)x;
+	int n = 0;
+
+	return ioctl(c->fd, SIOCOUTQ, &n) == 0 && n > 0 ? (uint64_t)n : 0;
 }
 
 static void tcp_shutdown(struct xport *x)
@@ -418,7 +449,9 @@ const struct xport_ops xport_tcp_ops = {
 	.send = tcp_send,
 	.send_tail = tcp_send_tail,
 	.recv = tcp_recv,
+	.recv_last = tcp_recv_last,
 	.set_timeout = tcp_set_timeout,
+	.queued = tcp_queued,
 	.shutdown = tcp_shutdown,
 	.close = tcp_close,
 };

@@ -628,3 +628,37 @@ def run_cmd(*argv, check=True, timeout=30):
     if check and cp.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, argv))} exited {cp.returncode}: {cp.stderr.strip()}")
     return cp
+
+
+# ---------------------------------------------------------------- checkpoints
+# Daemon layout: ckpt_root is base/ckpt, replica_root base/replicas.
+
+def ckpt(d, job="job1", step="step-100"):
+    return d.base / "ckpt" / job / step
+
+
+def replica(holder, origin, job="job1", step="step-100"):
+    return holder.base / "replicas" / origin.name / job / step
+
+
+def assert_replica_of(origin_dir, replica_dir):
+    """The replica is the original byte for byte (content, type, mode, mtime
+    ns, symlink targets; owner as root) and its manifest is the origin's."""
+    assert replica_dir.is_dir(), f"no replica at {replica_dir}"
+    assert_tree_equal(origin_dir, replica_dir)
+    a, b = manifest_path(origin_dir), manifest_path(replica_dir)
+    assert a.read_bytes() == b.read_bytes(), "the replica's manifest differs from the origin's"
+
+
+def commit_wait(d, path, timeout=60):
+    cp = d.run("commit", path, "--wait", timeout=timeout)
+    assert cp.returncode == 0, \
+        f"commit --wait exited {cp.returncode}\nstdout: {cp.stdout}\nstderr: {cp.stderr}\nlog:\n{d.log()[-3000:]}"
+    return cp
+
+
+def bytes_sent_to(d, peer):
+    """Raw bytes d's sender has ever sent to peer, from `stage status`."""
+    st = d.status(timeout=20).stdout
+    m = re.search(rf"^peer:\s+{peer.name} .*?(\d+) bytes sent as \d+", st, re.M)
+    return int(m.group(1)) if m else 0

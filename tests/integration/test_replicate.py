@@ -18,14 +18,14 @@ import stat
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import need_root
-from helpers import (CHUNK, D, F, IS_ROOT, L, assert_landed_match_source, assert_tree_equal,
+from helpers import (CHUNK, D, F, L, assert_landed_match_source,
                      check_manifest_against, landed_files, make_tree, manifest_path, run_cmd,
-                     wait_for, walk, write_key)
+                     wait_for, walk, write_key, ckpt, replica, assert_replica_of, commit_wait,
+                     bytes_sent_to)
 
 MiB = 1 << 20
 
@@ -36,14 +36,6 @@ def cluster(make_cluster, n=2, transfer=None, **kw):
     """make_cluster with the watcher off unless asked: a commit happens only
     when the test says so."""
     return make_cluster(n, transfer={"watch": "off", **(transfer or {})}, **kw)
-
-
-def ckpt(d, job="job1", step="step-100"):
-    return d.base / "ckpt" / job / step
-
-
-def replica(holder, origin, job="job1", step="step-100"):
-    return holder.base / "replicas" / origin.name / job / step
 
 
 def incoming(holder, origin, job="job1", step="step-100"):
@@ -86,29 +78,6 @@ def ls_find(d, name, **want):
         if n == name and all(f.get(k) == v for k, v in want.items()):
             return f
     return None
-
-
-def assert_replica_of(origin_dir, replica_dir):
-    """The replica is the original byte for byte (content, type, mode, mtime
-    ns, symlink targets; owner as root) and its manifest is the origin's."""
-    assert replica_dir.is_dir(), f"no replica at {replica_dir}"
-    assert_tree_equal(origin_dir, replica_dir)
-    a, b = manifest_path(origin_dir), manifest_path(replica_dir)
-    assert a.read_bytes() == b.read_bytes(), "the replica's manifest differs from the origin's"
-
-
-def commit_wait(d, path, timeout=60):
-    cp = d.run("commit", path, "--wait", timeout=timeout)
-    assert cp.returncode == 0, \
-        f"commit --wait exited {cp.returncode}\nstdout: {cp.stdout}\nstderr: {cp.stderr}\nlog:\n{d.log()[-3000:]}"
-    return cp
-
-
-def bytes_sent_to(d, peer):
-    """Raw bytes d's sender has ever sent to peer, from `stage status`."""
-    st = d.status(timeout=20).stdout
-    m = re.search(rf"^peer:\s+{peer.name} .*?(\d+) bytes sent as \d+", st, re.M)
-    return int(m.group(1)) if m else 0
 
 
 def after_kill9():
