@@ -393,12 +393,18 @@ static int read_held(struct rx *r, const char *path, uint64_t off, uint8_t *p, s
 		if (r->src_fd >= 0)
 			close(r->src_fd);
 		r->src_path = path;
+		r->src_fd = -1;
 		dfd = treeops_open_parent(r->rr_fd, path, &base);
-		r->src_fd = dfd < 0 ? dfd : openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (dfd >= 0)
+		if (dfd < 0)
+			return dfd;
+		r->src_fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (r->src_fd < 0) {
+			int err = -errno;
+
 			close(dfd);
-		if (r->src_fd < 0)
-			return -errno;
+			return err;
+		}
+		close(dfd);
 	}
 	got = pread(r->src_fd, p, n, (off_t)off);
 	return got == (ssize_t)n ? 0 : got < 0 ? -errno : -ESTALE;
