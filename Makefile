@@ -98,6 +98,7 @@ bench-smoke: $(BIN)
 	@tools/bench/pull --smoke
 	@tools/bench/codec --smoke
 	@tools/bench/verify --smoke
+	@tools/bench/replicate --smoke
 
 # libFuzzer targets, one per parser of outside bytes; built with clang.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
