@@ -52,6 +52,7 @@ struct have {
 	uint8_t *bits;
 	size_t nbits_bytes;
 	uint64_t held;
+	unsigned dry;      /* copies in a row that gave nothing */
 	uint64_t seed;     /* the offer's digests are the sender's word: hashed
 			    * again with a secret seed, a peer cannot line them
 			    * up in one probe chain */
@@ -237,6 +238,9 @@ static int scan_copy(struct have *h, int rr_fd, const char *copy)
 			h->src[i].path = NONE;
 			h->unsourced++;
 		}
+	/* Outside the offer's own job, copies that give nothing in a row end
+	 * the search: new data is found nowhere, and looking costs a parse. */
+	h->dry = rc >= 0 && h->npaths > first ? 0 : h->dry + 1;
 	return 0;
 }
 
@@ -292,8 +296,9 @@ static char **names_of(int rr_fd, const char *rel, size_t *n)
 	return v;
 }
 
-/* Scans the steps of ORIGIN/JOB (newest first) while budget lasts. */
-static int scan_job(struct have *h, int rr_fd, const char *origin, const char *job,
+/* Scans the steps of ORIGIN/JOB (newest first) while budget lasts, and
+ * outside the offer's own job (own false) while copies keep giving. */
+static int scan_job(struct have *h, int rr_fd, const char *origin, const char *job, bool own,
 		    unsigned *budget)
 {
 	char rel[3 * (CKPT_NAME_MAX + 1)];
@@ -303,7 +308,8 @@ static int scan_job(struct have *h, int rr_fd, const char *origin, const char *j
 
 	snprintf(rel, sizeof(rel), "%s/%s", origin, job);
 	steps = names_of(rr_fd, rel, &n);
-	for (size_t i = 0; i < n && rc == 0 && h->unsourced && *budget; i++) {
+	for (size_t i = 0; i < n && rc == 0 && h->unsourced && *budget &&
+	     (own || h->dry < HAVE_DRY); i++) {
 		char copy[4 * (CKPT_NAME_MAX + 1)];
 
 		snprintf(copy, sizeof(copy), "%s/%s", rel, steps[i]);
@@ -320,12 +326,13 @@ static int scan_origin(struct have *h, int rr_fd, const char *origin, const char
 {
 	size_t n;
 	char **jobs;
-	int rc = first ? scan_job(h, rr_fd, origin, first, budget) : 0;
+	int rc = first ? scan_job(h, rr_fd, origin, first, true, budget) : 0;
 
+	h->dry = 0;
 	jobs = names_of(rr_fd, origin, &n);
-	for (size_t i = 0; i < n && rc == 0 && h->unsourced && *budget; i++)
+	for (size_t i = 0; i < n && rc == 0 && h->unsourced && *budget && h->dry < HAVE_DRY; i++)
 		if (!first || strcmp(jobs[i], first) != 0)
-			rc = scan_job(h, rr_fd, origin, jobs[i], budget);
+			rc = scan_job(h, rr_fd, origin, jobs[i], false, budget);
 	names_free(jobs, n);
 	return rc;
 }
@@ -363,7 +370,7 @@ int have_plan(struct have **out, int rr_fd, int st_fd, const char *name, const c
 		rc = scan_origin(h, rr_fd, origin, job, &budget);
 	if (rc == 0 && h->unsourced)
 		origins = names_of(rr_fd, "", &n);
-	for (size_t i = 0; i < n && rc == 0 && h->unsourced && budget; i++)
+	for (size_t i = 0; i < n && rc == 0 && h->unsourced && budget && h->dry < HAVE_DRY; i++)
 		if (strcmp(origins[i], origin) != 0)
 			rc = scan_origin(h, rr_fd, origins[i], NULL, &budget);
 	names_free(origins, n);

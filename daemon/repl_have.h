@@ -11,7 +11,8 @@
  * Where it looks: the published copies under replica_root, in the order
  * most likely to hold the chunks: ORIGIN/JOB's other steps newest first
  * (the previous step of the same files, usually), then ORIGIN's other jobs,
- * then every other origin's copies; at most HAVE_MAX_COPIES of them. A chunk
+ * then every other origin's copies; at most HAVE_MAX_COPIES of them, and
+ * outside ORIGIN/JOB only while they keep giving (HAVE_DRY). A chunk
  * is matched by its XXH3-128 alone; whatever chunk size the copy was hashed
  * with. Nothing is read but manifests: the bytes are checked against the
  * offer's digests as the receiver copies them (repl_recv.c).
@@ -27,6 +28,7 @@
 
 #define HAVE_MAX_CHUNKS (1u << 18)   /* 1 TiB of offer at 4 MiB chunks */
 #define HAVE_MAX_COPIES 128
+#define HAVE_DRY 4                   /* copies in a row giving nothing end the search */
 
 struct have;
 

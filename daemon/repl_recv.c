@@ -13,11 +13,14 @@
  * Per offer: the manifest arrives; if the same root is already published,
  * WANT says "have it"; otherwise WANT gives the resume point from the
  * journal (0 0 when new, or when the offer's root differs from the one in
- * .incoming, which is then emptied). Each DATA piece is decoded (its XXH3-64
- * checked by the codec frame), must be the next bytes of the file the
- * cursor is on, is hashed in order (every manifest chunk digest and the
- * whole-file digest checked), and written through io_uring. A finished
- * file gets its mode and mtime, is fdatasync'd, and then journaled. At END:
+ * .incoming, which is then emptied) and which chunks are held here already
+ * (repl_have.c; those the sender leaves out). Each DATA piece is decoded
+ * (its XXH3-64 checked by the codec frame) and must come after the bytes
+ * the cursor is on; a gap before it must be held chunks, which are copied
+ * from the local copy first. Every byte, sent or held, is hashed in order
+ * (every manifest chunk digest and the whole-file digest checked) and
+ * written through io_uring. A finished file gets its mode and mtime, is
+ * fdatasync'd, and then journaled. At END:
  * the remaining directories, links and empty files, directory metadata,
  * syncfs, offer -> manifest, then the directory is renamed into place
  * (exchanged with an older copy of the same step, which is then removed),
@@ -27,8 +30,10 @@
  * and restores' fetches (MSG_FETCH_REQ, repl_fetch.c) between offers.
  *
  * Anything wrong (a bad digest, a frame out of order, a full disk) is a
- * MSG_ERROR and the end of the connection; the journal is untouched, so the
- * sender's next attempt resumes from the last durable point.
+ * MSG_ERROR and the end of the connection; the journal keeps the last
+ * durable point (it is only ever written where a chunk ends, after the
+ * chunk was checked, or set back to a file's start when its bytes are known
+ * bad), so the sender's next attempt resumes from there.
  */
 #include "daemon/repl_impl.h"
 
@@ -468,6 +473,8 @@ static int advance_to(struct rx *r, uint64_t idx, uint64_t off)
 		bool data = r->ce.type == MF_FILE && r->ce.size;
 		bool durable = r->ci < r->j_idx || (r->ci == r->j_idx && r->j_off >= r->ce.size);
 
+		if (r->fd >= 0 && durable)      /* opened: it cannot be (on_data checks) */
+			return fail(r, -EPROTO, "%s: written past its durable end", r->ce.path);
 		if (data && !durable)
 			rc = fill_held(r, r->ce.size);      /* moves the cursor */
 		else if ((rc = data ? 0 : materialize(r)) == 0)
@@ -494,6 +501,11 @@ static int on_data(struct rx *r, const struct msg *m)
 	if (msg_get_u64(m, K_FILE, &idx) < 0 || msg_get_u64(m, K_OFFSET, &off) < 0 ||
 	    msg_get_bytes(m, K_DATA, &p, &n) < 0)
 		return fail(r, -EBADMSG, "a DATA frame without its fields");
+	/* What the journal vouches for is never written again: a piece before
+	 * the resume point would truncate a durable file. */
+	if (idx < r->j_idx || (idx == r->j_idx && off < r->j_off))
+		return fail(r, -EPROTO, "a piece for entry %llu at %llu, before the resume point",
+			    (unsigned long long)idx, (unsigned long long)off);
 	if ((rc = advance_to(r, idx, off)) < 0)
 		return rc;
 	if (!r->have_ce || r->ce.type != MF_FILE || r->ce.size == 0)
@@ -730,6 +742,7 @@ static int publish(struct rx *r)
 	if (renameat(r->st_fd, "offer", r->st_fd, "manifest") < 0 || fsync(r->st_fd) < 0)
 		return fail(r, -errno, "manifest: %s", strerror(errno));
 	unlinkat(r->st_fd, "journal", 0);
+	unlinkat(r->st_fd, "nolocal", 0);
 	snprintf(rel, sizeof(rel), "%s/%s", r->origin, r->job);
 	snprintf(irel, sizeof(irel), INCOMING "/%s/%s", r->origin, r->job);
 	job_fd = open_dir(r->rr_fd, rel, true);

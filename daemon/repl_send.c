@@ -40,6 +40,7 @@
 #define REPL_DEPTH 4
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
+#define HELD_COPY_RATE (20ull << 20)    /* bytes/s: the slowest local copy waited for */
 
 struct rdahead {                    /* pieces of one file read ahead, in order */
 	struct io_uring ring;
@@ -228,10 +229,20 @@ struct out {
 	uint64_t sent;                  /* bytes of the checkpoint done: sent or held */
 	uint64_t held;                  /* of which the receiver held */
 	uint64_t raw;                   /* raw bytes sent in pieces */
+	uint64_t gap;                   /* held bytes since the last piece sent */
 	const uint8_t *bits;            /* K_HELD, or NULL */
 	size_t nbits;
 	uint64_t chunk;                 /* the manifest's chunk size */
 };
+
+/* A timeout of base ms plus the time the receiver may take to copy `held`
+ * bytes from its own disk at a slow HELD_COPY_RATE. */
+static int held_ms(uint64_t held, int base)
+{
+	uint64_t ms = (uint64_t)base + held / (HELD_COPY_RATE / 1000);
+
+	return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
 
 /* A send failed. A receiver that refuses while pieces stream (a full disk,
  * a damaged piece) sends MSG_ERROR and closes, which this end sees as a
@@ -289,11 +300,22 @@ static int send_range(struct sender *s, struct out *o, int fd, uint64_t idx,
 			break;
 		}
 		rate_wait(s, flen);
+		if (o->gap) {
+			/* The receiver copies the held bytes before it reads this
+			 * piece: the send may wait that long, and the window that
+			 * spans it measures the receiver's disk, not the path. */
+			s->x->ops->set_timeout(s->x, held_ms(o->gap, REPL_IO_MS));
+			zp_gap(&s->z);
+		}
 		msg_init(&m, MSG_DATA);
 		msg_put_u64(&m, K_FILE, idx);
 		msg_put_u64(&m, K_OFFSET, at);
 		rc = s->x->ops->send_tail(s->x, &m, K_DATA, s->frame, flen);
 		msg_free(&m);
+		if (o->gap) {
+			s->x->ops->set_timeout(s->x, REPL_IO_MS);
+			o->gap = 0;
+		}
 		rd_release(&s->rd, len, len);
 		if (rc < 0) {
 			rc = send_failed(s, rc, why, whylen);
@@ -336,6 +358,7 @@ static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct
 		if (have_bit(o->bits, o->nbits, g + k)) {
 			o->held += end - off;
 			o->sent += end - off;
+			o->gap += end - off;
 			off = end;
 			continue;
 		}
@@ -491,7 +514,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		rc = send_failed(s, rc, why, whylen);
 		goto out_close_mf;
 	}
-	s->x->ops->set_timeout(s->x, REPL_FINISH_MS);
+	s->x->ops->set_timeout(s->x, held_ms(o.gap, REPL_FINISH_MS));
 	rc = expect(s->x, &m, MSG_DONE, why, whylen);
 	s->x->ops->set_timeout(s->x, REPL_IO_MS);
 	if (rc == 0) {
@@ -507,13 +530,14 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		}
 		msg_free(&m);
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		log_info("%s/%s to %s: %llu bytes sent, %llu held there already", job, step,
 			 s->h->name, (unsigned long long)o.raw, (unsigned long long)o.held);
+		pthread_mutex_lock(&repl.lock);
+		s->p->held += o.held;
+		pthread_mutex_unlock(&repl.lock);
+	}
 out_close_mf:
-	pthread_mutex_lock(&repl.lock);
-	s->p->held += o.held;
-	pthread_mutex_unlock(&repl.lock);
 	free(bits);
 	if (mf_fd >= 0)
 		close(mf_fd);

@@ -381,24 +381,6 @@ static int tcp_recv(struct xport *x, struct msg *m)
 	return rc ? io_failed(c, rc) : 0;
 }
 
-static int tcp_recv_last(struct xport *x, struct msg *m, int timeout_ms)
-{
-	struct tcp_conn *c = (struct tcp_conn *)x;
-	struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-	int rc;
-
-	memset(m, 0, sizeof(*m));
-	if (atomic_load(&c->shut) || c->dead_in)
-		return -ENOTCONN;
-	/* Whatever arrived before the peer's reset is still queued here. */
-	if (poll(&pfd, 1, timeout_ms) <= 0)
-		return -ETIMEDOUT;
-	rc = msg_recv(c->fd, m);
-	if (rc)
-		c->dead_in = true;
-	return rc;
-}
-
 static int tcp_set_timeout(struct xport *x, int timeout_ms)
 {
 	struct tcp_conn *c = (struct tcp_conn *)x;
@@ -413,6 +395,26 @@ static int tcp_set_timeout(struct xport *x, int timeout_ms)
 		return -errno;
 	return 0;
 }
+
+static int tcp_recv_last(struct xport *x, struct msg *m, int timeout_ms)
+{
+	struct tcp_conn *c = (struct tcp_conn *)x;
+	struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	if (atomic_load(&c->shut) || c->dead_in)
+		return -ENOTCONN;
+	/* Whatever arrived before the peer's reset is still queued here. */
+	if (poll(&pfd, 1, timeout_ms) <= 0)
+		return -ETIMEDOUT;
+	tcp_set_timeout(x, timeout_ms);     /* a frame cut short waits no longer */
+	rc = msg_recv(c->fd, m);
+	if (rc)
+		c->dead_in = true;
+	return rc;
+}
+
 
 static uint64_t tcp_queued(struct xport *x)
 {

@@ -31,6 +31,10 @@ static void close_window(struct zpolicy *z, uint64_t now, uint64_t queued)
 	int w = z->on;
 
 	z->pieces = 0;
+	if (z->taint) {
+		z->taint--;
+		return;
+	}
 	if (t <= 0 || z->wire == 0)
 		return;
 	/* Bytes that left this end during the window: what was queued at its

@@ -50,6 +50,7 @@ struct zpolicy {
 	uint64_t raw, wire;       /* this window's bytes */
 	unsigned since_probe, probe_every;
 	uint64_t windows;         /* measured, for status and tests */
+	unsigned taint;           /* windows still to drop (zp_gap) */
 };
 
 void zp_init(struct zpolicy *z, int mode);
@@ -66,6 +67,13 @@ void zp_pause(struct zpolicy *z, uint64_t now, uint64_t queued);
 static inline void zp_drop(struct zpolicy *z)
 {
 	z->pieces = 0;
+}
+/* The receiver stops reading for a while (it copies held chunks from its
+ * disk): the open window and the next are dropped unmeasured. */
+static inline void zp_gap(struct zpolicy *z)
+{
+	z->pieces = 0;
+	z->taint = 2;
 }
 
 #endif
