@@ -331,10 +331,9 @@ static int send_all(int fd, struct iovec *v, int cnt)
 	return 0;
 }
 
-int msg_send_tail(int fd, const struct msg *m, uint16_t key, const void *tail, size_t n)
+int msg_frame_iov(const struct msg *m, uint16_t key, const void *tail, size_t n,
+		  uint8_t hdr[PROTO_HDR_LEN], uint8_t fhdr[PROTO_FIELD_HDR_LEN], struct iovec iov[4])
 {
-	uint8_t hdr[PROTO_HDR_LEN], fhdr[PROTO_FIELD_HDR_LEN];
-	struct iovec iov[4];
 	size_t total = m->len + (tail ? PROTO_FIELD_HDR_LEN + n : 0);
 	int cnt = 0;
 
@@ -343,18 +342,27 @@ int msg_send_tail(int fd, const struct msg *m, uint16_t key, const void *tail, s
 	if (total > PROTO_MAX_PAYLOAD)
 		return -E2BIG;
 	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)total);
-	iov[cnt++] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
+	iov[cnt++] = (struct iovec){ .iov_base = hdr, .iov_len = PROTO_HDR_LEN };
 	if (m->len)
 		iov[cnt++] = (struct iovec){ .iov_base = m->buf, .iov_len = m->len };
 	if (tail) {
 		put_le16(fhdr, key);
 		put_le16(fhdr + 2, 0);
 		put_le32(fhdr + 4, (uint32_t)n);
-		iov[cnt++] = (struct iovec){ .iov_base = fhdr, .iov_len = sizeof(fhdr) };
+		iov[cnt++] = (struct iovec){ .iov_base = fhdr, .iov_len = PROTO_FIELD_HDR_LEN };
 		if (n)
 			iov[cnt++] = (struct iovec){ .iov_base = (void *)tail, .iov_len = n };
 	}
-	return send_all(fd, iov, cnt);
+	return cnt;
+}
+
+int msg_send_tail(int fd, const struct msg *m, uint16_t key, const void *tail, size_t n)
+{
+	uint8_t hdr[PROTO_HDR_LEN], fhdr[PROTO_FIELD_HDR_LEN];
+	struct iovec iov[4];
+	int cnt = msg_frame_iov(m, key, tail, n, hdr, fhdr, iov);
+
+	return cnt < 0 ? cnt : send_all(fd, iov, cnt);
 }
 
 int msg_send(int fd, const struct msg *m)

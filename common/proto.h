@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define PROTO_MAGIC "STG1"
 #define PROTO_HDR_LEN 16
@@ -152,6 +153,11 @@ int msg_send(int fd, const struct msg *m);
  * where it lies: a 1 MiB piece is never copied into the message. */
 int msg_send_tail(int fd, const struct msg *m, uint16_t key, const void *tail, size_t n);
 int msg_recv(int fd, struct msg *m);
+/* The bytes msg_send_tail sends, as up to 4 pieces in iov (hdr and fhdr are
+ * the caller's room for the two headers): their count, or m->err, or
+ * -E2BIG. For transports that are not a stream socket. */
+int msg_frame_iov(const struct msg *m, uint16_t key, const void *tail, size_t n,
+		  uint8_t hdr[PROTO_HDR_LEN], uint8_t fhdr[PROTO_FIELD_HDR_LEN], struct iovec iov[4]);
 /* Details of the above: msg_recv treats m as output only (it frees nothing
  * already there) and leaves it empty on error, so msg_free is always safe;
  * EOF after part of a frame is -ECONNRESET; the fd must be blocking, since a

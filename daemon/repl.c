@@ -31,7 +31,7 @@
 #define QUIET_MS 2000      /* after a marker: writers finishing other files */
 
 struct repl repl = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-		     .stop_fd = -1, .lfd = -1 };
+		     .stop_fd = -1 };
 
 uint64_t repl_now_ns(void)
 {
@@ -297,12 +297,6 @@ static int open_cluster(const struct stage_config *cfg, char *why, size_t whylen
 	repl.cluster = true;
 	if (repl.hosts.n == 1)
 		return 0;
-	if (cfg->transport == CFG_TRANSPORT_RDMA) {
-		snprintf(why, whylen, "transport = rdma: this build has no RDMA transport yet; "
-			 "use tcp or auto");
-		rc = -ENOTSUP;
-		goto out_free_hosts;
-	}
 	rc = auth_key_load(&repl.key, cfg->key_file, why, whylen);
 	if (rc < 0)
 		goto out_free_hosts;
@@ -352,21 +346,6 @@ static void close_cluster(void)
 	repl.cluster = false;
 }
 
-static int open_listener(const struct stage_config *cfg, char *why, size_t whylen)
-{
-	char host[256];
-	uint16_t port;
-	const char *w;
-
-	if (!repl.cluster || repl.hosts.n < 2)
-		return 0;
-	if (config_parse_hostport(cfg->listen, host, sizeof(host), &port, &w) < 0) {
-		snprintf(why, whylen, "node.listen '%s': %s", cfg->listen, w);
-		return -EINVAL;
-	}
-	return xport_tcp_ops.listen(host, port, &repl.lst, &repl.lfd, why, whylen);
-}
-
 int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 {
 	struct watch *w = NULL;
@@ -382,7 +361,9 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 			 cfg->ckpt_root : cfg->replica_root, strerror(-rc));
 		goto out_close_cluster;
 	}
-	rc = open_listener(cfg, why, whylen);
+	/* Every node checks its transport (transport = rdma without a device
+	 * is an error even alone); only a node with peers listens. */
+	rc = repl_net_open(cfg, repl.cluster && repl.hosts.n > 1, why, whylen);
 	if (rc < 0)
 		goto out_close_cluster;
 	repl_rec_load_all();
@@ -427,7 +408,7 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 			o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", i ? ", " : "",
 					      repl.hosts.v[repl.partners[i].host].name);
 		log_info("cluster of %zu nodes; partners: %s; peers on %s", repl.hosts.n,
-			 o ? list : "none", repl.lfd >= 0 ? cfg->listen : "(none)");
+			 o ? list : "none", repl_listen_fd() >= 0 ? cfg->listen : "(none)");
 	}
 	return 0;
 out_stop_watcher:
@@ -448,10 +429,7 @@ out_close_watch:
 	if (w)
 		watch_close(w);
 out_unlisten:
-	if (repl.lst)
-		xport_tcp_ops.unlisten(repl.lst);
-	repl.lst = NULL;
-	repl.lfd = -1;
+	repl_net_close();
 out_close_cluster:
 	close_cluster();
 	return rc;
@@ -479,10 +457,7 @@ void repl_close(void)
 	}
 	if (repl.stop_fd >= 0)
 		close(repl.stop_fd);
-	if (repl.lst)
-		xport_tcp_ops.unlisten(repl.lst);
-	repl.lst = NULL;
-	repl.lfd = -1;
+	repl_net_close();
 	repl_recv_wait();
 	while (repl.records) {
 		struct record *r = repl.records;
@@ -491,19 +466,6 @@ void repl_close(void)
 		repl_rec_free(r);
 	}
 	close_cluster();
-}
-
-int repl_listen_fd(void)
-{
-	return repl.lfd;
-}
-
-void repl_accept(void)
-{
-	struct xport *x;
-
-	while (repl.lst && xport_tcp_ops.accept(repl.lst, &x) == 0)
-		repl_recv_spawn(x);
 }
 
 static const char *node_name(size_t partner)
@@ -674,9 +636,10 @@ void repl_status(struct msg *m)
 			snprintf(v, sizeof(v), "%s %s:%u: not a partner of this node", hp->name,
 				 hp->host, hp->port);
 		else if (p->state == PEER_UP)
-			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport tcp, codec %s, "
+			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
 				 "%llu bytes sent as %llu, %llu bytes held there", hp->name,
-				 hp->host, hp->port, p->codec ? p->codec : "-",
+				 hp->host, hp->port, p->x ? p->x->ops->name : "-",
+				 p->codec ? p->codec : "-",
 				 (unsigned long long)p->raw, (unsigned long long)p->wire,
 				 (unsigned long long)p->held);
 		else if (p->state == PEER_DOWN)
@@ -691,9 +654,12 @@ void repl_status(struct msg *m)
 		msg_put_str(m, K_VALUE, v);
 	}
 	if (repl.cluster) {
-		msg_put_str(m, K_NAME, "transport");
-		msg_put_str(m, K_VALUE, repl.hosts.n > 1 ? "tcp (no RDMA transport in this build)"
-						       : "none (one node)");
+		if (repl.hosts.n > 1)
+			repl_net_status(m, repl.cfg);
+		else {
+			msg_put_str(m, K_NAME, "transport");
+			msg_put_str(m, K_VALUE, "none (one node)");
+		}
 	}
 	for (struct record *r = repl.records; r; r = r->next)
 		for (size_t i = 0; i < repl.npartners; i++) {

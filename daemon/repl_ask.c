@@ -28,7 +28,7 @@ int repl_dial(size_t host, int io_ms, struct xport **out, char *why, size_t whyl
 	struct xport *x;
 	int rc;
 
-	rc = xport_tcp_ops.connect(h, ASK_CONNECT_MS, &x, why, whylen);
+	rc = repl_connect(h, ASK_CONNECT_MS, &x, why, whylen);
 	if (rc < 0)
 		return rc;
 	rc = peer_handshake(x, &repl.key, repl.cfg->name, &repl.hosts, h->name, REPL_HANDSHAKE_MS,

@@ -90,8 +90,6 @@ struct repl {
 	bool committer_started, watcher_started;
 	pthread_t committer, watcher;
 	int stop_fd;                      /* eventfd: wakes the watcher */
-	struct xport_listener *lst;
-	int lfd;
 	unsigned receivers;               /* threads serving peers, under lock */
 	struct rx_slot *rx;               /* transfers being received, under lock */
 	struct rx_link *rx_conns;         /* every authenticated receiver connection */
@@ -131,6 +129,17 @@ void repl_recv_wait(void);
 /* The root (and chunk size, if chunk) of the complete manifest at
  * dirfd/name, or -errno (-EBADMSG: damaged). */
 int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk);
+
+/* repl_net.c: the transports this node uses (transport = auto: each one
+ * available, in order; TCP last), their listeners when listen. 0, or
+ * -errno with why (a named transport that is not available). */
+int repl_net_open(const struct stage_config *cfg, bool listen, char *why, size_t whylen);
+void repl_net_close(void);
+/* Connects to h with the first transport that answers. */
+int repl_connect(const struct host *h, int timeout_ms, struct xport **x, char *why,
+		 size_t whylen);
+/* The `transport` line of stage status. Under lock. */
+void repl_net_status(struct msg *m, const struct stage_config *cfg);
 
 /* repl_ask.c: connects to node `host` and authenticates; io_ms is the
  * connection's timeout afterwards. 0 or -errno with why. */

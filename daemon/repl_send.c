@@ -566,7 +566,7 @@ static int connect_peer(struct sender *s)
 	struct xport *x;
 	int rc;
 
-	rc = xport_tcp_ops.connect(s->h, REPL_HANDSHAKE_MS, &x, why, sizeof(why));
+	rc = repl_connect(s->h, REPL_HANDSHAKE_MS, &x, why, sizeof(why));
 	if (rc == 0) {
 		rc = peer_handshake(x, &repl.key, repl.cfg->name, &repl.hosts, s->h->name,
 				    REPL_HANDSHAKE_MS, name, sizeof(name), why, sizeof(why));
@@ -579,7 +579,7 @@ static int connect_peer(struct sender *s)
 		s->x = x;
 		s->p->x = x;
 		if (s->p->state != PEER_UP)
-			log_info("peer %s: up (tcp, %s)", s->h->name, x->peer);
+			log_info("peer %s: up (%s, %s)", s->h->name, x->ops->name, x->peer);
 		s->p->state = PEER_UP;
 		s->backoff_ms = 0;
 		if (repl.stopping)

@@ -1,5 +1,5 @@
 /* Transports: how frames move between peers. Each transport is a table of
- * operations (TCP in xport_tcp.c; RDMA later in rdma/), and everything above
+ * operations (TCP in xport_tcp.c, RDMA in rdma/verbs.c), and everything above
  * holds a `struct xport *` and calls through x->ops, never asking which
  * transport it has. A connection carries the frames of common/proto.h, whole
  * and in order; the transport adds nothing a peer must know about beyond
@@ -25,6 +25,9 @@ struct xport_listener;
 
 struct xport_ops {
 	const char *name;        /* "tcp", "rdma": for status and logs */
+	/* Whether this node can use the transport (a device is present): 0,
+	 * or -ENODEV with why. NULL: always. why says what, either way. */
+	int (*available)(char *why, size_t whylen);
 	/* Binds and listens at host:port (host as config_parse_hostport gives
 	 * it: an IPv4 address, a name, or a bare IPv6 address). *fd becomes
 	 * readable when a connection waits; the caller polls it. */
@@ -65,6 +68,8 @@ struct xport {
 	char peer[80];           /* "ADDR:PORT" of the other end, for messages */
 };
 
+/* The transports, in the order transport = auto tries them (repl_net.c). */
+extern const struct xport_ops xport_rdma_ops;   /* rdma/verbs.c */
 extern const struct xport_ops xport_tcp_ops;
 
 #endif

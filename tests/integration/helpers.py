@@ -14,6 +14,8 @@ import shutil
 import stat
 import subprocess
 import time
+
+import pytest
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -662,3 +664,14 @@ def bytes_sent_to(d, peer):
     st = d.status(timeout=20).stdout
     m = re.search(rf"^peer:\s+{peer.name} .*?(\d+) bytes sent as \d+", st, re.M)
     return int(m.group(1)) if m else 0
+
+
+def staged_refuses(d, what):
+    """staged with d's config must refuse to start: exit 2. Its output."""
+    try:
+        r = subprocess.run([str(d.exe), "--config", str(d.config_path), "--foreground"],
+                           capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"staged started despite {what}")
+    assert r.returncode == 2, f"{what}: exit {r.returncode}\n{r.stdout}{r.stderr}"
+    return r.stdout + r.stderr

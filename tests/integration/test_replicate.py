@@ -25,7 +25,7 @@ from conftest import need_root
 from helpers import (CHUNK, D, F, L, assert_landed_match_source,
                      check_manifest_against, landed_files, make_tree, manifest_path, run_cmd,
                      wait_for, walk, write_key, ckpt, replica, assert_replica_of, commit_wait,
-                     bytes_sent_to)
+                     bytes_sent_to, staged_refuses)
 
 MiB = 1 << 20
 
@@ -513,29 +513,20 @@ def test_cluster_config_errors(make_cluster, make_daemon, tmp_path):
     others, keeps the daemon from starting (exit 2, saying why)."""
     n0, n1 = cluster(make_cluster, 2, start=False)
 
-    def start_fails(d, what):
-        try:
-            r = subprocess.run([str(d.exe), "--config", str(d.config_path), "--foreground"],
-                               capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"staged started despite {what}")
-        assert r.returncode == 2, f"{what}: exit {r.returncode}\n{r.stdout}{r.stderr}"
-        return r.stdout + r.stderr
-
     stranger = make_daemon(base=tmp_path / "stranger", start=False, name="nX",
                            cluster={"hosts": n0.cluster["hosts"], "key_file": n0.cluster["key_file"]})
-    out = start_fails(stranger, "a name missing from the hosts file")
+    out = staged_refuses(stranger, "a name missing from the hosts file")
     assert str(n0.cluster["hosts"]) in out and "nX" in out, out
     loose = write_key(tmp_path / "loose.key")
     os.chmod(loose, 0o640)
     n0.cluster["key_file"] = loose
     n0.write_config()
-    out = start_fails(n0, "a key file readable by its group")
+    out = staged_refuses(n0, "a key file readable by its group")
     assert str(loose) in out, out
     short = write_key(tmp_path / "short.key", "0123456789abcdef")
     n0.cluster["key_file"] = short
     n0.write_config()
-    out = start_fails(n0, "a 16-byte key")
+    out = staged_refuses(n0, "a 16-byte key")
     assert str(short) in out, out
 
 
