@@ -14,10 +14,10 @@ import shutil
 import stat
 import subprocess
 import time
-
-import pytest
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("STAGE_BUILD", REPO / "build"))
