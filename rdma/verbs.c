@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +48,8 @@
 #define R_CQ_DEPTH (R_NSLOTS + R_NSEND + 8)
 #define R_RESOLVE_MS 2000               /* address and route resolution */
 #define R_BACKLOG 16
+#define CLOSE_MS 2000                   /* close waits this long for sends to land */
+#define R_MEMLOCK (64ull << 20)         /* pinned memory a few connections need */
 
 struct xport_listener {
 	struct rdma_event_channel *ch;
@@ -63,9 +67,12 @@ struct rconn {
 	uint8_t *mem;                    /* R_NSLOTS slots, then R_NSEND send buffers */
 	struct rflow f;
 	bool established;                /* the CM said so: sends may be posted */
-	bool gone;                       /* disconnected, or the QP flushed */
+	bool gone;                       /* disconnected, or the QP flushed: nothing
+					  * more comes, what came is still readable */
+	bool sends_dead;                 /* a send failed: no more sends */
 	int timeout_ms;                  /* 0: none */
 	atomic_bool shut;
+	int wake;                        /* eventfd: shutdown() wakes the owner */
 	uint32_t freed[R_NSLOTS];
 };
 
@@ -208,6 +215,7 @@ static void teardown(struct rconn *c)
 	if (c->ch)
 		rdma_destroy_event_channel(c->ch);
 	rflow_fini(&c->f);
+	close(c->wake);
 	free(c);
 }
 
@@ -215,8 +223,14 @@ static struct rconn *conn_new(void)
 {
 	struct rconn *c = calloc(1, sizeof(*c));
 
-	if (c)
-		c->base.ops = &xport_rdma_ops;
+	if (!c)
+		return NULL;
+	c->base.ops = &xport_rdma_ops;
+	c->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->wake < 0) {
+		free(c);
+		return NULL;
+	}
 	return c;
 }
 
@@ -233,14 +247,21 @@ static void set_peer(struct rconn *c, const struct sockaddr *sa)
 
 /* ---- completions ---- */
 
+/* Work request ids: a receive slot's number, or R_NSLOTS + a send buffer's:
+ * on an error completion the opcode is undefined, the id is not. */
+#define SEND_ID(buf) ((uint64_t)R_NSLOTS + (buf))
+
 /* What the CQ holds: receives to the flow (re-posting slots that carried
- * only credits), sends done. */
+ * only credits), sends done. The number of completions handled, or the
+ * flow's error. A failed send ends the sending only, so that what arrived
+ * before (the peer's refusal, say) can still be read. */
 static int reap(struct rconn *c)
 {
 	struct ibv_wc wc[16];
-	int n;
+	int n, total = 0;
 
 	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+		total += n;
 		for (int i = 0; i < n; i++) {
 			bool free_now = false;
 			int rc = 0;
@@ -249,6 +270,8 @@ static int reap(struct rconn *c)
 				/* Flushed: the QP went to error on a disconnect. */
 				if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
 					c->gone = true;
+				else if (wc[i].wr_id >= R_NSLOTS)
+					c->sends_dead = c->gone = true;
 				else
 					rflow_fail(&c->f, -EIO);
 				continue;
@@ -270,7 +293,7 @@ static int reap(struct rconn *c)
 	}
 	if (n < 0)
 		rflow_fail(&c->f, -EIO);
-	return rflow_error(&c->f);
+	return rflow_error(&c->f) ? rflow_error(&c->f) : total;
 }
 
 static int failed(struct rconn *c)
@@ -280,49 +303,74 @@ static int failed(struct rconn *c)
 	return rflow_error(&c->f);
 }
 
-/* Waits for something to happen: a completion or a CM event, until
- * deadline (ms, monotonic; 0: none). 0, or -errno. */
+/* The connection's CM events: ESTABLISHED opens it for sends; a few are
+ * of no consequence; any other (a disconnect, a device gone, a peer that
+ * never completed the connection) means nothing more comes. */
+static void cm_events(struct rconn *c)
+{
+	struct rdma_cm_event *ev;
+
+	while (rdma_get_cm_event(c->ch, &ev) == 0) {
+		switch (ev->event) {
+		case RDMA_CM_EVENT_ESTABLISHED:
+			c->established = true;
+			break;
+		case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		case RDMA_CM_EVENT_ADDR_CHANGE:
+			break;
+		default:
+			c->gone = true;
+		}
+		rdma_ack_cm_event(ev);
+	}
+}
+
+/* Waits for something to happen: a completion, a CM event or shutdown(),
+ * until deadline (ms, monotonic; 0: none). 0 (look again), or -errno. */
 static int wait_event(struct rconn *c, int64_t deadline)
 {
-	struct pollfd p[2] = { { .fd = c->cc->fd, .events = POLLIN },
-			       { .fd = c->ch->fd, .events = POLLIN } };
+	struct pollfd p[3] = { { .fd = c->cc->fd, .events = POLLIN },
+			       { .fd = c->ch->fd, .events = POLLIN },
+			       { .fd = c->wake, .events = POLLIN } };
 	int rc, left;
 
-	if ((rc = reap(c)) < 0)
-		return rc;
-	/* Arm, then look once more: a completion between the two is not lost. */
+	if ((rc = reap(c)) != 0)
+		return rc < 0 ? rc : 0;
+	/* Arm, then look once more: completions that came in between raise
+	 * no event, so having found any, the caller looks before we sleep. */
 	if ((rc = ibv_req_notify_cq(c->cq, 0)) != 0)
 		return -rc;
-	if ((rc = reap(c)) < 0)
-		return rc;
+	if ((rc = reap(c)) != 0)
+		return rc < 0 ? rc : 0;
+	if (c->gone || atomic_load(&c->shut))
+		return 0;
 	left = deadline ? (int)(deadline - now_ms()) : -1;
 	if (deadline && left <= 0)
 		return -ETIMEDOUT;
-	rc = poll(p, 2, left);
+	rc = poll(p, 3, left);
 	if (rc < 0)
 		return errno == EINTR ? 0 : -errno;
 	if (rc == 0)
 		return -ETIMEDOUT;
+	if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+		rflow_fail(&c->f, -EIO);        /* else this would spin */
+		return -EIO;
+	}
 	if (p[0].revents) {
 		struct ibv_cq *cq;
 		void *ctx;
 
 		if (ibv_get_cq_event(c->cc, &cq, &ctx) == 0)
 			ibv_ack_cq_events(cq, 1);
-	}
-	if (p[1].revents) {
-		struct rdma_cm_event *ev;
-
-		if (rdma_get_cm_event(c->ch, &ev) == 0) {
-			if (ev->event == RDMA_CM_EVENT_ESTABLISHED)
-				c->established = true;
-			else if (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
-				 ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
-				c->gone = true;
-			rdma_ack_cm_event(ev);
+		else if (errno != EAGAIN && errno != EINTR) {
+			rflow_fail(&c->f, -EIO);
+			return -EIO;
 		}
 	}
-	return reap(c);
+	if (p[1].revents)
+		cm_events(c);
+	rc = reap(c);
+	return rc < 0 ? rc : 0;
 }
 
 static int64_t deadline_of(const struct rconn *c)
@@ -338,14 +386,17 @@ static int post_msg(struct rconn *c, const struct iovec *iov, int niov, int *pie
 {
 	uint32_t buf, imm;
 	int rc = rflow_send_begin(&c->f, len, &buf, &imm);
-	uint8_t *dst = c->mem + (size_t)(R_NSLOTS + buf) * R_SLOT;
-	struct ibv_sge sge = { .addr = (uintptr_t)dst, .length = len, .lkey = c->mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = buf, .sg_list = &sge, .num_sge = len ? 1 : 0,
+	uint8_t *dst;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = len ? 1 : 0,
 				  .opcode = IBV_WR_SEND_WITH_IMM, .send_flags = IBV_SEND_SIGNALED },
 			   *bad;
 
 	if (rc < 0)
 		return rc;
+	dst = c->mem + (size_t)(R_NSLOTS + buf) * R_SLOT;
+	sge = (struct ibv_sge){ .addr = (uintptr_t)dst, .length = len, .lkey = c->mr->lkey };
+	wr.wr_id = SEND_ID(buf);
 	for (uint32_t done = 0; done < len; ) {
 		size_t take = iov[*piece].iov_len - *off;
 
@@ -374,7 +425,7 @@ static int return_credits(struct rconn *c)
 	int piece = 0;
 	size_t off = 0;
 
-	while (c->established && rflow_want_credit_msg(&c->f)) {
+	while (c->established && !c->sends_dead && !c->gone && rflow_want_credit_msg(&c->f)) {
 		int rc = post_msg(c, NULL, 0, &piece, &off, 0);
 
 		if (rc < 0)
@@ -392,6 +443,7 @@ static int r_send_tail(struct xport *x, const struct msg *m, uint16_t key, const
 	int niov = msg_frame_iov(m, key, tail, n, hdr, fhdr, iov), piece = 0, rc;
 	int64_t deadline = deadline_of(c);
 	size_t total = 0, off = 0;
+	bool posted = false;
 
 	if (niov < 0)
 		return niov;
@@ -401,21 +453,30 @@ static int r_send_tail(struct xport *x, const struct msg *m, uint16_t key, const
 		uint32_t len = rflow_max_payload(&c->f);
 
 		if ((rc = failed(c)) < 0)
-			return rc;
-		if (c->gone)
-			return -EPIPE;
+			break;
+		if (c->gone || c->sends_dead) {
+			rc = -EPIPE;
+			break;
+		}
 		if (len > total)
 			len = (uint32_t)total;
 		if (c->established && rflow_can_send_data(&c->f)) {
 			if ((rc = post_msg(c, iov, niov, &piece, &off, len)) < 0)
-				return rc;
+				break;
+			posted = true;
 			total -= len;
 			continue;
 		}
-		if ((rc = return_credits(c)) < 0 || (rc = wait_event(c, deadline)) < 0)
-			return failed(c) ? failed(c) : rc;
+		if ((rc = return_credits(c)) < 0 || (rc = wait_event(c, deadline)) < 0) {
+			rc = failed(c) ? failed(c) : rc;
+			break;
+		}
 	}
-	return 0;
+	/* Part of a frame went: the stream is out of step for good (the
+	 * receiving side is left alone: what came can still be read). */
+	if (total && posted)
+		c->sends_dead = true;
+	return total ? rc : 0;
 }
 
 static int r_send(struct xport *x, const struct msg *m)
@@ -480,7 +541,7 @@ static int r_recv(struct xport *x, struct msg *m)
 	if (rc < 0) {
 		free(buf);
 		/* A frame cut or malformed leaves the stream out of step. */
-		if (rc != -ENOTCONN && rc != -ETIMEDOUT)
+		if (started || (rc != -ENOTCONN && rc != -ETIMEDOUT))
 			rflow_fail(&c->f, rc);
 		return rc;
 	}
@@ -516,23 +577,38 @@ static int r_set_timeout(struct xport *x, int timeout_ms)
 
 static uint64_t r_queued(struct xport *x)
 {
-	return rflow_queued(&((struct rconn *)x)->f);
+	struct rconn *c = (struct rconn *)x;
+
+	reap(c);                    /* sends done since the last wait */
+	return rflow_queued(&c->f);
 }
 
 static void r_shutdown(struct xport *x)
 {
 	struct rconn *c = (struct rconn *)x;
 
+	uint64_t one = 1;
+
 	atomic_store(&c->shut, true);
-	rdma_disconnect(c->id);     /* flushes the QP: the owner's wait wakes */
+	if (write(c->wake, &one, sizeof(one)) < 0) {
+		/* the counter is full: the owner is woken already */
+	}
+	rdma_disconnect(c->id);     /* and the peer learns it */
 }
 
 static void r_close(struct xport *x)
 {
 	struct rconn *c = (struct rconn *)x;
 
+	int64_t end = now_ms() + CLOSE_MS;
+
 	if (!c)
 		return;
+	/* Like a TCP close, let what was sent arrive (a refusal, say) before
+	 * the disconnect flushes it. */
+	while (c->established && !c->gone && !c->sends_dead && !atomic_load(&c->shut) &&
+	       rflow_queued(&c->f) && wait_event(c, end) == 0)
+		;
 	if (c->established && !c->gone)
 		rdma_disconnect(c->id);
 	teardown(c);
@@ -549,18 +625,26 @@ static int resolve(const char *host, uint16_t port, struct addrinfo **ai)
 	return rc == 0 ? 0 : rc == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
 }
 
+/* Address and route resolution, each at most R_RESOLVE_MS and no more than
+ * the caller's whole budget. */
+static int resolve_ms(int timeout_ms)
+{
+	return timeout_ms > 0 && timeout_ms < R_RESOLVE_MS ? timeout_ms : R_RESOLVE_MS;
+}
+
 static int r_connect(const struct host *h, int timeout_ms, struct xport **x, char *why,
 		     size_t whylen)
 {
 	const char *addr = h->rdma ? h->rdma : h->host;
 	uint8_t hello[RFLOW_HELLO_LEN];
 	struct rdma_conn_param cp = { .private_data = hello, .private_data_len = sizeof(hello),
-				      .retry_count = 7, .rnr_retry_count = 7 };
+				      .retry_count = 7, .rnr_retry_count = 6 };
 	struct rdma_cm_event *ev;
 	struct addrinfo *ai = NULL;
 	struct rconn *c = conn_new();
 	uint32_t pn, ps;
-	const char *step = "resolving the address";
+	const char *step = "opening the connection manager";
+	bool connected = false;
 	int rc;
 
 	if (!c) {
@@ -575,19 +659,22 @@ static int r_connect(const struct host *h, int timeout_ms, struct xport **x, cha
 	if (rc == 0 && rdma_create_id(c->ch, &c->id, c, RDMA_PS_TCP) < 0)
 		rc = -errno;
 	if (rc == 0) {
+		step = "resolving the address";
 		set_peer(c, ai->ai_addr);
-		if (rdma_resolve_addr(c->id, NULL, ai->ai_addr, R_RESOLVE_MS) < 0)
+		if (rdma_resolve_addr(c->id, NULL, ai->ai_addr, resolve_ms(timeout_ms)) < 0)
 			rc = -errno;
 	}
 	if (ai)
 		freeaddrinfo(ai);
-	if (rc == 0 && (rc = cm_wait(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, R_RESOLVE_MS, &ev)) == 0)
+	if (rc == 0 && (rc = cm_wait(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, resolve_ms(timeout_ms),
+				     &ev)) == 0)
 		rdma_ack_cm_event(ev);
 	if (rc == 0) {
 		step = "resolving the route";
-		rc = rdma_resolve_route(c->id, R_RESOLVE_MS) < 0 ? -errno : 0;
+		rc = rdma_resolve_route(c->id, resolve_ms(timeout_ms)) < 0 ? -errno : 0;
 	}
-	if (rc == 0 && (rc = cm_wait(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, R_RESOLVE_MS, &ev)) == 0)
+	if (rc == 0 && (rc = cm_wait(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, resolve_ms(timeout_ms),
+				     &ev)) == 0)
 		rdma_ack_cm_event(ev);
 	if (rc == 0) {
 		step = "setting up the queue pair";
@@ -599,6 +686,7 @@ static int r_connect(const struct host *h, int timeout_ms, struct xport **x, cha
 		rc = rdma_connect(c->id, &cp) < 0 ? -errno : 0;
 	}
 	if (rc == 0 && (rc = cm_wait(c->ch, RDMA_CM_EVENT_ESTABLISHED, timeout_ms, &ev)) == 0) {
+		connected = true;
 		rc = rflow_hello_get(ev->param.conn.private_data, ev->param.conn.private_data_len,
 				     &pn, &ps);
 		rdma_ack_cm_event(ev);
@@ -608,8 +696,11 @@ static int r_connect(const struct host *h, int timeout_ms, struct xport **x, cha
 	}
 	if (rc < 0) {
 		if (why && whylen)
-			snprintf(why, whylen, "node %s (%s:%u): rdma: %s: %s", h->name, addr, h->port,
-				 step, strerror(-rc));
+			snprintf(why, whylen, strchr(addr, ':') ? "node %s ([%s]:%u): rdma: %s: %s" :
+				 "node %s (%s:%u): rdma: %s: %s", h->name, addr, h->port, step,
+				 strerror(-rc));
+		if (connected)
+			rdma_disconnect(c->id);
 		teardown(c);
 		return rc;
 	}
@@ -659,72 +750,95 @@ static void r_unlisten(struct xport_listener *l)
 	free(l);
 }
 
-/* A connect request, set up and accepted; ESTABLISHED comes later on the
- * connection's own channel, and its first send waits for it. */
+/* One connect request, set up and accepted: 0 with *x; -EAGAIN when none
+ * waits. A request that cannot be taken (not ours, no resources) is
+ * rejected and the next one looked at, as TCP's accept goes on past an
+ * aborted connection: the listener's fd is armed edge-wise by the daemon,
+ * so what is left queued here would wait for the next arrival. ESTABLISHED
+ * comes later on the connection's own channel; its first send waits. */
 static int r_accept(struct xport_listener *l, struct xport **x)
 {
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *id;
-	struct rconn *c;
-	uint8_t hello[RFLOW_HELLO_LEN];
-	struct rdma_conn_param cp = { .private_data = hello, .private_data_len = sizeof(hello),
-				      .retry_count = 7, .rnr_retry_count = 7 };
-	uint32_t pn = 0, ps = 0;
-	int rc;
+	for (;;) {
+		struct rdma_cm_event *ev;
+		struct rdma_cm_id *id;
+		struct rconn *c;
+		uint8_t hello[RFLOW_HELLO_LEN];
+		struct rdma_conn_param cp = { .private_data = hello,
+					      .private_data_len = sizeof(hello),
+					      .retry_count = 7, .rnr_retry_count = 6 };
+		uint32_t pn = 0, ps = 0;
+		int rc;
 
-	if (rdma_get_cm_event(l->ch, &ev) < 0)
-		return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
-	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+		if (rdma_get_cm_event(l->ch, &ev) < 0)
+			return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
+		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+			rdma_ack_cm_event(ev);
+			continue;
+		}
+		id = ev->id;
+		rc = rflow_hello_get(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				     &pn, &ps);
 		rdma_ack_cm_event(ev);
-		return -EAGAIN;
+		c = rc == 0 ? conn_new() : NULL;
+		if (!c) {
+			rdma_reject(id, NULL, 0);
+			rdma_destroy_id(id);
+			continue;
+		}
+		c->id = id;
+		id->context = c;
+		set_peer(c, rdma_get_peer_addr(id));
+		if (!(c->ch = rdma_create_event_channel()) || nonblock(c->ch->fd) < 0 ||
+		    rdma_migrate_id(id, c->ch) < 0)
+			rc = -(errno ? errno : EIO);
+		if (rc == 0)
+			rc = setup(c);
+		if (rc == 0)
+			rc = rflow_init(&c->f, R_NSLOTS, R_SLOT, R_NSEND, R_SLOT, pn, ps);
+		if (rc == 0) {
+			rflow_hello_put(hello, R_NSLOTS, R_SLOT);
+			rc = rdma_accept(id, &cp) < 0 ? -errno : 0;
+		}
+		if (rc < 0) {
+			rdma_reject(id, NULL, 0);
+			teardown(c);
+			continue;
+		}
+		*x = &c->base;
+		return 0;
 	}
-	id = ev->id;
-	rc = rflow_hello_get(ev->param.conn.private_data, ev->param.conn.private_data_len, &pn,
-			     &ps);
-	rdma_ack_cm_event(ev);
-	c = rc == 0 ? conn_new() : NULL;
-	if (!c) {
-		rdma_reject(id, NULL, 0);
-		rdma_destroy_id(id);
-		return rc < 0 ? rc : -ENOMEM;
-	}
-	c->id = id;
-	id->context = c;
-	set_peer(c, rdma_get_peer_addr(id));
-	if (!(c->ch = rdma_create_event_channel()) || nonblock(c->ch->fd) < 0 ||
-	    rdma_migrate_id(id, c->ch) < 0)
-		rc = -(errno ? errno : EIO);
-	if (rc == 0)
-		rc = setup(c);
-	if (rc == 0)
-		rc = rflow_init(&c->f, R_NSLOTS, R_SLOT, R_NSEND, R_SLOT, pn, ps);
-	if (rc == 0) {
-		rflow_hello_put(hello, R_NSLOTS, R_SLOT);
-		rc = rdma_accept(id, &cp) < 0 ? -errno : 0;
-	}
-	if (rc < 0) {
-		rdma_reject(id, NULL, 0);
-		teardown(c);
-		return rc;
-	}
-	*x = &c->base;
-	return 0;
 }
 
+/* A device, and leave to pin what connections register (each R_NSLOTS +
+ * R_NSEND slots): without it every registration would fail and auto would
+ * fall back to TCP peer by peer, saying less. */
 static int r_available(char *why, size_t whylen)
 {
-	int n = 0;
+	char buf[256];
+	int n = 0, rc = 0;
 	struct ibv_device **v = ibv_get_device_list(&n);
+	struct rlimit rl;
 
-	if (!v || n == 0) {
-		if (v)
-			ibv_free_device_list(v);
-		snprintf(why, whylen, "no RDMA device (the verbs library lists none)");
-		return -ENODEV;
+	if (!why || !whylen) {
+		why = buf;
+		whylen = sizeof(buf);
 	}
-	snprintf(why, whylen, "RDMA device %s", ibv_get_device_name(v[0]));
-	ibv_free_device_list(v);
-	return 0;
+	if (!v || n == 0) {
+		snprintf(why, whylen, "no RDMA device (the verbs library lists none)");
+		rc = -ENODEV;
+	} else if (geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+		   rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < R_MEMLOCK) {
+		snprintf(why, whylen, "RDMA device %s, but RLIMIT_MEMLOCK is %llu KiB and each "
+			 "connection pins %u MiB: raise it (LimitMEMLOCK=infinity)",
+			 ibv_get_device_name(v[0]), (unsigned long long)rl.rlim_cur >> 10,
+			 (unsigned)(((R_NSLOTS + R_NSEND) * (uint64_t)R_SLOT) >> 20));
+		rc = -ENODEV;
+	} else {
+		snprintf(why, whylen, "RDMA device %s", ibv_get_device_name(v[0]));
+	}
+	if (v)
+		ibv_free_device_list(v);
+	return rc;
 }
 
 const struct xport_ops xport_rdma_ops = {
