@@ -39,6 +39,7 @@
 
 #define KEY_LABEL "stage cluster key v1"
 #define MAC_LABEL "stage auth v1"
+#define SESSION_LABEL "stage session v1"
 
 enum { MSG_HELLO = 1, MSG_PROOF = 2 };
 enum { ROLE_INITIATOR = 1, ROLE_RESPONDER = 2 };
@@ -392,4 +393,30 @@ bool auth_done(const struct auth_session *s)
 const char *auth_peer_name(const struct auth_session *s)
 {
 	return auth_done(s) ? s->peer_name : NULL;
+}
+
+/* HMAC(key, label || initiator's nonce || responder's nonce || len ||
+ * initiator's name || len || responder's name): both sides get the same
+ * key, and no other connection does (the nonces are fresh). */
+int auth_session_key(const struct auth_session *s, uint8_t out[AUTH_KEY_BYTES])
+{
+	crypto_auth_hmacsha256_state st;
+	bool ini;
+
+	if (!auth_done(s))
+		return -EPROTO;
+	ini = s->my_role == ROLE_INITIATOR;
+	crypto_auth_hmacsha256_init(&st, s->key->mac, AUTH_KEY_BYTES);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)SESSION_LABEL, strlen(SESSION_LABEL));
+	crypto_auth_hmacsha256_update(&st, ini ? s->my_nonce : s->peer_nonce, AUTH_NONCE_BYTES);
+	crypto_auth_hmacsha256_update(&st, ini ? s->peer_nonce : s->my_nonce, AUTH_NONCE_BYTES);
+	crypto_auth_hmacsha256_update(&st, ini ? &s->my_len : &s->peer_len, 1);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)(ini ? s->my_name : s->peer_name),
+				      ini ? s->my_len : s->peer_len);
+	crypto_auth_hmacsha256_update(&st, ini ? &s->peer_len : &s->my_len, 1);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)(ini ? s->peer_name : s->my_name),
+				      ini ? s->peer_len : s->my_len);
+	crypto_auth_hmacsha256_final(&st, out);
+	sodium_memzero(&st, sizeof(st));
+	return 0;
 }

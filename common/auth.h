@@ -77,6 +77,9 @@ bool auth_done(const struct auth_session *s);
  * claim): NULL otherwise. It proves the peer holds the cluster key, not
  * that it is that node: every key holder can claim any name. */
 const char *auth_peer_name(const struct auth_session *s);
+/* The key that seals the frames after the handshake (common/seal.h),
+ * the same on both sides: 0, or -EPROTO before auth_done. */
+int auth_session_key(const struct auth_session *s, uint8_t out[AUTH_KEY_BYTES]);
 void auth_end(struct auth_session *s);
 
 #endif

@@ -105,6 +105,7 @@ enum msg_key {
 	K_HOLDER = 29,      /* str: node name (restore --from, copy groups) */
 	K_STATE = 30,       /* str: state of a copy (copy groups) */
 	K_HELD = 31,        /* bytes: MSG_WANT's bitmap of chunks the receiver holds */
+	K_MAC = 32,         /* bytes: a sealed frame's tag, its first field (common/seal.h) */
 };
 
 /* Request flags (K_FLAGS). */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/proto.h"
+#include "daemon/xport_seal.h"
 
 /* How much of a peer's MSG_ERROR text goes into why: it is the peer's
  * words, so it is bounded and stripped of control characters before it can
@@ -179,10 +180,11 @@ static int check_name(struct hs *h, const char *name, const char *my_name,
 	return 0;
 }
 
-int peer_handshake(struct xport *x, const struct auth_key *key, const char *my_name,
+int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my_name,
 		   const struct hosts *hosts, const char *expect, int timeout_ms,
 		   char *peer_name, size_t cap, char *why, size_t whylen)
 {
+	struct xport *x = *xp;
 	char who[AUTH_NAME_MAX + sizeof(x->peer) + 16];
 	struct hs h = { .x = x, .initiator = expect != NULL, .who = who,
 			.timeout_ms = timeout_ms, .why = why, .whylen = whylen };
@@ -218,6 +220,19 @@ int peer_handshake(struct xport *x, const struct auth_key *key, const char *my_n
 	if ((size_t)snprintf(peer_name, cap, "%s", name) >= cap) {
 		snprintf(why, whylen, "%s: its name does not fit in %zu bytes", who, cap);
 		rc = -ENAMETOOLONG;
+		goto out_end;
+	}
+	/* From here on every frame is sealed with this connection's key. */
+	{
+		uint8_t sk[AUTH_KEY_BYTES];
+
+		rc = auth_session_key(h.s, sk);
+		if (rc == 0)
+			rc = xport_seal(xp, sk, h.initiator);
+		explicit_bzero(sk, sizeof(sk));
+		if (rc < 0)
+			snprintf(why, whylen, "%s: cannot seal the connection: %s", who,
+				 strerror(-rc));
 	}
 out_end:
 	auth_end(h.s);

@@ -1,6 +1,6 @@
 /* An authenticated connection to another node: common/auth.h's handshake
  * carried in MSG_PEER_HELLO / MSG_PEER_PROOF frames over a transport, before
- * any other frame. Afterwards the caller exchanges frames with x->ops.
+ * any other frame. Afterwards the caller exchanges sealed frames with x->ops.
  *
  *   initiator (the one that connected)      responder (the one that accepted)
  *   HELLO  --------------------------->
@@ -21,14 +21,16 @@
 #include "common/hosts.h"
 #include "daemon/xport.h"
 
-/* Runs the handshake on x within timeout_ms (x's timeout is left at that
- * value). expect: the node the initiator dialled (its name must answer), or
+/* Runs the handshake on *x within timeout_ms (x's timeout is left at that
+ * value); on success *x is replaced by the sealed connection over it
+ * (daemon/xport_seal.h), which owns it: every frame after the handshake
+ * carries a tag. expect: the node the initiator dialled (its name must answer), or
  * NULL for a responder. hosts: the responder looks up the peer's name there.
  * On success 0 and peer_name (cap >= AUTH_NAME_MAX + 1). Errors: -EACCES a
  * wrong key or an unknown or unexpected name (why says which; the responder
  * has sent MSG_ERROR before returning), -EBADMSG a frame that is not the
  * next handshake message, -ETIMEDOUT, or the transport's -errno. */
-int peer_handshake(struct xport *x, const struct auth_key *key, const char *my_name,
+int peer_handshake(struct xport **x, const struct auth_key *key, const char *my_name,
 		   const struct hosts *hosts, const char *expect, int timeout_ms,
 		   char *peer_name, size_t cap, char *why, size_t whylen);
 

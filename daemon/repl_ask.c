@@ -31,7 +31,7 @@ int repl_dial(size_t host, int io_ms, struct xport **out, char *why, size_t whyl
 	rc = repl_connect(h, ASK_CONNECT_MS, &x, why, whylen);
 	if (rc < 0)
 		return rc;
-	rc = peer_handshake(x, &repl.key, repl.cfg->name, &repl.hosts, h->name, REPL_HANDSHAKE_MS,
+	rc = peer_handshake(&x, &repl.key, repl.cfg->name, &repl.hosts, h->name, REPL_HANDSHAKE_MS,
 			    name, sizeof(name), why, whylen);
 	if (rc < 0) {
 		x->ops->close(x);

@@ -967,7 +967,7 @@ static void *rx_main(void *arg)
 	char why[512];
 	int rc;
 
-	rc = peer_handshake(r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
+	rc = peer_handshake(&r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
 			    r->peer, sizeof(r->peer), why, sizeof(why));
 	if (rc < 0) {
 		log_warn("peer %s refused: %s", r->x->peer, why);

@@ -568,7 +568,7 @@ static int connect_peer(struct sender *s)
 
 	rc = repl_connect(s->h, REPL_HANDSHAKE_MS, &x, why, sizeof(why));
 	if (rc == 0) {
-		rc = peer_handshake(x, &repl.key, repl.cfg->name, &repl.hosts, s->h->name,
+		rc = peer_handshake(&x, &repl.key, repl.cfg->name, &repl.hosts, s->h->name,
 				    REPL_HANDSHAKE_MS, name, sizeof(name), why, sizeof(why));
 		if (rc < 0)
 			x->ops->close(x);

@@ -107,7 +107,7 @@ struct side {
 
 static void run_side(struct side *s)
 {
-	s->rc = peer_handshake(s->x, s->key, s->me, &hosts, s->expect, s->timeout_ms, s->name,
+	s->rc = peer_handshake(&s->x, s->key, s->me, &hosts, s->expect, s->timeout_ms, s->name,
 			       sizeof(s->name), s->why, sizeof(s->why));
 }
 
