@@ -933,7 +933,8 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		rc = r->x->ops->recv(r->x, &m);
 		if (rc < 0) {
 			fail(r, rc, "receiving: %s", rc == -ENOTCONN ? "the sender closed" :
-			     strerror(-rc));
+			     rc == -EBADMSG ? "a frame failed its seal or is malformed (altered "
+			     "on the way?)" : strerror(-rc));
 			goto out;
 		}
 		if (m.type == MSG_END) {

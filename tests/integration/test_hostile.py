@@ -1,0 +1,99 @@
+"""Hostile paths between nodes: a proxy between n0 and n1 that alters what
+passes. Every frame after the handshake is sealed (docs/PROTOCOL.md), so an
+altered byte ends the connection; the sender reconnects, the receiver's
+journal resumes the copy, and the replica comes out exact."""
+import socket
+import threading
+
+from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for
+
+MiB = 1 << 20
+
+
+class Proxy:
+    """127.0.0.1:port -> target; in the client-to-server direction, flips one
+    byte at stream offset flip_at (counted over every connection), once."""
+
+    def __init__(self, target, flip_at):
+        self.target = target
+        self.flip_at = flip_at
+        self.seen = 0
+        self.flipped = False
+        self.conns = 0
+        self.lock = threading.Lock()
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(8)
+        self.port = self.ls.getsockname()[1]
+        self.stop = False
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while not self.stop:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            try:
+                s = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                c.close()
+                continue
+            s.settimeout(None)
+            with self.lock:
+                self.conns += 1
+            threading.Thread(target=self.pump, args=(c, s, True), daemon=True).start()
+            threading.Thread(target=self.pump, args=(s, c, False), daemon=True).start()
+
+    def pump(self, src, dst, forward):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if forward:
+                    b = bytearray(b)
+                    with self.lock:
+                        start = self.seen
+                        self.seen += len(b)
+                        if not self.flipped and start <= self.flip_at < self.seen:
+                            b[self.flip_at - start] ^= 0x20
+                            self.flipped = True
+                dst.sendall(bytes(b))
+        except OSError:
+            pass
+        for sk in (src, dst):
+            try:
+                sk.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop = True
+        self.ls.close()
+
+
+def test_byte_altered_in_transit(make_cluster):
+    """One byte of n0's stream to n1 altered mid-transfer: the sealed frame
+    fails its tag, n1 drops the connection, n0 reconnects and resumes, and
+    the replica is exact. Nothing altered ever lands."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"}, start=False)
+    real = n1.listen
+    host, port = real.rsplit(":", 1)
+    proxy = Proxy((host, int(port)), flip_at=3 * MiB + 12345)
+    hosts = n0.cluster["hosts"]
+    hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{proxy.port}"))
+    try:
+        n0.start()
+        n1.start()
+        step = make_tree(ckpt(n0), [F(f"t{i}.bin", size=3 * MiB + i) for i in range(3)])
+        commit_wait(n0, step)
+        assert proxy.flipped, "the proxy never altered a byte: the test proved nothing"
+        assert proxy.conns >= 2, f"n0 did not reconnect after the altered frame ({proxy.conns})"
+        assert_replica_of(step, replica(n1, n0))
+        wait_for(lambda: "failed its seal" in n1.log() and "resuming" in n1.log(), 10,
+                 f"n1 to say why it dropped the connection:\n{n1.log()[-2000:]}")
+    finally:
+        proxy.close()
+
