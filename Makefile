@@ -109,6 +109,9 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRC)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash -lsodium -lzstd
 
+# Targets that reach past common/.
+$(BUILD)/fuzz/fuzz_rflow: rdma/flow.c
+
 fuzz: $(FUZZ_BIN)
 
 # A short run of each target over its corpus: proves they still build and run.

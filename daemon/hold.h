@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "common/config.h"
-#include "common/digest.h"
+#include "common/copygroup.h"
 #include "common/proto.h"
 
 /* Appends this node's copy groups to m. self: this node's name. 0 or -errno
@@ -26,25 +26,5 @@
 int hold_survey(const struct stage_config *cfg, const char *self, const char *job,
 		const char *step, bool deep, struct msg *m);
 
-/* One copy group, parsed. Strings are owned (hold_cells_free). */
-struct hold_cell {
-	char *origin, *holder, *state, *step;
-	bool has_root;
-	digest_t root;
-	uint64_t files, bytes;
-	char *text[COPY_TEXTS_MAX];
-	unsigned ntext;
-};
-
-/* Parses every copy group of m, appending to *cells (*n of them, growing).
- * holder: for a MSG_HOLD, its sender, the holder of every group (a group
- * naming a holder of its own is refused); NULL for a MSG_CELLS, whose groups
- * name theirs. 0, or -EBADMSG (a group without a state, a bad root, a name
- * that is not a node or step name, an allocation that failed), and then
- * nothing was appended. */
-int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells, size_t *n);
-/* Appends one group to m (the inverse of hold_parse; holder may be NULL). */
-void hold_put(struct msg *m, const struct hold_cell *c, bool with_holder);
-void hold_cells_free(struct hold_cell *cells, size_t n);
 
 #endif
