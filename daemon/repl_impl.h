@@ -91,6 +91,7 @@ struct repl {
 	pthread_t committer, watcher;
 	int stop_fd;                      /* eventfd: wakes the watcher */
 	unsigned receivers;               /* threads serving peers, under lock */
+	unsigned handshaking;             /* of which not yet authenticated */
 	struct rx_slot *rx;               /* transfers being received, under lock */
 	struct rx_link *rx_conns;         /* every authenticated receiver connection */
 	struct restoring *restoring;      /* steps being restored, under lock */

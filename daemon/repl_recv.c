@@ -60,6 +60,7 @@
 #define WQ_DEPTH 4
 #define SYNC_EVERY (64ull << 20)   /* a big file is journaled this often */
 #define INCOMING ".incoming"
+#define RX_MAX_HANDSHAKING 16      /* connections not yet authenticated, at once */
 
 struct rx_slot {                   /* a transfer in progress, in repl.rx */
 	char key[3 * (CKPT_NAME_MAX + 1)];   /* ORIGIN/JOB/STEP */
@@ -970,6 +971,9 @@ static void *rx_main(void *arg)
 
 	rc = peer_handshake(&r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
 			    r->peer, sizeof(r->peer), why, sizeof(why));
+	pthread_mutex_lock(&repl.lock);
+	repl.handshaking--;
+	pthread_mutex_unlock(&repl.lock);
 	if (rc < 0) {
 		log_warn("peer %s refused: %s", r->x->peer, why);
 		goto out;
@@ -1044,6 +1048,32 @@ out:
 	return NULL;
 }
 
+/* Connections that have not proven the key cost a thread and buffers for up
+ * to REPL_HANDSHAKE_MS each: without a cap, anyone who can reach the port
+ * could make the daemon allocate without end. Proven peers are few (a
+ * sender, and a question or restore now and then, per node). */
+static bool rx_admit(const struct xport *x)
+{
+	static uint64_t said_ns;
+	unsigned most = 4 * (unsigned)repl.hosts.n + 16;
+	bool ok;
+
+	pthread_mutex_lock(&repl.lock);
+	ok = repl.handshaking < RX_MAX_HANDSHAKING && repl.receivers < most && !repl.stopping;
+	if (ok) {
+		repl.handshaking++;
+		repl.receivers++;
+	}
+	pthread_mutex_unlock(&repl.lock);
+	if (!ok && !repl.stopping && repl_now_ns() - said_ns > 1000000000ull) {
+		said_ns = repl_now_ns();
+		log_warn("refusing a peer connection from %s: %s", x->peer,
+			 repl.receivers >= most ? "too many peer connections" :
+			 "too many connections still proving the cluster key");
+	}
+	return ok;
+}
+
 int repl_recv_spawn(struct xport *x)
 {
 	struct rx *r = calloc(1, sizeof(*r));
@@ -1053,6 +1083,11 @@ int repl_recv_spawn(struct xport *x)
 
 	if (!r)
 		goto out_close;
+	if (!rx_admit(x)) {
+		free(r);
+		x->ops->close(x);
+		return -EBUSY;
+	}
 	r->x = x;
 	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
 	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1066,24 +1101,12 @@ int repl_recv_spawn(struct xport *x)
 	rc = io_uring_queue_init(WQ_DEPTH * 2, &r->wq.ring, 0);
 	if (rc < 0)
 		goto out_free;
-	pthread_mutex_lock(&repl.lock);
-	if (repl.stopping) {
-		pthread_mutex_unlock(&repl.lock);
-		rc = -ECANCELED;
-		goto out_exit_ring;
-	}
-	repl.receivers++;
-	pthread_mutex_unlock(&repl.lock);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	rc = -pthread_create(&t, &attr, rx_main, r);
 	pthread_attr_destroy(&attr);
 	if (rc == 0)
 		return 0;
-	pthread_mutex_lock(&repl.lock);
-	repl.receivers--;
-	pthread_mutex_unlock(&repl.lock);
-out_exit_ring:
 	io_uring_queue_exit(&r->wq.ring);
 out_free:
 	for (int i = 0; i < WQ_DEPTH; i++)
@@ -1093,6 +1116,11 @@ out_free:
 	if (r->rr_fd >= 0)
 		close(r->rr_fd);
 	free(r);
+	pthread_mutex_lock(&repl.lock);
+	repl.handshaking--;
+	repl.receivers--;
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
 out_close:
 	x->ops->close(x);
 	log_warn("cannot serve a peer: %s", strerror(-rc));

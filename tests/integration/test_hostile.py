@@ -4,6 +4,7 @@ altered byte ends the connection; the sender reconnects, the receiver's
 journal resumes the copy, and the replica comes out exact."""
 import socket
 import threading
+import time
 
 from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for
 
@@ -97,3 +98,35 @@ def test_byte_altered_in_transit(make_cluster):
     finally:
         proxy.close()
 
+
+
+def threads_of(d):
+    with open(f"/proc/{d.proc.pid}/status") as f:
+        return int(next(ln for ln in f if ln.startswith("Threads:")).split()[1])
+
+
+def test_connection_flood(make_cluster):
+    """200 connections to n1's peer port that never prove the key: n1 takes
+    only a few at a time (each costs a thread and buffers until its
+    handshake times out), says so, keeps serving its clients, and once the
+    flood is gone replicates as before."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off"})
+    host, port = n1.listen.rsplit(":", 1)
+    base = threads_of(n1)
+    flood = []
+    try:
+        for _ in range(200):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            flood.append(s)
+        time.sleep(1)
+        assert threads_of(n1) < base + 40, f"n1 runs {threads_of(n1)} threads under the flood"
+        t0 = time.monotonic()
+        st = n1.status(timeout=10)
+        assert st.returncode == 0 and time.monotonic() - t0 < 5, st
+        assert "refusing a peer connection" in n1.log(), n1.log()[-2000:]
+    finally:
+        for s in flood:
+            s.close()
+    step = make_tree(ckpt(n0), [F("a.bin", size=2 * MiB)])
+    commit_wait(n0, step, timeout=60)
+    assert_replica_of(step, replica(n1, n0))
