@@ -675,3 +675,34 @@ def staged_refuses(d, what):
         pytest.fail(f"staged started despite {what}")
     assert r.returncode == 2, f"{what}: exit {r.returncode}\n{r.stdout}{r.stderr}"
     return r.stdout + r.stderr
+
+
+def ls_entries(d):
+    """`stage ls` as [(NAME, {key: value})]; asserts exit 0."""
+    cp = d.run("ls", timeout=20)
+    assert cp.returncode == 0, f"stage ls on {d.name} exited {cp.returncode}: {cp.stderr}"
+    out = []
+    for line in cp.stdout.splitlines():
+        m = re.match(r"^(\S+): (.*)$", line)
+        if not m:
+            continue
+        fields = dict(kv.split("=", 1) for kv in m.group(2).split() if "=" in kv)
+        out.append((m.group(1), fields))
+    return out
+
+
+def ls_find(d, name, **want):
+    """The fields of the ls line for NAME whose fields include `want`, or None."""
+    for n, f in ls_entries(d):
+        if n == name and all(f.get(k) == v for k, v in want.items()):
+            return f
+    return None
+
+
+def after_kill9():
+    """Time for the kernel to finish tearing down a SIGKILLed daemon. DAEMON
+    BUG (test_restart_right_after_kill9): its io_uring multishot accept keeps
+    the control socket accepting for a few ms after the process is reaped,
+    and a staged started in that window exits with "another staged is
+    already listening"."""
+    time.sleep(0.5)

@@ -22,7 +22,7 @@ import pytest
 
 from helpers import (CHUNK, F, assert_landed_match_source, flip_byte, landed_files,
                      make_tree, manifest_path, ckpt, replica, assert_replica_of, commit_wait,
-                     bytes_sent_to)
+                     bytes_sent_to, after_kill9)
 
 MiB = 1 << 20
 
@@ -89,12 +89,6 @@ def published(holder, key):
     assert found, f"no '{key}: received and published (N bytes received, M from local copies)' " \
                   f"in {holder.name}'s log:\n{holder.log()[-3000:]}"
     return tuple(int(x) for x in found[-1])
-
-
-def after_kill9():
-    """Time for the kernel to finish tearing down a SIGKILLed daemon (see
-    test_replicate.after_kill9)."""
-    time.sleep(0.5)
 
 
 CHANGED = [f"model-{i:02d}.bin" for i in (1, 3, 5, 7)]

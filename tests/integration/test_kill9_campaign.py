@@ -23,9 +23,9 @@ import time
 
 import pytest
 
-from helpers import (CHUNK, D, F, L, assert_replica_of, check_manifest_against, ckpt, landed_files,
-                     make_tree, manifest_path, parse_manifest, replica, sha256_file, wait_for, walk)
-from test_replicate import after_kill9, ls_entries
+from helpers import (CHUNK, D, F, L, after_kill9, assert_replica_of, check_manifest_against, ckpt,
+                     landed_files, ls_entries, make_tree, manifest_path, parse_manifest, replica,
+                     sha256_file, wait_for, walk)
 
 MiB = 1 << 20
 SEED = int(os.environ.get("STAGE_KILL9_SEED", "1"))

@@ -25,7 +25,7 @@ from conftest import need_root
 from helpers import (CHUNK, D, F, L, assert_landed_match_source,
                      check_manifest_against, landed_files, make_tree, manifest_path, run_cmd,
                      wait_for, walk, write_key, ckpt, replica, assert_replica_of, commit_wait,
-                     bytes_sent_to, staged_refuses)
+                     bytes_sent_to, staged_refuses, ls_entries, ls_find, after_kill9)
 
 MiB = 1 << 20
 
@@ -56,37 +56,6 @@ def rich_tree(step, seed=1):
         L("latest.pt", "model.pt"),
         L("dangling", "no/such/file"),
     ], seed=seed)
-
-
-def ls_entries(d):
-    """`stage ls` as [(NAME, {key: value})]; asserts exit 0."""
-    cp = d.run("ls", timeout=20)
-    assert cp.returncode == 0, f"stage ls on {d.name} exited {cp.returncode}: {cp.stderr}"
-    out = []
-    for line in cp.stdout.splitlines():
-        m = re.match(r"^(\S+): (.*)$", line)
-        if not m:
-            continue
-        fields = dict(kv.split("=", 1) for kv in m.group(2).split() if "=" in kv)
-        out.append((m.group(1), fields))
-    return out
-
-
-def ls_find(d, name, **want):
-    """The fields of the ls line for NAME whose fields include `want`, or None."""
-    for n, f in ls_entries(d):
-        if n == name and all(f.get(k) == v for k, v in want.items()):
-            return f
-    return None
-
-
-def after_kill9():
-    """Time for the kernel to finish tearing down a SIGKILLed daemon. DAEMON
-    BUG (test_restart_right_after_kill9): its io_uring multishot accept keeps
-    the control socket accepting for a few ms after the process is reaped,
-    and a staged started in that window exits with "another staged is
-    already listening"."""
-    time.sleep(0.5)
 
 
 def wait_replica(holder, origin, job="job1", step="step-100", timeout=30):
