@@ -45,6 +45,8 @@ static void tag_of(const struct seal *s, uint32_t dir, uint64_t n, const struct 
 
 void seal_tag(struct seal *s, const struct iovec *iov, int n, uint8_t tag[SEAL_TAG_BYTES])
 {
+	if (s->tx == UINT64_MAX)
+		abort();        /* a nonce is never used twice: 2^64 frames, never */
 	tag_of(s, s->tx_dir, s->tx++, iov, n, tag);
 }
 

@@ -10,10 +10,25 @@
 #include "common/proto.h"
 #include "daemon/xport_seal.h"
 
-/* How much of a peer's MSG_ERROR text goes into why: it is the peer's
- * words, so it is bounded and stripped of control characters before it can
- * reach a log line or a terminal. */
-#define PEER_TEXT_MAX 200
+int peer_error_of(const struct msg *m, char text[PEER_TEXT_MAX + 1])
+{
+	const uint8_t *p;
+	uint64_t e;
+	size_t n;
+	int err = EPROTO;
+
+	snprintf(text, PEER_TEXT_MAX + 1, "no reason given");
+	if (msg_get_u64(m, K_ERRNO, &e) == 0 && e > 0 && e < 4096)
+		err = (int)e;
+	if (msg_get_bytes(m, K_TEXT, &p, &n) == 0 && n > 0) {
+		if (n > PEER_TEXT_MAX)
+			n = PEER_TEXT_MAX;
+		for (size_t i = 0; i < n; i++)
+			text[i] = p[i] < 0x20 || p[i] == 0x7f ? '?' : (char)p[i];
+		text[n] = '\0';
+	}
+	return -err;
+}
 
 struct hs {
 	struct xport *x;
@@ -77,23 +92,11 @@ static int send_auth(struct hs *h, uint16_t type)
 /* The peer's MSG_ERROR as its -errno, with its text in why. */
 static int refused(struct hs *h, const struct msg *m)
 {
-	char text[PEER_TEXT_MAX + 1] = "no reason given";
-	const uint8_t *p;
-	uint64_t e;
-	size_t n;
-	int err = EPROTO;
+	char text[PEER_TEXT_MAX + 1];
+	int err = peer_error_of(m, text);
 
-	if (msg_get_u64(m, K_ERRNO, &e) == 0 && e > 0 && e < 4096)
-		err = (int)e;
-	if (msg_get_bytes(m, K_TEXT, &p, &n) == 0 && n > 0) {
-		if (n > PEER_TEXT_MAX)
-			n = PEER_TEXT_MAX;
-		for (size_t i = 0; i < n; i++)
-			text[i] = p[i] < 0x20 || p[i] == 0x7f ? '?' : (char)p[i];
-		text[n] = '\0';
-	}
 	snprintf(h->why, h->whylen, "%s refused us: %s", h->who, text);
-	return -err;
+	return err;
 }
 
 /* auth_on_hello / auth_on_proof refused what the peer sent. */
@@ -213,16 +216,8 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 	}
 	if (rc)
 		goto out_end;
-	name = auth_peer_name(h.s);
-	rc = check_name(&h, name, my_name, hosts, expect);
-	if (rc)
-		goto out_end;
-	if ((size_t)snprintf(peer_name, cap, "%s", name) >= cap) {
-		snprintf(why, whylen, "%s: its name does not fit in %zu bytes", who, cap);
-		rc = -ENAMETOOLONG;
-		goto out_end;
-	}
-	/* From here on every frame is sealed with this connection's key. */
+	/* From here on every frame is sealed with this connection's key, a
+	 * refusal of the proven name too: nobody on the path can forge one. */
 	{
 		uint8_t sk[AUTH_KEY_BYTES];
 
@@ -230,9 +225,20 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 		if (rc == 0)
 			rc = xport_seal(xp, sk, h.initiator);
 		explicit_bzero(sk, sizeof(sk));
-		if (rc < 0)
+		if (rc < 0) {
 			snprintf(why, whylen, "%s: cannot seal the connection: %s", who,
 				 strerror(-rc));
+			goto out_end;
+		}
+		h.x = *xp;
+	}
+	name = auth_peer_name(h.s);
+	rc = check_name(&h, name, my_name, hosts, expect);
+	if (rc)
+		goto out_end;
+	if ((size_t)snprintf(peer_name, cap, "%s", name) >= cap) {
+		snprintf(why, whylen, "%s: its name does not fit in %zu bytes", who, cap);
+		rc = -ENAMETOOLONG;
 	}
 out_end:
 	auth_end(h.s);

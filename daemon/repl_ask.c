@@ -59,14 +59,11 @@ int repl_get_name(const struct msg *m, uint16_t key, char *out)
 /* A peer's MSG_ERROR as text in why. */
 int repl_peer_error(const struct msg *m, const char *node, char *why, size_t whylen)
 {
-	char *text = NULL;
-	uint64_t err = EPROTO;
+	char text[PEER_TEXT_MAX + 1];
+	int err = peer_error_of(m, text);
 
-	msg_get_u64(m, K_ERRNO, &err);
-	msg_get_str(m, K_TEXT, &text);
-	snprintf(why, whylen, "%s refused: %s", node, text ? text : strerror((int)err));
-	free(text);
-	return err > 0 && err < 4096 ? -(int)err : -EPROTO;
+	snprintf(why, whylen, "%s refused: %s", node, text);
+	return err;
 }
 
 struct ask {

@@ -203,13 +203,10 @@ static int expect(struct xport *x, struct msg *m, uint16_t type, char *why, size
 		return rc == -ENOTCONN ? -ECONNRESET : rc;
 	}
 	if (m->type == MSG_ERROR) {
-		uint64_t e = EPROTO;
-		char *t = NULL;
+		char t[PEER_TEXT_MAX + 1];
 
-		msg_get_u64(m, K_ERRNO, &e);
-		msg_get_str(m, K_TEXT, &t);
-		snprintf(why, whylen, "refused: %s", t ? t : strerror((int)e));
-		free(t);
+		peer_error_of(m, t);
+		snprintf(why, whylen, "refused: %s", t);
 		msg_free(m);
 		return -EREMOTEIO;
 	}
@@ -254,11 +251,10 @@ static int send_failed(struct sender *s, int rc, char *why, size_t whylen)
 
 	if (s->x->ops->recv_last && s->x->ops->recv_last(s->x, &m, 1000) == 0) {
 		if (m.type == MSG_ERROR) {
-			char *t = NULL;
+			char t[PEER_TEXT_MAX + 1];
 
-			msg_get_str(&m, K_TEXT, &t);
-			snprintf(why, whylen, "refused: %s", t ? t : strerror(-rc));
-			free(t);
+			peer_error_of(&m, t);
+			snprintf(why, whylen, "refused: %s", t);
 			msg_free(&m);
 			return -EREMOTEIO;
 		}
@@ -518,14 +514,13 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	rc = expect(s->x, &m, MSG_DONE, why, whylen);
 	s->x->ops->set_timeout(s->x, REPL_IO_MS);
 	if (rc == 0) {
-		char *t = NULL;
-
 		code = 1;
 		msg_get_u64(&m, K_CODE, &code);
 		if (code != 0) {
-			msg_get_str(&m, K_TEXT, &t);
-			snprintf(why, whylen, "refused: %s", t ? t : "no reason given");
-			free(t);
+			char text[PEER_TEXT_MAX + 1];
+
+			peer_error_of(&m, text);
+			snprintf(why, whylen, "refused: %s", text);
 			rc = -EREMOTEIO;
 		}
 		msg_free(&m);

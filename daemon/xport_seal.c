@@ -22,6 +22,7 @@ struct sealed {
 	struct xport *inner;
 	struct seal seal;
 	int dead;                  /* 0, or the first failure: sticky */
+	bool rx_failed;            /* it was on the way in: recv_last too is over */
 };
 
 static int s_send_tail(struct xport *x, const struct msg *m, uint16_t key, const void *tail,
@@ -81,14 +82,6 @@ static int open_frame(struct sealed *s, struct msg *m)
 	struct iovec cover[3];
 	int nc = 0, rc;
 
-	/* The one unsealed frame: a responder that refuses the name proven
-	 * in the handshake says so before it could seal anything. It can
-	 * only end the connection, which anyone on the path can do anyway. */
-	if (s->seal.rx == 0 && m->type == MSG_ERROR &&
-	    (m->len < MAC_FIELD || m->buf[0] != (K_MAC & 0xff) || m->buf[1] != (K_MAC >> 8))) {
-		s->dead = -ECONNRESET;
-		return 0;
-	}
 	if (m->len < MAC_FIELD || m->buf[0] != (K_MAC & 0xff) || m->buf[1] != (K_MAC >> 8) ||
 	    m->buf[2] || m->buf[3] || m->buf[4] != SEAL_TAG_BYTES || m->buf[5] || m->buf[6] ||
 	    m->buf[7]) {
@@ -111,6 +104,7 @@ bad:
 	msg_free(m);
 	memset(m, 0, sizeof(*m));
 	s->dead = rc;
+	s->rx_failed = true;
 	return rc;
 }
 
@@ -125,8 +119,10 @@ static int s_recv(struct xport *x, struct msg *m)
 	}
 	rc = s->inner->ops->recv(s->inner, m);
 	if (rc < 0) {
-		if (rc != -ETIMEDOUT)
+		if (rc != -ETIMEDOUT) {
 			s->dead = rc;
+			s->rx_failed = true;
+		}
 		return rc;
 	}
 	return open_frame(s, m);
@@ -138,7 +134,7 @@ static int s_recv_last(struct xport *x, struct msg *m, int timeout_ms)
 	int rc;
 
 	memset(m, 0, sizeof(*m));
-	if (!s->inner->ops->recv_last)
+	if (!s->inner->ops->recv_last || s->rx_failed)
 		return -ENOTCONN;
 	/* a failed send made us dead; the inbound stream may still be whole */
 	rc = s->inner->ops->recv_last(s->inner, m, timeout_ms);
