@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/proto.h"
 #include "daemon/xport_seal.h"
@@ -192,6 +193,7 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 	struct hs h = { .x = x, .initiator = expect != NULL, .who = who,
 			.timeout_ms = timeout_ms, .why = why, .whylen = whylen };
 	const char *name;
+	struct timespec t0;
 	int rc;
 
 	if (h.initiator)
@@ -209,11 +211,23 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 			 my_name ? my_name : "(none)", strerror(-rc));
 		return rc;
 	}
+	/* timeout_ms is for the whole handshake: each step gets what is left. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < STEPS && !rc; i++) {
 		const struct step *st = &script[!h.initiator][i];
+		struct timespec t;
+		int64_t spent;
 
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		spent = (int64_t)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+		if (spent >= timeout_ms) {
+			rc = io_error(&h, -ETIMEDOUT);
+			break;
+		}
+		x->ops->set_timeout(x, timeout_ms - (int)spent);
 		rc = st->send ? send_auth(&h, st->type) : recv_auth(&h, st->type);
 	}
+	x->ops->set_timeout(x, timeout_ms);
 	if (rc)
 		goto out_end;
 	/* From here on every frame is sealed with this connection's key, a

@@ -42,6 +42,7 @@ struct tcp_conn {
 	 * is out of step for good: later calls repeat the first error. */
 	int dead;
 	bool dead_in;            /* a recv failed: the inbound stream too */
+	int timeout_ms;          /* a whole frame in must arrive within it; 0: none */
 };
 
 /* strerror without the capital, to sit inside "...: reason". */
@@ -366,6 +367,74 @@ static int tcp_send(struct xport *x, const struct msg *m)
 	return tcp_send_tail(x, m, 0, NULL, 0);
 }
 
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* n bytes by end (monotonic ms): the timeout is for the whole frame, not
+ * for each read, or a peer sending a byte now and then would hold the
+ * connection (and its thread) as long as it liked. *any: a byte came. */
+static int read_by(int fd, uint8_t *p, size_t n, int64_t end, bool *any)
+{
+	while (n) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		int64_t left = end - mono_ms();
+		ssize_t r;
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		r = poll(&pfd, 1, (int)left);
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r <= 0)
+			continue;
+		r = recv(fd, p, n, MSG_DONTWAIT);
+		if (r == 0)
+			return *any ? -ECONNRESET : -ENOTCONN;
+		if (r < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return -errno;
+		}
+		*any = true;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* msg_recv with a deadline for the whole frame. */
+static int recv_by(int fd, struct msg *m, int64_t end)
+{
+	uint8_t hdr[PROTO_HDR_LEN], *buf = NULL;
+	uint16_t type, flags;
+	uint32_t len;
+	bool any = false;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	rc = read_by(fd, hdr, sizeof(hdr), end, &any);
+	if (rc == 0)
+		rc = proto_decode_hdr(hdr, &type, &flags, &len);
+	if (rc == 0 && len && !(buf = malloc(len)))
+		rc = -ENOMEM;
+	if (rc == 0 && len && (rc = read_by(fd, buf, len, end, &any)) == 0)
+		rc = proto_check_payload(buf, len);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	m->type = type;
+	m->flags = flags;
+	m->buf = buf;
+	m->len = m->cap = len;
+	return 0;
+}
+
 static int tcp_recv(struct xport *x, struct msg *m)
 {
 	struct tcp_conn *c = (struct tcp_conn *)x;
@@ -375,7 +444,7 @@ static int tcp_recv(struct xport *x, struct msg *m)
 		memset(m, 0, sizeof(*m));
 		return rc;
 	}
-	rc = msg_recv(c->fd, m);
+	rc = c->timeout_ms ? recv_by(c->fd, m, mono_ms() + c->timeout_ms) : msg_recv(c->fd, m);
 	if (rc)
 		c->dead_in = true;
 	return rc ? io_failed(c, rc) : 0;
@@ -388,6 +457,7 @@ static int tcp_set_timeout(struct xport *x, int timeout_ms)
 
 	if (timeout_ms < 0)
 		return -EINVAL;
+	c->timeout_ms = timeout_ms;
 	tv.tv_sec = timeout_ms / 1000;
 	tv.tv_usec = (timeout_ms % 1000) * 1000;
 	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||

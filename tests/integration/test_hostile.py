@@ -130,3 +130,33 @@ def test_connection_flood(make_cluster):
     step = make_tree(ckpt(n0), [F("a.bin", size=2 * MiB)])
     commit_wait(n0, step, timeout=60)
     assert_replica_of(step, replica(n1, n0))
+
+
+def test_trickling_peer_is_dropped(make_cluster):
+    """A connection that sends its first frame a byte a second (each byte
+    well inside any per-read timeout) is dropped when the handshake's 10 s
+    are up, not kept for as long as it trickles."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off"})
+    host, port = n1.listen.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=5)
+    t0 = time.monotonic()
+    closed = None
+    try:
+        for i in range(40):                      # 40 s of trickling at most
+            try:
+                s.send(b"S")
+                s.settimeout(1)
+                if s.recv(4096) == b"":
+                    closed = time.monotonic() - t0
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                closed = time.monotonic() - t0
+                break
+    finally:
+        s.close()
+    assert closed is not None, "n1 kept a trickling connection for 40 s"
+    assert closed < 15, f"n1 dropped the trickling connection only after {closed:.1f} s"
+    wait_for(lambda: "no answer within" in n1.log() or "malformed" in n1.log(), 5,
+             f"n1 to say why:\n{n1.log()[-1500:]}")
