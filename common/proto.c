@@ -245,48 +245,56 @@ static ssize_t read_full(int fd, void *buf, size_t n)
 	return (ssize_t)got;
 }
 
-int msg_recv(int fd, struct msg *m)
+int msg_recv_from(struct msg *m, msg_read_fn read, void *ctx)
 {
-	uint8_t hdr[PROTO_HDR_LEN];
+	uint8_t hdr[PROTO_HDR_LEN], *buf = NULL;
 	uint16_t type, flags;
 	uint32_t len;
-	uint8_t *buf = NULL;
-	ssize_t r;
 	int rc;
 
 	memset(m, 0, sizeof(*m));
-	r = read_full(fd, hdr, sizeof(hdr));
-	if (r < 0)
-		return (int)r;
-	if (r == 0)
-		return -ENOTCONN;
-	if (r < PROTO_HDR_LEN)
-		return -ECONNRESET;
-	rc = proto_decode_hdr(hdr, &type, &flags, &len);
-	if (rc)
-		return rc;
+	rc = read(ctx, hdr, sizeof(hdr));
+	if (rc == 0)
+		rc = proto_decode_hdr(hdr, &type, &flags, &len);
 	/* len <= PROTO_MAX_PAYLOAD: decode checked it before we trust it. */
-	if (len) {
-		buf = malloc(len);
-		if (!buf)
-			return -ENOMEM;
-		r = read_full(fd, buf, len);
-		if (r != (ssize_t)len) {
-			rc = r < 0 ? (int)r : -ECONNRESET;
-			goto out_free;
-		}
+	if (rc == 0 && len && !(buf = malloc(len)))
+		rc = -ENOMEM;
+	if (rc == 0 && len && (rc = read(ctx, buf, len)) == 0)
 		rc = proto_check_payload(buf, len);
-		if (rc)
-			goto out_free;
+	if (rc) {
+		free(buf);
+		return rc;
 	}
 	m->type = type;
 	m->flags = flags;
 	m->buf = buf;
 	m->len = m->cap = len;
 	return 0;
-out_free:
-	free(buf);
-	return rc;
+}
+
+struct fd_reader {
+	int fd;
+	bool any;               /* a byte of the frame came */
+};
+
+static int read_fd(void *ctx, uint8_t *p, size_t n)
+{
+	struct fd_reader *f = ctx;
+	ssize_t r = read_full(f->fd, p, n);
+
+	if (r < 0)
+		return (int)r;
+	if (r == 0 && !f->any)
+		return -ENOTCONN;
+	f->any = true;
+	return r == (ssize_t)n ? 0 : -ECONNRESET;
+}
+
+int msg_recv(int fd, struct msg *m)
+{
+	struct fd_reader f = { .fd = fd };
+
+	return msg_recv_from(m, read_fd, &f);
 }
 
 /* sendmsg so a vanished peer is -EPIPE, not SIGPIPE; plain writev for pipes

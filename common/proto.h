@@ -154,6 +154,11 @@ int msg_send(int fd, const struct msg *m);
  * where it lies: a 1 MiB piece is never copied into the message. */
 int msg_send_tail(int fd, const struct msg *m, uint16_t key, const void *tail, size_t n);
 int msg_recv(int fd, struct msg *m);
+/* The same over any byte stream: read(ctx, p, n) fills p with the next n
+ * bytes, 0 or -errno (-ENOTCONN for a clean end before a frame's first
+ * byte, -ECONNRESET within one). msg_recv is this over a blocking fd. */
+typedef int (*msg_read_fn)(void *ctx, uint8_t *p, size_t n);
+int msg_recv_from(struct msg *m, msg_read_fn read, void *ctx);
 /* The bytes msg_send_tail sends, as up to 4 pieces in iov (hdr and fhdr are
  * the caller's room for the two headers): their count, or m->err, or
  * -E2BIG. For transports that are not a stream socket. */

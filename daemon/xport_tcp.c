@@ -375,14 +375,22 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* n bytes by end (monotonic ms): the timeout is for the whole frame, not
- * for each read, or a peer sending a byte now and then would hold the
- * connection (and its thread) as long as it liked. *any: a byte came. */
-static int read_by(int fd, uint8_t *p, size_t n, int64_t end, bool *any)
+/* A frame read against one deadline: the timeout is for the whole frame,
+ * not for each read, or a peer sending a byte now and then would hold the
+ * connection (and its thread) as long as it liked. */
+struct deadline_reader {
+	int fd;
+	int64_t end;            /* monotonic ms */
+	bool any;               /* a byte of the frame came */
+};
+
+static int read_by(void *ctx, uint8_t *p, size_t n)
 {
+	struct deadline_reader *d = ctx;
+
 	while (n) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		int64_t left = end - mono_ms();
+		struct pollfd pfd = { .fd = d->fd, .events = POLLIN };
+		int64_t left = d->end - mono_ms();
 		ssize_t r;
 
 		if (left <= 0)
@@ -392,46 +400,18 @@ static int read_by(int fd, uint8_t *p, size_t n, int64_t end, bool *any)
 			return -errno;
 		if (r <= 0)
 			continue;
-		r = recv(fd, p, n, MSG_DONTWAIT);
+		r = recv(d->fd, p, n, MSG_DONTWAIT);
 		if (r == 0)
-			return *any ? -ECONNRESET : -ENOTCONN;
+			return d->any ? -ECONNRESET : -ENOTCONN;
 		if (r < 0) {
 			if (errno == EINTR || errno == EAGAIN)
 				continue;
 			return -errno;
 		}
-		*any = true;
+		d->any = true;
 		p += r;
 		n -= (size_t)r;
 	}
-	return 0;
-}
-
-/* msg_recv with a deadline for the whole frame. */
-static int recv_by(int fd, struct msg *m, int64_t end)
-{
-	uint8_t hdr[PROTO_HDR_LEN], *buf = NULL;
-	uint16_t type, flags;
-	uint32_t len;
-	bool any = false;
-	int rc;
-
-	memset(m, 0, sizeof(*m));
-	rc = read_by(fd, hdr, sizeof(hdr), end, &any);
-	if (rc == 0)
-		rc = proto_decode_hdr(hdr, &type, &flags, &len);
-	if (rc == 0 && len && !(buf = malloc(len)))
-		rc = -ENOMEM;
-	if (rc == 0 && len && (rc = read_by(fd, buf, len, end, &any)) == 0)
-		rc = proto_check_payload(buf, len);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	m->type = type;
-	m->flags = flags;
-	m->buf = buf;
-	m->len = m->cap = len;
 	return 0;
 }
 
@@ -444,7 +424,13 @@ static int tcp_recv(struct xport *x, struct msg *m)
 		memset(m, 0, sizeof(*m));
 		return rc;
 	}
-	rc = c->timeout_ms ? recv_by(c->fd, m, mono_ms() + c->timeout_ms) : msg_recv(c->fd, m);
+	if (c->timeout_ms) {
+		struct deadline_reader d = { .fd = c->fd, .end = mono_ms() + c->timeout_ms };
+
+		rc = msg_recv_from(m, read_by, &d);
+	} else {
+		rc = msg_recv(c->fd, m);
+	}
 	if (rc)
 		c->dead_in = true;
 	return rc ? io_failed(c, rc) : 0;

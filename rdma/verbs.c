@@ -486,9 +486,20 @@ static int r_send(struct xport *x, const struct msg *m)
 
 /* ---- receiving ---- */
 
-/* n bytes of the stream into out. *started: some byte of this frame came. */
-static int read_bytes(struct rconn *c, uint8_t *out, size_t n, int64_t deadline, bool *started)
+/* Reading one frame: the connection, its deadline, whether a byte came. */
+struct frame_reader {
+	struct rconn *c;
+	int64_t deadline;
+	bool started;
+};
+
+/* n bytes of the stream into out (msg_read_fn). */
+static int read_bytes(void *ctx, uint8_t *out, size_t n)
 {
+	struct frame_reader *fr = ctx;
+	struct rconn *c = fr->c;
+	int64_t deadline = fr->deadline;
+
 	while (n) {
 		uint32_t nf = 0;
 		size_t got;
@@ -507,13 +518,13 @@ static int read_bytes(struct rconn *c, uint8_t *out, size_t n, int64_t deadline,
 		if ((rc = return_credits(c)) < 0)
 			return rc;
 		if (got) {
-			*started = true;
+			fr->started = true;
 			out += got;
 			n -= got;
 			continue;
 		}
 		if (c->gone)    /* a close between frames is a clean end, as on TCP */
-			return *started ? -ECONNRESET : -ENOTCONN;
+			return fr->started ? -ECONNRESET : -ENOTCONN;
 		if ((rc = wait_event(c, deadline)) < 0)
 			return failed(c) ? failed(c) : rc;
 	}
@@ -523,33 +534,13 @@ static int read_bytes(struct rconn *c, uint8_t *out, size_t n, int64_t deadline,
 static int r_recv(struct xport *x, struct msg *m)
 {
 	struct rconn *c = (struct rconn *)x;
-	uint8_t hdr[PROTO_HDR_LEN], *buf = NULL;
-	int64_t deadline = deadline_of(c);
-	bool started = false;
-	uint16_t type, flags;
-	uint32_t len;
-	int rc;
+	struct frame_reader fr = { .c = c, .deadline = deadline_of(c) };
+	int rc = msg_recv_from(m, read_bytes, &fr);
 
-	memset(m, 0, sizeof(*m));
-	rc = read_bytes(c, hdr, sizeof(hdr), deadline, &started);
-	if (rc == 0)
-		rc = proto_decode_hdr(hdr, &type, &flags, &len);
-	if (rc == 0 && len && !(buf = malloc(len)))
-		rc = -ENOMEM;
-	if (rc == 0 && len && (rc = read_bytes(c, buf, len, deadline, &started)) == 0)
-		rc = proto_check_payload(buf, len);
-	if (rc < 0) {
-		free(buf);
-		/* A frame cut or malformed leaves the stream out of step. */
-		if (started || (rc != -ENOTCONN && rc != -ETIMEDOUT))
-			rflow_fail(&c->f, rc);
-		return rc;
-	}
-	m->type = type;
-	m->flags = flags;
-	m->buf = buf;
-	m->len = m->cap = len;
-	return 0;
+	/* A frame cut or malformed leaves the stream out of step. */
+	if (rc < 0 && (fr.started || (rc != -ENOTCONN && rc != -ETIMEDOUT)))
+		rflow_fail(&c->f, rc);
+	return rc;
 }
 
 static int r_recv_last(struct xport *x, struct msg *m, int timeout_ms)
