@@ -655,7 +655,7 @@ void repl_status(struct msg *m)
 	}
 	if (repl.cluster) {
 		if (repl.hosts.n > 1)
-			repl_net_status(m, repl.cfg);
+			repl_net_status(m);
 		else {
 			msg_put_str(m, K_NAME, "transport");
 			msg_put_str(m, K_VALUE, "none (one node)");

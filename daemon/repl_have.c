@@ -349,7 +349,7 @@ static void make_bits(struct have *h)
 }
 
 int have_plan(struct have **out, int rr_fd, int st_fd, const char *name, const char *origin,
-	      const char *job, const char *step, uint64_t from_idx, uint64_t from_off)
+	      const char *job, uint64_t from_idx, uint64_t from_off)
 {
 	struct have *h = calloc(1, sizeof(*h));
 	unsigned budget = HAVE_MAX_COPIES;
@@ -357,7 +357,6 @@ int have_plan(struct have **out, int rr_fd, int st_fd, const char *name, const c
 	char **origins = NULL;
 	int rc;
 
-	(void)step;     /* an older copy of the same step is as good a source */
 	*out = NULL;
 	if (!h)
 		return -ENOMEM;

@@ -32,12 +32,13 @@
 
 struct have;
 
-/* Plans the offer in st_fd/name (a complete manifest) of ORIGIN/JOB/STEP:
+/* Plans the offer in st_fd/name (a complete manifest) of ORIGIN/JOB (of
+ * any step: an older copy of the same step is a source like another):
  * chunks that end after the resume point (entry from_idx, byte from_off)
  * and that a copy under rr_fd (replica_root) holds. 0 with *out (NULL when
  * nothing is held), or -errno. */
 int have_plan(struct have **out, int rr_fd, int st_fd, const char *name, const char *origin,
-	      const char *job, const char *step, uint64_t from_idx, uint64_t from_off);
+	      const char *job, uint64_t from_idx, uint64_t from_off);
 /* The K_HELD bitmap: bit n (byte n / 8, value 1 << n % 8) set when chunk n
  * is held. */
 const uint8_t *have_bits(const struct have *h, size_t *len);

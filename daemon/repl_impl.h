@@ -140,7 +140,7 @@ void repl_net_close(void);
 int repl_connect(const struct host *h, int timeout_ms, struct xport **x, char *why,
 		 size_t whylen);
 /* The `transport` line of stage status. Under lock. */
-void repl_net_status(struct msg *m, const struct stage_config *cfg);
+void repl_net_status(struct msg *m);
 
 /* repl_ask.c: connects to node `host` and authenticates; io_ms is the
  * connection's timeout afterwards. 0 or -errno with why. */

@@ -164,7 +164,7 @@ int repl_connect(const struct host *h, int timeout_ms, struct xport **x, char *w
 	return rc;
 }
 
-void repl_net_status(struct msg *m, const struct stage_config *cfg)
+void repl_net_status(struct msg *m)
 {
 	char v[1024];
 	size_t o = 0;
@@ -181,7 +181,6 @@ void repl_net_status(struct msg *m, const struct stage_config *cfg)
 				      used && !all[i]->available ? "always" :
 				      net.why[i][0] ? net.why[i] : "-");
 	}
-	(void)cfg;
 	msg_put_str(m, K_NAME, "transport");
 	msg_put_str(m, K_VALUE, v);
 }

@@ -117,7 +117,7 @@ static void plan_held(struct rx *r)
 
 	if (faccessat(r->st_fd, "nolocal", F_OK, 0) == 0)
 		return;
-	rc = have_plan(&r->have, r->rr_fd, r->st_fd, "offer", r->origin, r->job, r->step,
+	rc = have_plan(&r->have, r->rr_fd, r->st_fd, "offer", r->origin, r->job,
 		       r->j_idx, r->j_off);
 	if (rc < 0)
 		log_warn("%s: looking for chunks held here: %s; asking for all of them",

@@ -265,7 +265,7 @@ static void offer(struct t *t, uint64_t cs, struct list *l)
 static int plan(struct t *t, struct have **h, uint64_t from_idx, uint64_t from_off)
 {
 	*h = (struct have *)&h;    /* not NULL: have_plan must set it */
-	return have_plan(h, t->rr_fd, t->st_fd, "offer", ORIGIN, JOB, STEP, from_idx, from_off);
+	return have_plan(h, t->rr_fd, t->st_fd, "offer", ORIGIN, JOB, from_idx, from_off);
 }
 
 /* What chunk n should be: held at path/off, or not (path NULL). */
@@ -806,10 +806,10 @@ static void test_damaged_copies(void **state)
 	add_small(&l, "b", 1, X);
 	write_mf(t->st_fd, "offer", CS, &l, false);
 	h = (struct have *)&h;
-	assert_true(have_plan(&h, t->rr_fd, t->st_fd, "offer", ORIGIN, JOB, STEP, 0, 0) < 0);
+	assert_true(have_plan(&h, t->rr_fd, t->st_fd, "offer", ORIGIN, JOB, 0, 0) < 0);
 	assert_null(h);
 	h = (struct have *)&h;
-	assert_int_equal(have_plan(&h, t->rr_fd, t->st_fd, "nothing", ORIGIN, JOB, STEP, 0, 0),
+	assert_int_equal(have_plan(&h, t->rr_fd, t->st_fd, "nothing", ORIGIN, JOB, 0, 0),
 			 -ENOENT);
 	assert_null(h);
 }
