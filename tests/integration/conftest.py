@@ -160,6 +160,11 @@ class Daemon:
                 raise AssertionError(f"staged exited {self.proc.returncode} while starting:\n{self.log()}")
             if not self.socket.exists():
                 return False
+            # The control socket is bound before the peer listener (it must
+            # exist before the daemon forks); "listening on" is logged once
+            # both are up, so a test may dial the peer port at once.
+            if " listening on " not in self.log():
+                return False
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 try:
                     s.connect(str(self.socket))
