@@ -850,18 +850,14 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 	p->cfg = j->cfg;
 	p->src_fd = p->dst_fd = -1;
 	p->as_root = geteuid() == 0;
-	ret = roots_pull(p->cfg, src_arg, dest_arg, &p->src, &p->dst, why, sizeof(why));
+	ret = roots_pull(p->cfg, src_arg, dest_arg, &p->src, &p->dst, &p->src_fd, why,
+			 sizeof(why));
 	if (ret < 0) {
 		job_result(j, 2, NULL, NULL, "%s", why);
 		goto out_free;
 	}
 	job_set_what(j, "%s -> %s", p->src, p->dst);
 	log_info("pull %s -> %s", p->src, p->dst);
-	p->src_fd = open(p->src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (p->src_fd < 0) {
-		job_result(j, 1, NULL, NULL, "cannot open %s: %s", p->src, strerror(errno));
-		goto out_free;
-	}
 	ret = stagedir_open(&p->sd, p->cfg->stage_root, p->dst, p->as_root, why, sizeof(why));
 	if (ret < 0) {
 		job_result(j, ret == -EEXIST ? 2 : 1, NULL, NULL, "%s", why);

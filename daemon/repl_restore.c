@@ -566,14 +566,22 @@ static void clear_tmp(struct restore *r)
 	closedir(d);
 }
 
-/* Opens (creating) ckpt_root/JOB/STEP, its .stage and .stage/tmp. */
+/* Opens (creating) ckpt_root/JOB/STEP, its .stage and .stage/tmp. JOB/ may
+ * belong to the training job's user: it is walked down from ckpt_root's fd
+ * without following symlinks, so swapping JOB or STEP for a link cannot steer
+ * the restore's writes outside ckpt_root. */
 static int open_dirs(struct restore *r)
 {
-	int rc = roots_mkdirs(r->path, 0755);
+	char rel[2 * CKPT_NAME_MAX + 2];
+	int root = -1, rc = roots_mkdirs(repl.cfg->ckpt_root, 0755);  /* the admin's */
 
-	if (rc == 0 && (r->step_fd = open(r->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-					  O_CLOEXEC)) < 0)
+	if (rc == 0 && (root = open(repl.cfg->ckpt_root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		rc = -errno;
+	snprintf(rel, sizeof(rel), "%s/%s", r->job, r->step);
+	if (rc == 0 && (r->step_fd = treeops_mkdirs_beneath(root, rel, 0755)) < 0)
+		rc = r->step_fd;
+	if (root >= 0)
+		close(root);
 	if (rc == 0 && mkdirat(r->step_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST)
 		rc = -errno;
 	if (rc == 0 && (r->stage_fd = openat(r->step_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY |
@@ -585,7 +593,9 @@ static int open_dirs(struct restore *r)
 					   O_NOFOLLOW | O_CLOEXEC)) < 0)
 		rc = -errno;
 	if (rc < 0)
-		snprintf(r->why, sizeof(r->why), "%s: %s", r->path, strerror(-rc));
+		snprintf(r->why, sizeof(r->why), "%s: %s", r->path, rc == -ELOOP || rc == -ENOTDIR
+			 ? "a symlink or file where a directory belongs; nothing was written"
+			 : strerror(-rc));
 	else
 		clear_tmp(r);
 	return rc;

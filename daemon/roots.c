@@ -1,13 +1,16 @@
 #include "daemon/roots.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/paths.h"
+#include "daemon/treeops.h"
 
 int roots_mkdirs(const char *path, unsigned mode)
 {
@@ -79,15 +82,41 @@ int roots_resolve(const char *abs, char **out)
 	return 0;
 }
 
+/* Opens PATH (resolved, beneath the resolved ROOT) from ROOT's fd with no
+ * symlink anywhere on the way. realpath checked a path that may have changed
+ * since: a component swapped for a symlink in between fails here (ELOOP or
+ * EXDEV) instead of leading outside. A directory fd, or -errno. */
+static int open_beneath(const char *root, const char *path)
+{
+	const char *rel = paths_rel(path, root);
+	int root_fd, fd;
+
+	if (!rel)
+		return -EXDEV;
+	root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root_fd < 0)
+		return -errno;
+	fd = treeops_open_beneath(root_fd, rel);
+	close(root_fd);
+	return fd;
+}
+
+static const char *open_error(int err)
+{
+	return err == -ELOOP || err == -EXDEV
+		? "it changed while being opened (a symlink on the way); nothing was read"
+		: strerror(-err);
+}
+
 int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *dest_arg,
-	       char **src, char **dst, char *why, size_t whylen)
+	       char **src, char **dst, int *src_fd, char *why, size_t whylen)
 {
 	char *s = NULL, *d = NULL, *stage = NULL, *root = NULL;
 	const char *rel = NULL;
-	struct stat st;
-	int ret;
+	int ret, fd = -1;
 
 	*src = *dst = NULL;
+	*src_fd = -1;
 	s = realpath(src_arg, NULL);
 	if (!s) {
 		ret = -errno;
@@ -106,9 +135,11 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
 		ret = -EPERM;
 		goto out_free;
 	}
-	if (stat(s, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(why, whylen, "source '%s' is not a directory", src_arg);
-		ret = -ENOTDIR;
+	fd = open_beneath(root, s);
+	if (fd < 0) {
+		ret = fd == -ELOOP || fd == -EXDEV ? -EPERM : fd;
+		snprintf(why, whylen, "source '%s': %s", src_arg, fd == -ENOTDIR
+			 ? "not a directory" : open_error(fd));
 		goto out_free;
 	}
 	ret = roots_mkdirs(cfg->stage_root, 0755);
@@ -149,11 +180,14 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
 	}
 	*src = s;
 	*dst = d;
+	*src_fd = fd;
 	free(stage);
 	free(root);
 	return 0;
 
 out_free:
+	if (fd >= 0)
+		close(fd);
 	free(s);
 	free(d);
 	free(stage);
@@ -161,8 +195,8 @@ out_free:
 	return ret;
 }
 
-int roots_local(const struct stage_config *cfg, const char *arg, char **path, char *why,
-		size_t whylen)
+int roots_local(const struct stage_config *cfg, const char *arg, char **path, int *fd,
+		char *why, size_t whylen)
 {
 	const char *roots[] = { cfg->stage_root, cfg->ckpt_root, cfg->replica_root };
 	char *p = realpath(arg, NULL);
@@ -175,13 +209,22 @@ int roots_local(const struct stage_config *cfg, const char *arg, char **path, ch
 	}
 	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
 		char *r = realpath(roots[i], NULL);
-		bool ok = r && paths_under(p, r) && strcmp(p, r) != 0;
+		int ret;
 
-		free(r);
-		if (ok) {
-			*path = p;
-			return 0;
+		if (!r || !paths_under(p, r) || strcmp(p, r) == 0) {
+			free(r);
+			continue;
 		}
+		ret = open_beneath(r, p);
+		free(r);
+		if (ret < 0) {
+			snprintf(why, whylen, "'%s': %s", arg, open_error(ret));
+			free(p);
+			return ret == -ELOOP || ret == -EXDEV ? -EPERM : ret;
+		}
+		*path = p;
+		*fd = ret;
+		return 0;
 	}
 	snprintf(why, whylen, "'%s' is not beneath stage_root, ckpt_root or replica_root", arg);
 	free(p);

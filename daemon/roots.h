@@ -1,6 +1,10 @@
 /* Where a client's path may lead. Every path from a client is resolved with
  * realpath (so ".." and symlinks are followed by the kernel's rules, not
- * guessed lexically) and then must lie beneath one of the configured roots. */
+ * guessed lexically), must then lie beneath one of the configured roots, and
+ * is opened from that root's fd with openat2(RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS): what was checked is what is opened, even if a
+ * component is swapped for a symlink in between (that open fails, -EPERM).
+ * Everything below the opened directory is reached through fds. */
 #ifndef STAGE_ROOTS_H
 #define STAGE_ROOTS_H
 
@@ -8,15 +12,18 @@
 
 #include "common/config.h"
 
-/* A pull's source and destination, both absolute and resolved. DEST_ARG may
- * be NULL (default: stage_root/<SRC relative to its source root>). The
- * destination need not exist yet. 0, or -errno with *why set. */
+/* A pull's source and destination, both absolute and resolved, and the
+ * source directory opened (*src_fd). DEST_ARG may be NULL (default:
+ * stage_root/<SRC relative to its source root>). The destination need not
+ * exist yet: stagedir.c walks down to it without following symlinks. 0, or
+ * -errno with *why set. */
 int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *dest_arg,
-	       char **src, char **dst, char *why, size_t whylen);
+	       char **src, char **dst, int *src_fd, char *why, size_t whylen);
 /* A staged tree or checkpoint to inspect: must exist beneath stage_root,
- * ckpt_root or replica_root. */
-int roots_local(const struct stage_config *cfg, const char *arg, char **path, char *why,
-		size_t whylen);
+ * ckpt_root or replica_root; *path its resolved path, *fd the directory
+ * opened. 0, or -errno with *why set. */
+int roots_local(const struct stage_config *cfg, const char *arg, char **path, int *fd,
+		char *why, size_t whylen);
 /* realpath of the longest existing prefix of abs, plus the rest verbatim:
  * how a path that does not exist yet (a checkpoint to restore onto an empty
  * disk) is understood. The rest must hold no ".." (nothing is there to

@@ -118,6 +118,37 @@ int treeops_open_parent(int root, const char *rel, const char **base)
 	return fd;
 }
 
+int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode)
+{
+	char *copy = strdup(rel), *save = NULL;
+	int fd = copy ? fcntl(root, F_DUPFD_CLOEXEC, 0) : -1;
+
+	if (fd < 0) {
+		free(copy);
+		return copy ? -errno : -ENOMEM;
+	}
+	for (char *c = strtok_r(copy, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+		int next;
+
+		if (strcmp(c, "..") == 0) {
+			close(fd);
+			fd = -EXDEV;
+			break;
+		}
+		if (mkdirat(fd, c, mode) < 0 && errno != EEXIST)
+			next = -errno;
+		else if ((next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+					O_CLOEXEC)) < 0)
+			next = -errno;
+		close(fd);
+		fd = next;
+		if (fd < 0)
+			break;
+	}
+	free(copy);
+	return fd;
+}
+
 static void times_of(int64_t ns, struct timespec ts[2])
 {
 	ts[0].tv_sec = ns / 1000000000LL;

@@ -25,6 +25,12 @@ int treeops_open_beneath(int root, const char *rel);
 /* Opens the parent directory of REL beneath root and points *base at REL's
  * last component. A directory fd, or -errno. */
 int treeops_open_parent(int root, const char *rel, const char **base);
+/* mkdir -p of REL beneath root (MODE for what it creates), then opens it:
+ * each component made with mkdirat and opened with openat(O_NOFOLLOW) on
+ * the fd of the one before, so a component that is, or becomes, a symlink
+ * is refused (-ELOOP or -ENOTDIR), never followed. A directory fd, or
+ * -errno. */
+int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode);
 /* Gives an open file or directory its owner (when chown), mode and mtime
  * (ns; atime too). 0 or -errno, *what naming the step that failed. */
 int treeops_set_meta(int fd, bool chown, uid_t uid, gid_t gid, uint32_t mode, int64_t mtime_ns,

@@ -282,18 +282,12 @@ void verify_run(struct job *j, const char *path_arg)
 	char why[2048], *path = NULL;
 	int fd, ret;
 
-	ret = roots_local(j->cfg, path_arg, &path, why, sizeof(why));
+	ret = roots_local(j->cfg, path_arg, &path, &fd, why, sizeof(why));
 	if (ret < 0) {
 		job_result(j, ret == -ENOENT ? 1 : 2, NULL, NULL, "%s", why);
 		return;
 	}
 	job_set_what(j, "%s", path);
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		job_result(j, 1, path, NULL, "cannot open %s: %s", path, strerror(errno));
-		free(path);
-		return;
-	}
 	ret = verify_tree(j, path, fd, &(struct verify_opts){ .deep = deep });
 	if (ret == 0)
 		job_result(j, 0, path, NULL, "verified %s%s: %llu files, %llu bytes", path,

@@ -1,11 +1,15 @@
 """Paths that try to leave the roots are refused (exit 2) and nothing is written."""
+import ctypes
 import os
+import shutil
 import stat
+import threading
 from pathlib import Path
 
 import pytest
 
-from helpers import SECRET, F, L, assert_tree_equal, json_result, make_outside, make_tree, snapshot, walk
+from helpers import (SECRET, F, L, assert_tree_equal, ckpt, commit_wait, json_result, make_outside,
+                     make_tree, snapshot, walk)
 
 
 def setup_escape_world(d):
@@ -96,3 +100,101 @@ def test_symlinks_inside_tree_are_copied_not_followed(daemon):
         if stat.S_ISREG(st.st_mode):
             assert SECRET not in (dest / rel).read_bytes(), f"outside content copied into {rel!r}"
     assert snapshot(out) == before_out
+
+
+def _exchanger(a, b, stop):
+    """Swaps the names a and b (a directory and a symlink) atomically, again
+    and again, until stop is set: renameat2(RENAME_EXCHANGE)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                               ctypes.c_uint]
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    n = 0
+    while not stop.is_set():
+        if libc.renameat2(AT_FDCWD, bytes(a), AT_FDCWD, bytes(b), RENAME_EXCHANGE) == 0:
+            n += 1
+    return n
+
+
+@pytest.mark.timeout(120)
+def test_symlink_swapped_in_during_resolution_is_not_followed(daemon):
+    """A source-root owner swaps a directory on the source path for a symlink
+    pointing out, thousands of times a second, while pulls of that path run:
+    the check on the path and the open of it are one step (beneath the root,
+    no symlink on the way), so every pull copies the real tree or is refused;
+    none ever copies what the symlink points at."""
+    base = daemon.base
+    make_outside(base)
+    make_tree(daemon.src_root / "a" / "ds", [F("ok.txt", b"ok\n")])
+    os.symlink(base / "outside", daemon.src_root / "b")
+    stop = threading.Event()
+    swaps = []
+    t = threading.Thread(target=lambda: swaps.append(_exchanger(daemon.src_root / "a",
+                                                                 daemon.src_root / "b", stop)))
+    t.start()
+    outcomes = {"copied": 0, "refused": 0}
+    try:
+        for i in range(150):
+            dest = daemon.stage_root / f"try{i}"
+            cp = daemon.pull(daemon.src_root / "a" / "ds", "--to", dest)
+            if cp.returncode == 0:
+                outcomes["copied"] += 1
+                got = sorted(p.name for p in dest.iterdir() if p.name != ".stage")
+                assert got == ["ok.txt"], f"pull {i} copied {got} (followed the swapped-in link)"
+            else:
+                assert cp.returncode == 2 and cp.stderr.strip(), cp
+                outcomes["refused"] += 1
+                outcomes["changed"] = outcomes.get("changed", 0) + ("changed while" in cp.stderr)
+            for p in dest.rglob("*") if dest.exists() else []:
+                if p.is_file():
+                    assert SECRET not in p.read_bytes(), f"pull {i}: outside content in {p}"
+    finally:
+        stop.set()
+        t.join()
+    assert swaps[0] > 1000, f"only {swaps[0]} swaps: the race was not exercised"
+    # Some pulls must have been checked as the real tree and found the link
+    # at the open: the case realpath alone got wrong.
+    assert outcomes["copied"] and outcomes.get("changed"), outcomes
+    daemon.assert_serving()
+
+
+@pytest.mark.timeout(180)
+def test_restore_does_not_follow_a_job_dir_swapped_for_a_link(make_cluster):
+    """The owner of ckpt_root/JOB swaps it for a symlink pointing out while
+    restores of JOB/STEP run: each restore writes beneath ckpt_root or
+    refuses; nothing is ever created where the link points."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off"})
+    step = make_tree(ckpt(n0, step="step-1"), [F("w.bin", size=64 * 1024)])
+    commit_wait(n0, step)
+    out = n0.base / "outside"
+    out.mkdir()
+    job = step.parent
+    real = os.open(job, os.O_RDONLY | os.O_DIRECTORY)   # follows the real dir through swaps
+    os.symlink(out, job.parent / "evil")
+    shutil.rmtree(step)
+    stop = threading.Event()
+    swaps = []
+    t = threading.Thread(target=lambda: swaps.append(_exchanger(job, job.parent / "evil", stop)))
+    t.start()
+    restored = refused = caught = 0
+    try:
+        for i in range(25):
+            cp = n0.run("restore", str(step), timeout=60)
+            assert not list(out.iterdir()), f"restore {i} wrote outside ckpt_root: {list(out.iterdir())}"
+            if cp.returncode == 0:
+                restored += 1
+            else:
+                assert cp.stderr.strip(), cp
+                refused += 1
+                caught += "where a directory belongs" in cp.stderr
+            if "step-1" in os.listdir(real):
+                shutil.rmtree("step-1", dir_fd=real)
+    finally:
+        stop.set()
+        t.join()
+        os.close(real)
+    assert swaps[0] > 100, f"only {swaps[0]} swaps: the race was not exercised"
+    # Some restores were checked as the real JOB and met the link when they
+    # opened it: the case a path-string check alone got wrong.
+    assert restored and caught, (restored, refused, caught)
+    n0.assert_serving()
