@@ -1,5 +1,6 @@
-/* Path safety: the lexical helpers, and roots_pull / roots_local resolving
- * real paths (with real symlinks and "..") beneath the configured roots. */
+/* Path safety: the lexical helpers, roots_pull / roots_local resolving real
+ * paths (with real symlinks and "..") beneath the configured roots and
+ * opening them, and treeops_mkdirs_beneath. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +18,7 @@
 #include "common/config.h"
 #include "common/paths.h"
 #include "daemon/roots.h"
+#include "daemon/treeops.h"
 
 static char top[] = "/tmp/test_paths.XXXXXX";
 static struct stage_config cfg;
@@ -100,17 +102,31 @@ static int teardown(void **state)
 	return system(cmd);
 }
 
+/* FD is the directory PATH names (then closed). */
+static void assert_opened(int fd, const char *path)
+{
+	struct stat a, b;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &a), 0);
+	assert_int_equal(stat(path, &b), 0);
+	assert_true(S_ISDIR(a.st_mode) && a.st_ino == b.st_ino && a.st_dev == b.st_dev);
+	close(fd);
+}
+
 static int pull(const char *src, const char *dest, char **s, char **d)
 {
 	char a[PATH_MAX], b[PATH_MAX], why[1024] = "";
-	int ret;
+	int ret, fd;
 
 	snprintf(a, sizeof(a), "%s/%s", top, src);
 	if (dest)
 		snprintf(b, sizeof(b), "%s/%s", top, dest);
-	ret = roots_pull(&cfg, a, dest ? b : NULL, s, d, why, sizeof(why));
+	ret = roots_pull(&cfg, a, dest ? b : NULL, s, d, &fd, why, sizeof(why));
 	if (ret < 0)
 		assert_true(strlen(why) > 0);    /* every refusal says why */
+	else
+		assert_opened(fd, *s);
 	return ret;
 }
 
@@ -152,15 +168,40 @@ static void test_roots_pull(void **state)
 static void test_roots_local(void **state)
 {
 	char a[PATH_MAX], why[1024], *p;
+	int fd;
 
 	snprintf(a, sizeof(a), "%s/stage/../src/ds", top);
-	assert_int_equal(roots_local(&cfg, a, &p, why, sizeof(why)), -EPERM);
+	assert_int_equal(roots_local(&cfg, a, &p, &fd, why, sizeof(why)), -EPERM);
 	snprintf(a, sizeof(a), "%s/stage/none", top);
-	assert_int_equal(roots_local(&cfg, a, &p, why, sizeof(why)), -ENOENT);
+	assert_int_equal(roots_local(&cfg, a, &p, &fd, why, sizeof(why)), -ENOENT);
 	mk("stage/t");
 	snprintf(a, sizeof(a), "%s/stage/t/", top);
-	assert_int_equal(roots_local(&cfg, a, &p, why, sizeof(why)), 0);
+	assert_int_equal(roots_local(&cfg, a, &p, &fd, why, sizeof(why)), 0);
+	assert_opened(fd, p);
 	free(p);
+}
+
+/* mkdir -p beneath a root's fd: creates what is missing, opens what exists,
+ * and never passes a symlink or "..". */
+static void test_mkdirs_beneath(void **state)
+{
+	char p[PATH_MAX];
+	int root, fd;
+
+	root = open(top, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	assert_true(root >= 0);
+	fd = treeops_mkdirs_beneath(root, "ck/job/step", 0750);
+	snprintf(p, sizeof(p), "%s/ck/job/step", top);
+	assert_opened(fd, p);
+	fd = treeops_mkdirs_beneath(root, "ck/job/step", 0750);    /* exists: opened */
+	assert_opened(fd, p);
+	/* src/escape is a link to ../outside: refused, and nothing made there. */
+	fd = treeops_mkdirs_beneath(root, "src/escape/step", 0750);
+	assert_true(fd == -ELOOP || fd == -ENOTDIR);
+	snprintf(p, sizeof(p), "%s/outside/step", top);
+	assert_int_equal(access(p, F_OK), -1);
+	assert_int_equal(treeops_mkdirs_beneath(root, "ck/../../x", 0750), -EXDEV);
+	close(root);
 }
 
 int main(void)
@@ -170,6 +211,7 @@ int main(void)
 		cmocka_unit_test(test_normalize),
 		cmocka_unit_test(test_roots_pull),
 		cmocka_unit_test(test_roots_local),
+		cmocka_unit_test(test_mkdirs_beneath),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
