@@ -82,7 +82,15 @@ deps:
 unit: $(UNIT_BIN)
 	@tools/run-unit $(UNIT_BIN)
 
-integration: $(BIN)
+# A peer holding the cluster key that misbehaves on purpose, for
+# tests/integration/test_evil_peer.py: the daemon's own handshake and frames.
+EVILPEER := $(BUILD)/tests/evilpeer
+$(EVILPEER): $(call obj,tests/tools/evilpeer.c tests/tools/evilpeer_scn.c) $(BUILD)/libdaemon.a $(BUILD)/libclient.a $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+all: $(EVILPEER)
+
+integration: $(BIN) $(EVILPEER)
 	@tools/run-integration
 
 # `make check` installs what is missing, builds, and runs every test.
@@ -111,6 +119,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRC)
 
 # Targets that reach past common/.
 $(BUILD)/fuzz/fuzz_rflow: rdma/flow.c
+$(BUILD)/fuzz/fuzz_seal: daemon/xport_seal.c
 
 fuzz: $(FUZZ_BIN)
 

@@ -29,6 +29,12 @@ int rx_fail(struct rx *r, int err, const char *fmt, ...)
 	return err;
 }
 
+/* The mode a received entry gets: the manifest's without set-id bits. The
+ * receiver creates its files as itself (root, usually), so a set-id bit
+ * taken on a peer's word would let any holder of the cluster key plant a
+ * set-uid-root program on every partner; restore drops them too. */
+#define PEER_MODE(m) ((m) & 01777)
+
 /* ---- writes ---- */
 
 static void wq_reap(struct wq *q, bool wait)
@@ -115,7 +121,8 @@ static int materialize(struct rx *r)
 		if (fd < 0) {
 			rc = rx_fail(r, -errno, "create %s: %s", e->path, strerror(errno));
 		} else {
-			rc = treeops_set_meta(fd, false, 0, 0, e->mode, e->mtime_ns, &base);
+			rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
+					      &base);
 			if (rc < 0)
 				rx_fail(r, rc, "%s: %s", e->path, strerror(-rc));
 			close(fd);
@@ -145,9 +152,12 @@ static bool feed(struct rx *r, const uint8_t *p, size_t n)
 		n -= take;
 		if (r->chunk_fill == r->chunk_size ||
 		    r->chunk_no * r->chunk_size + r->chunk_fill == r->ce.size) {
-			if (r->chunk_no >= r->ce.nchunks ||
-			    !digest_eq(XXH3_128bits_digest(r->chunk), r->ce.chunks[r->chunk_no]))
+			if ((r->chunk_no >= r->ce.nchunks ||
+			     !digest_eq(XXH3_128bits_digest(r->chunk), r->ce.chunks[r->chunk_no])) &&
+			    ok) {
 				ok = false;
+				r->bad_chunk = r->chunk_no;
+			}
 			r->chunk_no++;
 			r->chunk_fill = 0;
 			XXH3_128bits_reset(r->chunk);
@@ -222,7 +232,7 @@ static int finish_file(struct rx *r)
 		forget_file(r);
 		return rx_fail(r, -EBADMSG, "%s does not match its digest", r->ce.path);
 	}
-	rc = treeops_set_meta(r->fd, false, 0, 0, r->ce.mode, r->ce.mtime_ns, &what);
+	rc = treeops_set_meta(r->fd, false, 0, 0, PEER_MODE(r->ce.mode), r->ce.mtime_ns, &what);
 	if (rc == 0 && fdatasync(r->fd) < 0)
 		rc = -errno;
 	if (rc < 0)
@@ -422,7 +432,7 @@ int rx_on_data(struct rx *r, const struct msg *m)
 	rc = put_piece(r, b, raw);
 	if (rc == -EBADMSG)
 		return rx_fail(r, rc, "%s: chunk %llu does not match its digest", r->ce.path,
-			    (unsigned long long)(r->chunk_no - 1));
+			    (unsigned long long)r->bad_chunk);
 	if (rc < 0)
 		return rc;
 	r->slot.got += raw;
@@ -431,24 +441,37 @@ int rx_on_data(struct rx *r, const struct msg *m)
 
 /* ---- offer, publication ---- */
 
-/* The root of a complete manifest at dirfd/name, or -errno. */
-int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk)
+/* repl_manifest_root, saying in WHY (if not NULL) which line broke which
+ * rule when the manifest does not read. */
+static int manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk,
+			 char *why, size_t whylen)
 {
 	struct mf_reader *mr;
 	struct mf_entry e;
 	int rc = mf_reader_open(&mr, dirfd, name, MF_COMPLETE);
 
-	if (rc < 0)
+	if (rc < 0) {
+		if (why)
+			snprintf(why, whylen, "%s: %s", name, strerror(-rc));
 		return rc;
+	}
 	while ((rc = mf_reader_next(mr, &e)) == 1)
 		mf_entry_free(&e);
 	if (rc == 0) {
 		*root = mf_reader_root(mr);
 		if (chunk)
 			*chunk = mf_reader_chunk_size(mr);
+	} else if (why) {
+		snprintf(why, whylen, "%s", mf_reader_why(mr));
 	}
 	mf_reader_close(mr);
 	return rc;
+}
+
+/* The root of a complete manifest at dirfd/name, or -errno. */
+int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk)
+{
+	return manifest_root(dirfd, name, root, chunk, NULL, 0);
 }
 
 static int open_dir(int at, const char *rel, bool create)
@@ -492,7 +515,7 @@ static void read_journal(struct rx *r)
  * holds the same offer) and checks it against the offered root. */
 int rx_take_offer(struct rx *r, uint64_t size)
 {
-	char rel[4 * (CKPT_NAME_MAX + 1)];
+	char rel[4 * (CKPT_NAME_MAX + 1)], why[512];
 	digest_t old;
 	uint64_t got = 0;
 	int fd, rc;
@@ -542,10 +565,14 @@ int rx_take_offer(struct rx *r, uint64_t size)
 	close(fd);
 	if (rc < 0)
 		return rx_fail(r, rc, "offer: %s", strerror(-rc));
-	rc = repl_manifest_root(r->st_fd, "offer.new", &old, &r->chunk_size);
-	if (rc < 0 || !digest_eq(old, r->root))
-		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s is damaged or not the "
-			    "offered root", r->job, r->step);
+	/* The refusal names the line and the rule a peer's manifest broke. */
+	rc = manifest_root(r->st_fd, "offer.new", &old, &r->chunk_size, why, sizeof(why));
+	if (rc < 0)
+		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s does not read: %s",
+			       r->job, r->step, why);
+	if (!digest_eq(old, r->root))
+		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s is not the offered root",
+			    r->job, r->step);
 	/* Same offer as the one in .incoming: keep what is there. */
 	if (repl_manifest_root(r->st_fd, "offer", &old, NULL) == 0 && digest_eq(old, r->root)) {
 		read_journal(r);
@@ -628,7 +655,7 @@ int rx_publish(struct rx *r)
 		const char *what;
 
 		if (e.type == MF_DIR && (rc = treeops_set_meta_at(r->in_fd, e.path, false, false,
-								   0, 0, e.mode, e.mtime_ns,
+								   0, 0, PEER_MODE(e.mode), e.mtime_ns,
 								   &what)) < 0)
 			rx_fail(r, rc, "%s: %s", e.path, strerror(-rc));
 		mf_entry_free(&e);

@@ -234,20 +234,29 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 	int rr_fd, step_fd = -1, rc;
 
 	int prc = msg_get_str(req, K_PATH, &path);
+	const char *bad = NULL;   /* what is wrong, in our words: a peer's bytes are not logged */
 
 	if (repl_get_name(req, K_ORIGIN, origin) < 0 || repl_get_name(req, K_JOB, job) < 0 ||
-	    repl_get_name(req, K_STEP, step) < 0 || msg_get_str(req, K_ROOT, &hex) < 0 ||
-	    digest_from_hex(hex, strlen(hex), &want) < 0 || (prc < 0 && prc != -ENOENT) ||
-	    (prc == 0 && (!rel_ok(path) || msg_get_u64(req, K_OFFSET, &off) < 0 ||
-			  msg_get_u64(req, K_SIZE, &size) < 0))) {
-		free(hex);
+	    repl_get_name(req, K_STEP, step) < 0)
+		bad = "no valid origin, job or step name";
+	else if (msg_get_str(req, K_ROOT, &hex) < 0 || digest_from_hex(hex, strlen(hex), &want) < 0)
+		bad = "no valid root";
+	else if ((prc < 0 && prc != -ENOENT) || (prc == 0 && !rel_ok(path)))
+		bad = "a path that is absolute, has an empty, '.' or '..' component, or is in .stage";
+	else if (prc == 0 && (msg_get_u64(req, K_OFFSET, &off) < 0 ||
+			      msg_get_u64(req, K_SIZE, &size) < 0))
+		bad = "a path without its offset and size";
+	free(hex);
+	if (bad) {
 		free(path);
-		peer_send_error(x, EBADMSG, "%s: a malformed fetch", repl.cfg->name);
+		log_warn("fetch from %s refused: %s", peer, bad);
+		peer_send_error(x, EBADMSG, "%s: a malformed fetch: %s", repl.cfg->name, bad);
 		return -EBADMSG;
 	}
-	free(hex);
 	if (strcmp(origin, peer) != 0) {
 		free(path);
+		log_warn("fetch from %s refused: it may fetch only its own checkpoints, not %s's",
+			 peer, origin);
 		peer_send_error(x, EACCES, "%s: node %s may fetch only its own checkpoints, not %s's",
 				repl.cfg->name, peer, origin);
 		return -EACCES;
@@ -261,9 +270,11 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 	if (rc == 0 && !digest_eq(have, want))
 		rc = -ESTALE;
 	if (rc < 0) {
-		peer_send_error(x, -rc, "%s: %s/%s: %s", repl.cfg->name, repl.cfg->replica_root, rel,
-				rc == -ESTALE ? "holds another commit of this step" :
-				rc == -ENOENT ? "no copy here" : strerror(-rc));
+		snprintf(why, sizeof(why), "%s/%s: %s", repl.cfg->replica_root, rel,
+			 rc == -ESTALE ? "holds another commit of this step" :
+			 rc == -ENOENT ? "no copy here" : strerror(-rc));
+		log_warn("fetch from %s refused: %s", peer, why);
+		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
 		goto out;
 	}
 	x->ops->set_timeout(x, REPL_IO_MS);

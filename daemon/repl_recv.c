@@ -256,6 +256,9 @@ static void *rx_main(void *arg)
 		 * timeout, tells a dead one. */
 		r->x->ops->set_timeout(r->x, 0);
 		rc = r->x->ops->recv(r->x, &m);
+		if (rc == -EBADMSG)     /* a close or a stop between offers is no news */
+			log_warn("peer %s (%s): a frame failed its seal or is malformed (altered "
+				 "on the way?); closing", r->peer, r->x->peer);
 		if (rc < 0)
 			break;
 		if (m.type == MSG_HOLD_REQ || m.type == MSG_FETCH_REQ) {
@@ -267,6 +270,8 @@ static void *rx_main(void *arg)
 			continue;
 		}
 		if (m.type != MSG_OFFER) {
+			log_warn("peer %s: frame type %u where an offer, a question or a fetch is "
+				 "due; closing", r->peer, (unsigned)m.type);
 			msg_free(&m);
 			peer_send_error(r->x, EPROTO, "expected an offer, a question or a fetch");
 			break;

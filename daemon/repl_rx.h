@@ -72,6 +72,7 @@ struct rx {
 	uint64_t synced;               /* offset journaled */
 	XXH3_state_t *whole, *chunk;
 	uint64_t chunk_fill, chunk_no;
+	uint64_t bad_chunk;            /* the first chunk feed() found wrong */
 	char why[1024];
 };
 
