@@ -511,27 +511,15 @@ static void read_journal(struct rx *r)
 	fclose(f);
 }
 
-/* Takes the manifest slices into .stage/offer (keeping .incoming when it
- * holds the same offer) and checks it against the offered root. */
-int rx_take_offer(struct rx *r, uint64_t size)
+/* Receives the offer's manifest, SIZE bytes in slices, into .stage/offer.new
+ * and checks it against the offered root. 0 or -errno (r->why set). */
+static int take_manifest(struct rx *r, uint64_t size)
 {
-	char rel[4 * (CKPT_NAME_MAX + 1)], why[512];
-	digest_t old;
+	char why[512];
+	digest_t root;
 	uint64_t got = 0;
 	int fd, rc;
 
-	snprintf(rel, sizeof(rel), INCOMING "/%s/%s/%s", r->origin, r->job, r->step);
-	r->in_fd = open_dir(r->rr_fd, rel, true);
-	if (r->in_fd < 0)
-		return rx_fail(r, r->in_fd, "%s/%s: %s", repl.cfg->replica_root, rel,
-			    strerror(-r->in_fd));
-	if (mkdirat(r->in_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST)
-		return rx_fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
-			    strerror(errno));
-	r->st_fd = openat(r->in_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (r->st_fd < 0)
-		return rx_fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
-			    strerror(errno));
 	fd = openat(r->st_fd, "offer.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return rx_fail(r, -errno, "offer: %s", strerror(errno));
@@ -566,13 +554,43 @@ int rx_take_offer(struct rx *r, uint64_t size)
 	if (rc < 0)
 		return rx_fail(r, rc, "offer: %s", strerror(-rc));
 	/* The refusal names the line and the rule a peer's manifest broke. */
-	rc = manifest_root(r->st_fd, "offer.new", &old, &r->chunk_size, why, sizeof(why));
+	rc = manifest_root(r->st_fd, "offer.new", &root, &r->chunk_size, why, sizeof(why));
 	if (rc < 0)
 		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s does not read: %s",
 			       r->job, r->step, why);
-	if (!digest_eq(old, r->root))
+	if (!digest_eq(root, r->root))
 		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s is not the offered root",
-			    r->job, r->step);
+			       r->job, r->step);
+	return 0;
+}
+
+/* Takes the manifest slices into .stage/offer (keeping .incoming when it
+ * holds the same offer) and checks it against the offered root. */
+int rx_take_offer(struct rx *r, uint64_t size)
+{
+	char rel[4 * (CKPT_NAME_MAX + 1)];
+	digest_t old;
+	int fd, rc;
+
+	snprintf(rel, sizeof(rel), INCOMING "/%s/%s/%s", r->origin, r->job, r->step);
+	r->in_fd = open_dir(r->rr_fd, rel, true);
+	if (r->in_fd < 0)
+		return rx_fail(r, r->in_fd, "%s/%s: %s", repl.cfg->replica_root, rel,
+			    strerror(-r->in_fd));
+	if (mkdirat(r->in_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST)
+		return rx_fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
+			    strerror(errno));
+	r->st_fd = openat(r->in_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (r->st_fd < 0)
+		return rx_fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
+			    strerror(errno));
+	rc = take_manifest(r, size);
+	if (rc < 0) {
+		/* Nothing of a refused or cut-off manifest stays (up to 256 MiB
+		 * a time): what .incoming held before is kept as it was. */
+		unlinkat(r->st_fd, "offer.new", 0);
+		return rc;
+	}
 	/* Same offer as the one in .incoming: keep what is there. */
 	if (repl_manifest_root(r->st_fd, "offer", &old, NULL) == 0 && digest_eq(old, r->root)) {
 		read_journal(r);

@@ -91,6 +91,8 @@ def refused(t, scenario, log, step=None):
     inc = t.n1.base / "replicas" / ".incoming" / t.ev.name / JOB / step
     if rep.exists() or (inc / ".stage" / "manifest").exists():
         return f"{scenario}: published a hostile offer ({rep})"
+    if (inc / ".stage" / "offer.new").exists():
+        return f"{scenario}: the refused manifest stays on disk ({inc}/.stage/offer.new)"
     return ""
 
 
