@@ -15,6 +15,7 @@
 #include "common/manifest.h"
 #include "daemon/ckpt.h"
 #include "daemon/job.h"
+#include "daemon/treeops.h"
 #include "daemon/verify.h"
 
 struct texts {
@@ -137,8 +138,17 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	DIR *d;
 	int fd;
 
+	/* JOB/ may be the training user's: it is opened beneath ckpt_root with
+	 * no symlink on the way, so a JOB swapped for a link is "nothing held
+	 * here", not a survey of wherever the link points. */
 	snprintf(label, sizeof(label), "%s/%s", cfg->ckpt_root, job);
-	fd = open(label, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = open(cfg->ckpt_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		int root = fd;
+
+		fd = treeops_open_beneath(root, job);
+		close(root);
+	}
 	if (fd >= 0) {
 		survey_copy(cfg, self, label, fd, step, deep, m);
 		close(fd);
@@ -147,10 +157,11 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	while (d && (e = readdir(d))) {
 		if (config_check_name(e->d_name, &w) < 0 || strlen(e->d_name) > CKPT_NAME_MAX)
 			continue;       /* ".incoming" and strays */
-		snprintf(label, sizeof(label), "%s/%s/%s", cfg->replica_root, e->d_name, job);
-		fd = open(label, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		snprintf(label, sizeof(label), "%s/%s", e->d_name, job);
+		fd = treeops_open_beneath(dirfd(d), label);
 		if (fd < 0)
 			continue;
+		snprintf(label, sizeof(label), "%s/%s/%s", cfg->replica_root, e->d_name, job);
 		survey_copy(cfg, e->d_name, label, fd, step, deep, m);
 		close(fd);
 	}

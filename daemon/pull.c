@@ -853,7 +853,7 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 	ret = roots_pull(p->cfg, src_arg, dest_arg, &p->src, &p->dst, &p->src_fd, why,
 			 sizeof(why));
 	if (ret < 0) {
-		job_result(j, 2, NULL, NULL, "%s", why);
+		job_result(j, roots_exit_code(ret), NULL, NULL, "%s", why);
 		goto out_free;
 	}
 	job_set_what(j, "%s -> %s", p->src, p->dst);

@@ -118,8 +118,8 @@ static void *ask_main(void *arg)
 	} else if (m.type == MSG_HOLD && (groups = count_groups(&m)) > HOSTS_MAX_NODES) {
 		/* One group per origin held, and origins are node names: more
 		 * than a hosts file can name is a lie. Refused before parsing:
-		 * the parse and cverify's decision cost the square of the groups
-		 * (44,000 in one frame kept a verify busy for 38 s). */
+		 * cverify's decision costs origins x nodes x cells (44,000 in
+		 * one frame kept a verify busy for 38 s). */
 		snprintf(ans->why, sizeof(ans->why), "%s: an answer of %zu copy groups (at most %d)",
 			 repl.hosts.v[a->host].name, groups, HOSTS_MAX_NODES);
 		rc = -EBADMSG;
@@ -133,6 +133,8 @@ static void *ask_main(void *arg)
 	} else {
 		msg_free(&m);
 	}
+	if (rc == -EBADMSG)
+		log_warn("answer refused: %s", ans->why);
 	x->ops->close(x);
 out:
 	ans->err = rc;
@@ -242,10 +244,13 @@ int repl_serve_hold(struct xport *x, const char *peer, const struct msg *req)
 		 flags & REQ_DEEP ? " (deep)" : "");
 	msg_init(&m, MSG_HOLD);
 	rc = hold_survey(repl.cfg, repl.cfg->name, job, step, flags & REQ_DEEP, &m);
-	if (rc == 0)
+	if (rc == 0) {
 		rc = x->ops->send(x, &m);
-	else
+	} else {
+		log_warn("question from %s about %s/%s not answered: %s", peer, job, step,
+			 strerror(-rc));
 		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, strerror(-rc));
+	}
 	msg_free(&m);
 	return rc;
 }

@@ -29,12 +29,6 @@ int rx_fail(struct rx *r, int err, const char *fmt, ...)
 	return err;
 }
 
-/* The mode a received entry gets: the manifest's without set-id bits. The
- * receiver creates its files as itself (root, usually), so a set-id bit
- * taken on a peer's word would let any holder of the cluster key plant a
- * set-uid-root program on every partner; restore drops them too. */
-#define PEER_MODE(m) ((m) & 01777)
-
 /* ---- writes ---- */
 
 static void wq_reap(struct wq *q, bool wait)
@@ -555,9 +549,11 @@ static int take_manifest(struct rx *r, uint64_t size)
 		return rx_fail(r, rc, "offer: %s", strerror(-rc));
 	/* The refusal names the line and the rule a peer's manifest broke. */
 	rc = manifest_root(r->st_fd, "offer.new", &root, &r->chunk_size, why, sizeof(why));
-	if (rc < 0)
-		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s does not read: %s",
+	if (rc == -EBADMSG)
+		return rx_fail(r, rc, "the offered manifest of %s/%s does not read: %s",
 			       r->job, r->step, why);
+	if (rc < 0)     /* ours, not the peer's: memory, I/O */
+		return rx_fail(r, rc, "reading the offer: %s", strerror(-rc));
 	if (!digest_eq(root, r->root))
 		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s is not the offered root",
 			       r->job, r->step);
@@ -610,8 +606,11 @@ int rx_take_offer(struct rx *r, uint64_t size)
 		unlinkat(r->st_fd, "nolocal", 0);
 		r->j_idx = r->j_off = 0;
 	}
-	if (renameat(r->st_fd, "offer.new", r->st_fd, "offer") < 0)
-		return rx_fail(r, -errno, "offer: %s", strerror(errno));
+	if (renameat(r->st_fd, "offer.new", r->st_fd, "offer") < 0) {
+		rc = rx_fail(r, -errno, "offer: %s", strerror(errno));
+		unlinkat(r->st_fd, "offer.new", 0);
+		return rc;
+	}
 	fd = openat(r->st_fd, "journal", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	r->journal = fd >= 0 ? fdopen(fd, "a") : NULL;
 	if (!r->journal) {

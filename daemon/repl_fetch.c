@@ -241,7 +241,9 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 		bad = "no valid origin, job or step name";
 	else if (msg_get_str(req, K_ROOT, &hex) < 0 || digest_from_hex(hex, strlen(hex), &want) < 0)
 		bad = "no valid root";
-	else if ((prc < 0 && prc != -ENOENT) || (prc == 0 && !rel_ok(path)))
+	else if (prc < 0 && prc != -ENOENT)
+		bad = prc == -EINVAL ? "a path with a NUL byte" : "a path not read (out of memory)";
+	else if (prc == 0 && !rel_ok(path))
 		bad = "a path that is absolute, has an empty, '.' or '..' component, or is in .stage";
 	else if (prc == 0 && (msg_get_u64(req, K_OFFSET, &off) < 0 ||
 			      msg_get_u64(req, K_SIZE, &size) < 0))

@@ -39,6 +39,13 @@
 #define REPL_IO_MS 60000               /* a peer silent this long is gone */
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
 
+/* The mode an entry gets when another node's manifest says it: without
+ * set-id bits. Receiver and restore create files and directories as
+ * themselves (root, usually), so a set-id bit taken on a peer's word would
+ * let any holder of the cluster key plant a set-uid-root program, or a
+ * set-gid-root directory, on its partners. The sticky bit is kept. */
+#define PEER_MODE(m) ((m) & 01777)
+
 enum rstate { R_HASHING, R_READY, R_FAILED };
 enum cstate { C_PENDING, C_SENDING, C_CONFIRMED, C_FAILED };
 

@@ -256,7 +256,7 @@ static void *rx_main(void *arg)
 		 * timeout, tells a dead one. */
 		r->x->ops->set_timeout(r->x, 0);
 		rc = r->x->ops->recv(r->x, &m);
-		if (rc == -EBADMSG)     /* a close or a stop between offers is no news */
+		if (rc == -EBADMSG)     /* news; a close or a stop between offers is not */
 			log_warn("peer %s (%s): a frame failed its seal or is malformed (altered "
 				 "on the way?); closing", r->peer, r->x->peer);
 		if (rc < 0)

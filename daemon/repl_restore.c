@@ -407,7 +407,7 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 	}
 	/* The manifest's mode, without set-id bits: those are not restored
 	 * from another node's word. */
-	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, e->mode & 01777, e->mtime_ns,
+	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
 					      &what)) < 0)
 		snprintf(r->why, sizeof(r->why), "%s: %s: %s", e->path, what, strerror(-rc));
 	if (rc == 0)
@@ -490,8 +490,8 @@ static void dir_meta(struct restore *r, const char *mf)
 			int parent = treeops_open_parent(r->step_fd, e.path, &base);
 
 			if (parent >= 0) {
-				treeops_set_meta_at(parent, base, false, false, 0, 0, e.mode,
-						    e.mtime_ns, &what);
+				treeops_set_meta_at(parent, base, false, false, 0, 0,
+						    PEER_MODE(e.mode), e.mtime_ns, &what);
 				close(parent);
 			}
 		}
@@ -594,7 +594,7 @@ static int open_dirs(struct restore *r)
 		rc = -errno;
 	if (rc < 0)
 		snprintf(r->why, sizeof(r->why), "%s: %s", r->path, rc == -ELOOP || rc == -ENOTDIR
-			 ? "a symlink or file where a directory belongs; nothing was written"
+			 ? "a symlink or file where a directory belongs; nothing was restored"
 			 : strerror(-rc));
 	else
 		clear_tmp(r);
@@ -721,7 +721,9 @@ static void run(struct restore *r, const char *from)
 		return;
 	}
 	if (rc < 0 || (rc = open_dirs(r)) < 0) {
-		job_result(r->j, 1, NULL, NULL, "restore %s: %s", r->path,
+		/* A link where JOB or STEP belongs is a refusal, like a path
+		 * outside the roots; anything else a failure. */
+		job_result(r->j, rc == -ELOOP || rc == -ENOTDIR ? 2 : 1, NULL, NULL, "restore: %s",
 			   *r->why ? r->why : strerror(-rc));
 		goto out;
 	}

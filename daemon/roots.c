@@ -108,6 +108,16 @@ static const char *open_error(int err)
 		: strerror(-err);
 }
 
+int roots_exit_code(int err)
+{
+	switch (err) {
+	case -ENOMEM: case -EMFILE: case -ENFILE: case -EIO:
+		return 1;
+	default:
+		return 2;
+	}
+}
+
 int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *dest_arg,
 	       char **src, char **dst, int *src_fd, char *why, size_t whylen)
 {

@@ -24,6 +24,10 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
  * opened. 0, or -errno with *why set. */
 int roots_local(const struct stage_config *cfg, const char *arg, char **path, int *fd,
 		char *why, size_t whylen);
+/* The exit status for an error of roots_pull or roots_local: 1 when the
+ * daemon failed (memory, file descriptors, I/O), 2 when the path itself is
+ * refused (outside the roots, missing, not a directory, a link swapped in). */
+int roots_exit_code(int err);
 /* realpath of the longest existing prefix of abs, plus the rest verbatim:
  * how a path that does not exist yet (a checkpoint to restore onto an empty
  * disk) is understood. The rest must hold no ".." (nothing is there to

@@ -120,12 +120,19 @@ int treeops_open_parent(int root, const char *rel, const char **base)
 
 int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode)
 {
-	char *copy = strdup(rel), *save = NULL;
-	int fd = copy ? fcntl(root, F_DUPFD_CLOEXEC, 0) : -1;
+	char *copy, *save = NULL;
+	int fd;
 
+	if (!*rel)
+		return -EINVAL;         /* the root itself: nothing to make */
+	copy = strdup(rel);
+	if (!copy)
+		return -ENOMEM;
+	fd = fcntl(root, F_DUPFD_CLOEXEC, 0);
 	if (fd < 0) {
+		fd = -errno;
 		free(copy);
-		return copy ? -errno : -ENOMEM;
+		return fd;
 	}
 	for (char *c = strtok_r(copy, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
 		int next;

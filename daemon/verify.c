@@ -284,7 +284,7 @@ void verify_run(struct job *j, const char *path_arg)
 
 	ret = roots_local(j->cfg, path_arg, &path, &fd, why, sizeof(why));
 	if (ret < 0) {
-		job_result(j, ret == -ENOENT ? 1 : 2, NULL, NULL, "%s", why);
+		job_result(j, ret == -ENOENT ? 1 : roots_exit_code(ret), NULL, NULL, "%s", why);
 		return;
 	}
 	job_set_what(j, "%s", path);
