@@ -103,7 +103,8 @@ static int open_frame(struct sealed *s, struct msg *m)
 bad:
 	msg_free(m);
 	memset(m, 0, sizeof(*m));
-	s->dead = rc;
+	if (!s->dead)           /* recv_last after a failed send: keep the first */
+		s->dead = rc;
 	s->rx_failed = true;
 	return rc;
 }
