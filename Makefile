@@ -93,6 +93,50 @@ all: $(EVILPEER)
 integration: $(BIN) $(EVILPEER)
 	@tools/run-integration
 
+# One integration run under valgrind's memcheck: a plain build (no ASan) in
+# build-vg, every daemon (with tests/tools/vgshim.c preloaded, why: its
+# comment) and every client the tests start under memcheck, and any error or
+# definite leak fails its test (tests/integration/conftest.py,
+# STAGE_VALGRIND). Replications compress (float) so that the codec runs.
+# Pulls, verify, commit and replication, resume, a full disk, dedup,
+# verify --cluster and restore, the hostile-network and lying-peer tests.
+VG_BUILD := build-vg
+VG_TESTS := $(addprefix tests/integration/, \
+	test_pull.py::test_messy_tree_is_copied_exactly \
+	test_pull.py::test_repull_mirrors_changes_and_deletions \
+	test_pull.py::test_pull_with_verify \
+	test_pull.py::test_json_output \
+	test_pull.py::test_concurrent_pulls_of_the_same_tree \
+	test_pull.py::test_special_files_do_not_hang_the_pull \
+	test_verify.py \
+	test_replicate.py::test_commit_wait_replica_identical \
+	test_replicate.py::test_recommit_unchanged_and_changed \
+	test_replicate.py::test_wrong_key_refused \
+	test_replicate.py::test_full_disk_on_holder \
+	test_replicate.py::test_kill9_origin_resumes_from_records \
+	test_restore.py::test_cluster_verify_all_intact \
+	test_restore.py::test_flipped_byte_found_and_restored \
+	test_restore.py::test_deleted_checkpoint_dir_restored \
+	test_restore.py::test_replacement_node \
+	test_restore.py::test_holder_down \
+	test_dedup.py::test_damaged_local_copy_is_fetched_instead \
+	test_hostile.py \
+	test_evil_peer.py)
+.PHONY: valgrind
+valgrind:
+	@command -v valgrind >/dev/null || { echo "make valgrind: no valgrind (make deps)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory BUILD=$(VG_BUILD) SANITIZE= \
+		$(VG_BUILD)/bin/staged $(VG_BUILD)/bin/stage $(VG_BUILD)/tests/vgshim.so \
+		$(VG_BUILD)/tests/evilpeer
+	@STAGE_BUILD=$(CURDIR)/$(VG_BUILD) STAGE_VALGRIND=1 STAGE_VALGRIND_CLIENT=1 STAGE_COMPRESS=float \
+		PYTHONDONTWRITEBYTECODE=1 timeout --kill-after=30 900 \
+		/usr/bin/python3 -m pytest -q -ra -p no:cacheprovider $(VG_TESTS)
+
+# Preloaded into the daemon under valgrind only.
+$(BUILD)/tests/vgshim.so: tests/tools/vgshim.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -shared -o $@ $< -luring -ldl
+
 # `make check` installs what is missing, builds, and runs every test.
 check: deps
 	@$(MAKE) --no-print-directory all unit
@@ -141,6 +185,7 @@ help:
 	@echo "make demo         install missing dependencies, build, show a pull and a verify"
 	@echo "make unit         build and run the cmocka unit tests"
 	@echo "make integration  run the pytest integration tests (real daemons)"
+	@echo "make valgrind     plain build in build-vg; integration tests with daemons and clients under memcheck"
 	@echo "make deps         apt-get what the build, tests and benchmarks need"
 	@echo "make fuzz         build the libFuzzer targets (clang); make fuzz-smoke runs each briefly"
 	@echo "make SANITIZE=address|undefined ...   build with sanitizers"

@@ -19,11 +19,47 @@ from pathlib import Path
 
 import pytest
 
-from helpers import IS_ROOT, STAGE, STAGED, client_env, rm_tree, sanitizer_report, wait_for, write_hosts, write_key
+from helpers import (BUILD, IS_ROOT, REPO, STAGE, STAGED, client_env, rm_tree, sanitizer_report, wait_for,
+                     write_hosts, write_key)
 
 DEFAULT_TIMEOUT = int(os.environ.get("STAGE_TEST_TIMEOUT", "120"))
 NOBODY = (65534, 65534)
 _names = itertools.count()
+
+# STAGE_VALGRIND=1 runs every daemon under valgrind's memcheck (`make
+# valgrind`; a build without ASan: STAGE_BUILD=build-vg), with
+# tests/tools/vgshim.c preloaded (why: its comment). Each run's report goes
+# to base/valgrind.N.log next to daemon.N.log, and Daemon.close() fails the
+# test on any error in it (also definite leaks, at exit).
+# STAGE_VALGRIND_CLIENT=1 with it runs every `stage` the tests start through
+# Daemon.run/popen under memcheck too (reports: base/valgrind-stage.PID.log).
+# STAGE_COMPRESS sets [transfer] compress for the daemons whose test does not
+# set it (e.g. `float`, so that a replication runs the codec).
+VALGRIND = os.environ.get("STAGE_VALGRIND", "") not in ("", "0")
+VALGRIND_EXIT = 97            # valgrind's exit status when it found errors
+VALGRIND_SUPP = REPO / "tests" / "valgrind.supp"
+VALGRIND_SHIM = BUILD / "tests" / "vgshim.so"
+SLOW = 6 if VALGRIND else 1   # daemon start and stop take this much longer
+VALGRIND_CLIENT = VALGRIND and os.environ.get("STAGE_VALGRIND_CLIENT", "") not in ("", "0")
+COMPRESS = os.environ.get("STAGE_COMPRESS")
+
+
+def valgrind_cmd(log, shim=True):
+    """The command prefix that runs a program under memcheck, report to log
+    (empty when clean: --quiet); shim: preload vgshim.so (the daemon)."""
+    if not VALGRIND:
+        return []
+    pre = ["env", f"LD_PRELOAD={VALGRIND_SHIM}"] if shim else []
+    return pre + ["valgrind", "--tool=memcheck", "--quiet", f"--error-exitcode={VALGRIND_EXIT}",
+                  "--leak-check=full", "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
+                  "--track-fds=no", "--num-callers=30", "--fair-sched=yes",
+                  f"--suppressions={VALGRIND_SUPP}", f"--log-file={log}"]
+
+
+def valgrind_report(path):
+    """The text of a valgrind report (errors, definite leaks) in path, or None."""
+    text = Path(path).read_text(errors="replace") if Path(path).exists() else ""
+    return text if text.strip() else None
 
 
 def pytest_configure(config):
@@ -32,6 +68,8 @@ def pytest_configure(config):
 
 def pytest_sessionstart(session):
     missing = [str(p) for p in (STAGED, STAGE) if not os.access(p, os.X_OK)]
+    if VALGRIND and not VALGRIND_SHIM.exists():
+        missing.append(str(VALGRIND_SHIM))
     if missing:
         pytest.exit(f"not built: {', '.join(missing)} (run `make`)", returncode=2)
 
@@ -89,7 +127,8 @@ class Daemon:
         self.source_roots = [Path(p) for p in (source_roots or [self.base / "src"])]
         self.src_root = self.source_roots[0]
         self.stage_root = Path(stage_root) if stage_root else self.base / "stage"
-        self.transfer = {"chunk_size": "64KiB", **(transfer or {})}
+        self.transfer = {"chunk_size": "64KiB", **({"compress": COMPRESS} if COMPRESS else {}),
+                         **(transfer or {})}
         self.config_path = self.base / "daemon.conf"
         # The daemon runs through a symlink with a name of its own: other
         # people's `pkill staged` / `pidof staged` on a shared machine must
@@ -146,11 +185,13 @@ class Daemon:
 
     def start(self, timeout=15):
         assert not self.running
+        timeout *= SLOW
         log = self.base / f"daemon.{len(self.runs)}.log"
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(
                 (["ip", "netns", "exec", self.netns] if self.netns else []) +
-                self.prefix + [str(self.exe), "--config", str(self.config_path), "--foreground"],
+                self.prefix + valgrind_cmd(self.valgrind_log(len(self.runs))) +
+                [str(self.exe), "--config", str(self.config_path), "--foreground"],
                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, cwd=self.base)
         self.runs.append([log, None])
 
@@ -175,8 +216,12 @@ class Daemon:
         wait_for(ready, timeout, f"staged to listen on {self.socket}")
         return self
 
+    def valgrind_log(self, run):
+        return self.base / f"valgrind.{run}.log"
+
     def stop(self, timeout=20):
         """SIGTERM; returns the exit status."""
+        timeout *= SLOW
         if not self.running:
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
@@ -207,20 +252,25 @@ class Daemon:
         return "".join(Path(p).read_text(errors="replace") for p, _ in runs if Path(p).exists())
 
     def close(self):
-        """Teardown: stop the daemon; problems found (exit status, sanitizer reports)."""
+        """Teardown: stop the daemon; problems found (exit status, sanitizer and valgrind reports)."""
         problems = []
         if self.running:
             try:
                 rc = self.stop()
                 if rc != 0:
-                    problems.append(f"staged {self.name} exited {rc} on SIGTERM; log:\n{self.log()[-3000:]}")
+                    why = " (valgrind found errors)" if VALGRIND and rc == VALGRIND_EXIT else ""
+                    problems.append(f"staged {self.name} exited {rc}{why} on SIGTERM; log:\n{self.log()[-3000:]}")
             except AssertionError as ex:
                 problems.append(str(ex))
         elif self.proc is not None and self.runs and self.runs[-1][1] is None:
             self.runs[-1][1] = "died"
             problems.append(f"staged {self.name} died on its own with status {self.proc.returncode}; "
                             f"log:\n{self.log()[-3000:]}")
-        for log, how in self.runs:
+        for run, (log, how) in enumerate(self.runs):
+            vg = valgrind_report(self.valgrind_log(run)) if VALGRIND else None
+            if vg:
+                problems.append(f"valgrind report in {self.valgrind_log(run)} (run ended: {how}):\n"
+                                f"{vg[:20000]}")
             text = Path(log).read_text(errors="replace") if Path(log).exists() else ""
             # A run ended by kill -9 cannot have run its exit-time (leak)
             # checks, but anything it reported before the kill is real.
@@ -230,13 +280,18 @@ class Daemon:
             if how != "term" and re.search(r"signal (15|2)\b", text):
                 problems.append(f"{log}: staged was stopped by a signal this test did not send "
                                 "(someone else on this machine?)")
+        for vlog in sorted(self.base.glob("valgrind-stage.*.log")) if VALGRIND_CLIENT else []:
+            vg = valgrind_report(vlog)
+            if vg:
+                problems.append(f"valgrind report of a client in {vlog}:\n{vg[:20000]}")
         shutil.rmtree(self.sock_dir, ignore_errors=True)
         return problems
 
     # ------------------------------------------------------------ the client
 
     def cmd(self, *args, json=False):
-        return self.prefix + [str(STAGE), "--socket", str(self.socket)] + (["--json"] if json else []) + \
+        vg = valgrind_cmd(self.base / "valgrind-stage.%p.log", shim=False) if VALGRIND_CLIENT else []
+        return self.prefix + vg + [str(STAGE), "--socket", str(self.socket)] + (["--json"] if json else []) + \
             [str(a) for a in args]
 
     def run(self, *args, json=False, timeout=60, cwd=None, env=None):
