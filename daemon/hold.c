@@ -142,13 +142,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	 * no symlink on the way, so a JOB swapped for a link is "nothing held
 	 * here", not a survey of wherever the link points. */
 	snprintf(label, sizeof(label), "%s/%s", cfg->ckpt_root, job);
-	fd = open(cfg->ckpt_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		int root = fd;
-
-		fd = treeops_open_beneath(root, job);
-		close(root);
-	}
+	fd = treeops_open_beneath_path(cfg->ckpt_root, job);
 	if (fd >= 0) {
 		survey_copy(cfg, self, label, fd, step, deep, m);
 		close(fd);

@@ -231,7 +231,7 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 	char rel[3 * (CKPT_NAME_MAX + 1)], why[1024] = "", *hex = NULL, *path = NULL;
 	uint64_t off = 0, size = 0;
 	digest_t want, have;
-	int rr_fd, step_fd = -1, rc;
+	int step_fd = -1, rc;
 
 	int prc = msg_get_str(req, K_PATH, &path);
 	const char *bad = NULL;   /* what is wrong, in our words: a peer's bytes are not logged */
@@ -264,10 +264,7 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 		return -EACCES;
 	}
 	snprintf(rel, sizeof(rel), "%s/%s/%s", origin, job, step);
-	rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	step_fd = rr_fd < 0 ? -errno : treeops_open_beneath(rr_fd, rel);
-	if (rr_fd >= 0)
-		close(rr_fd);
+	step_fd = treeops_open_beneath_path(repl.cfg->replica_root, rel);
 	rc = step_fd < 0 ? step_fd : copy_root(step_fd, &have);
 	if (rc == 0 && !digest_eq(have, want))
 		rc = -ESTALE;

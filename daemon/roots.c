@@ -1,7 +1,6 @@
 #include "daemon/roots.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,26 +83,19 @@ int roots_resolve(const char *abs, char **out)
 
 /* Opens PATH (resolved, beneath the resolved ROOT) from ROOT's fd with no
  * symlink anywhere on the way. realpath checked a path that may have changed
- * since: a component swapped for a symlink in between fails here (ELOOP or
- * EXDEV) instead of leading outside. A directory fd, or -errno. */
+ * since: a component swapped for a symlink in between fails here, -EPERM,
+ * instead of leading outside. A directory fd, or -errno. */
 static int open_beneath(const char *root, const char *path)
 {
 	const char *rel = paths_rel(path, root);
-	int root_fd, fd;
+	int fd = rel ? treeops_open_beneath_path(root, rel) : -EXDEV;
 
-	if (!rel)
-		return -EXDEV;
-	root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (root_fd < 0)
-		return -errno;
-	fd = treeops_open_beneath(root_fd, rel);
-	close(root_fd);
-	return fd;
+	return fd == -ELOOP || fd == -EXDEV ? -EPERM : fd;
 }
 
 static const char *open_error(int err)
 {
-	return err == -ELOOP || err == -EXDEV
+	return err == -EPERM
 		? "it changed while being opened (a symlink on the way); nothing was read"
 		: strerror(-err);
 }
@@ -147,7 +139,7 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
 	}
 	fd = open_beneath(root, s);
 	if (fd < 0) {
-		ret = fd == -ELOOP || fd == -EXDEV ? -EPERM : fd;
+		ret = fd;
 		snprintf(why, whylen, "source '%s': %s", src_arg, fd == -ENOTDIR
 			 ? "not a directory" : open_error(fd));
 		goto out_free;
@@ -230,7 +222,7 @@ int roots_local(const struct stage_config *cfg, const char *arg, char **path, in
 		if (ret < 0) {
 			snprintf(why, whylen, "'%s': %s", arg, open_error(ret));
 			free(p);
-			return ret == -ELOOP || ret == -EXDEV ? -EPERM : ret;
+			return ret;
 		}
 		*path = p;
 		*fd = ret;

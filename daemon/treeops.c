@@ -99,6 +99,17 @@ int treeops_open_beneath(int root, const char *rel)
 	return fd < 0 ? -errno : (int)fd;
 }
 
+int treeops_open_beneath_path(const char *root, const char *rel)
+{
+	int root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC), fd;
+
+	if (root_fd < 0)
+		return -errno;
+	fd = treeops_open_beneath(root_fd, rel);
+	close(root_fd);
+	return fd;
+}
+
 int treeops_open_parent(int root, const char *rel, const char **base)
 {
 	const char *slash = strrchr(rel, '/');

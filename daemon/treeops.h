@@ -22,6 +22,10 @@ bool treeops_empty(int dirfd);
  * no symlink anywhere on the way: what a swapped-in link would point at is
  * never touched. A directory fd, or -errno. */
 int treeops_open_beneath(int root, const char *rel);
+/* treeops_open_beneath from the directory named ROOT (a configured root,
+ * trusted as a path), which is opened only for this. A directory fd, or
+ * -errno. */
+int treeops_open_beneath_path(const char *root, const char *rel);
 /* Opens the parent directory of REL beneath root and points *base at REL's
  * last component. A directory fd, or -errno. */
 int treeops_open_parent(int root, const char *rel, const char **base);
