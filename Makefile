@@ -31,7 +31,7 @@ LDFLAGS += -fsanitize=undefined
 endif
 
 COMMON_SRC := $(sort $(wildcard common/*.c))
-DAEMON_SRC := $(sort $(wildcard daemon/*.c))
+DAEMON_SRC := $(sort $(wildcard daemon/*.c daemon/*/*.c))
 RDMA_SRC   := $(sort $(wildcard rdma/*.c))
 CLIENT_SRC := $(sort $(wildcard client/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
@@ -163,7 +163,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRC)
 
 # Targets that reach past common/.
 $(BUILD)/fuzz/fuzz_rflow: rdma/flow.c
-$(BUILD)/fuzz/fuzz_seal: daemon/xport_seal.c
+$(BUILD)/fuzz/fuzz_seal: daemon/net/xport_seal.c
 
 fuzz: $(FUZZ_BIN)
 

@@ -15,12 +15,12 @@
 
 #include "common/log.h"
 #include "common/proto.h"
-#include "daemon/cverify.h"
-#include "daemon/job.h"
-#include "daemon/pull.h"
-#include "daemon/repl.h"
-#include "daemon/roots.h"
-#include "daemon/verify.h"
+#include "daemon/cluster/cverify.h"
+#include "daemon/job/job.h"
+#include "daemon/pull/pull.h"
+#include "daemon/repl/repl.h"
+#include "daemon/fs/roots.h"
+#include "daemon/pull/verify.h"
 
 #include "common/version.h"
 #define MAX_CONNS 256

@@ -24,9 +24,9 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "daemon/ctl.h"
-#include "daemon/job.h"
-#include "daemon/repl.h"
-#include "daemon/roots.h"
+#include "daemon/job/job.h"
+#include "daemon/repl/repl.h"
+#include "daemon/fs/roots.h"
 
 #define STOP_GRACE_S 30
 

@@ -1,4 +1,4 @@
-/* The RDMA transport: daemon/xport.h's table over librdmacm and libibverbs.
+/* The RDMA transport: common/xport.h's table over librdmacm and libibverbs.
  * The bookkeeping (credits, sequence numbers, slots, send buffers) is
  * rdma/flow.c's; this file posts, polls and waits.
  *
@@ -20,7 +20,7 @@
  * none): docs/PROTOCOL.md and README say so. The logic that can be tested
  * without one is in flow.c, with its unit tests.
  */
-#include "daemon/xport.h"
+#include "common/xport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* libFuzzer target: the check of a sealed frame (daemon/xport_seal.c), the
+/* libFuzzer target: the check of a sealed frame (daemon/net/xport_seal.c), the
  * first thing that reads a peer's bytes after the handshake.
  *
  * Two sealed connections, an initiator and a responder with one fixed key,
@@ -38,7 +38,7 @@
 
 #include "common/proto.h"
 #include "common/seal.h"
-#include "daemon/xport_seal.h"
+#include "daemon/net/xport_seal.h"
 
 #define MAC_FIELD (PROTO_FIELD_HDR_LEN + SEAL_TAG_BYTES)
 #define MAX_OPS 64

@@ -5,7 +5,7 @@ test_replicate.py), the veth taken down and up again while checkpoints are
 being replicated, and while a restore fetches a damaged shard back.
 
 What an outage does depends on timeouts that are compiled in, not config
-keys (daemon/xport_tcp.c, daemon/repl_impl.h, docs/PROTOCOL.md "Timeouts"):
+keys (daemon/net/xport_tcp.c, daemon/repl/repl_impl.h, docs/PROTOCOL.md "Timeouts"):
 TCP_USER_TIMEOUT 30 s (data unacknowledged that long ends the connection),
 keepalive 10 s idle then probes 5 s apart (ended by the same 30 s), 60 s for
 a frame mid-transfer (REPL_IO_MS), 10 s for a connect and handshake
@@ -409,7 +409,7 @@ def test_link_down_during_restore(netns_pair, make_cluster, tmp_path, outage):
     ends drop the connection). While it is down both daemons answer and the
     lost shard is not under its name. The restore either completes, or
     fails naming n1 and saying to run it again (a lost connection is not
-    retried: daemon/repl_restore.c), and then succeeds when run again once
+    retried: daemon/cluster/repl_restore.c), and then succeeds when run again once
     the link is up. Either way the step is the original byte for byte,
     verifies (--deep, and --cluster --deep) and no rebuild temporary or
     restore mark is left."""

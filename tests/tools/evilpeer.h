@@ -25,9 +25,9 @@
 #include "common/hosts.h"
 #include "common/manifest.h"
 #include "common/proto.h"
-#include "daemon/peer.h"
-#include "daemon/repl_have.h"
-#include "daemon/xport.h"
+#include "daemon/net/peer.h"
+#include "daemon/repl/repl_have.h"
+#include "common/xport.h"
 
 #define PASS 0
 #define FAIL 1

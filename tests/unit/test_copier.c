@@ -17,8 +17,8 @@
 #include <cmocka.h>
 #include <xxhash.h>
 
-#include "daemon/bufpool.h"
-#include "daemon/copier.h"
+#include "daemon/engine/bufpool.h"
+#include "daemon/engine/copier.h"
 
 static char top[] = "/tmp/test_copier.XXXXXX";
 static int src_fd, dst_fd;

@@ -1,4 +1,4 @@
-/* daemon/repl_have.c: which chunks of an offer the receiver holds already.
+/* daemon/repl/repl_have.c: which chunks of an offer the receiver holds already.
  * Real manifests, written with the manifest writer into a temporary
  * replica_root (copies at ORIGIN/JOB/STEP/.stage/manifest) and a staging
  * directory (the offer). Digests are made up: nothing but manifests is read.
@@ -24,7 +24,7 @@
 
 #include "common/digest.h"
 #include "common/manifest.h"
-#include "daemon/repl_have.h"
+#include "daemon/repl/repl_have.h"
 
 #define CS 4096u                 /* the offer's chunk size (MF_CHUNK_MIN) */
 #define ORIGIN "n0"

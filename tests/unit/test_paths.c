@@ -17,8 +17,8 @@
 
 #include "common/config.h"
 #include "common/paths.h"
-#include "daemon/roots.h"
-#include "daemon/treeops.h"
+#include "daemon/fs/roots.h"
+#include "daemon/fs/treeops.h"
 
 static char top[] = "/tmp/test_paths.XXXXXX";
 static struct stage_config cfg;

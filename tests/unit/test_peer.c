@@ -1,4 +1,4 @@
-/* daemon/peer.c: the handshake over real loopback TCP, the responder on a
+/* daemon/net/peer.c: the handshake over real loopback TCP, the responder on a
  * thread. Both sides succeed with one key and learn each other's names; a
  * wrong key, a name outside the hosts file, the wrong node answering, a
  * frame out of order, garbage and silence each fail as peer.h says, with a
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/peer.h"
+#include "daemon/net/peer.h"
 
 #define SECRET "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define OTHER  "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"

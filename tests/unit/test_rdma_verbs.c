@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/xport.h"
+#include "common/xport.h"
 
 #define PORT 17420
 #define PORT_S "17420"

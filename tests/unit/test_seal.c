@@ -1,4 +1,4 @@
-/* common/seal.c and daemon/xport_seal.c: frame tags, and sealed
+/* common/seal.c and daemon/net/xport_seal.c: frame tags, and sealed
  * connections over real loopback TCP. A tag depends on every byte, the
  * direction and the frame's number, not on how the bytes are cut into
  * pieces; a sealed connection delivers the caller's frames unchanged and
@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "common/seal.h"
-#include "daemon/xport_seal.h"
+#include "daemon/net/xport_seal.h"
 
 static const uint8_t KEY[SEAL_KEY_BYTES] = "0123456789abcdef0123456789abcde";
 

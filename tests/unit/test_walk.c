@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "common/manifest.h"
-#include "daemon/walk.h"
+#include "daemon/fs/walk.h"
 
 static char top[] = "/tmp/test_walk.XXXXXX";
 

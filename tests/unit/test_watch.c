@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "daemon/watch.h"
+#include "daemon/ckpt/watch.h"
 
 #define SETTLE   300
 #define QUIET    100

@@ -1,4 +1,4 @@
-/* daemon/xport_tcp.c over real loopback sockets: listen and accept, frames
+/* daemon/net/xport_tcp.c over real loopback sockets: listen and accept, frames
  * both ways (a 1 MiB tail too), timeouts, a clean close, a shutdown from
  * another thread, the socket options, and the messages of a refused connect
  * and a busy port. */
@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/xport.h"
+#include "common/xport.h"
 
 static const struct xport_ops *T = &xport_tcp_ops;
 

@@ -1,4 +1,4 @@
-/* daemon/zpolicy.c: compress = auto, driven through a simulated sender.
+/* daemon/repl/zpolicy.c: compress = auto, driven through a simulated sender.
  *
  * The simulation is the sender's loop: per piece, read time, codec time
  * when compressing, then the send, which waits while the socket buffer is
@@ -15,7 +15,7 @@
 
 #include "common/codec.h"
 #include "common/config.h"
-#include "daemon/zpolicy.h"
+#include "daemon/repl/zpolicy.h"
 
 #define MiB (1024.0 * 1024.0)
 

@@ -1,0 +1,398 @@
+/* Checkpoint names and the commit-time manifest.
+ *
+ * The manifest is built by one walk of the step in component order; files
+ * are hashed many at a time on the copier (hash only), and finish out of
+ * order, so entries wait in a window until every entry before them is
+ * ready, then go to the writer in order. The window has WINDOW slots, so
+ * memory is bounded whatever the number of shards.
+ */
+#include "daemon/ckpt/ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/manifest.h"
+#include "common/paths.h"
+#include "daemon/engine/copier.h"
+#include "daemon/fs/roots.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/fs/walk.h"
+
+#define WINDOW 1024
+#define MF_TMP "manifest.commit"
+
+int ckpt_parse(const struct stage_config *cfg, const char *path, char job[CKPT_NAME_MAX + 1],
+	       char step[CKPT_NAME_MAX + 1], char *why, size_t whylen)
+{
+	size_t rl = strlen(cfg->ckpt_root);
+	const char *rest, *slash, *w;
+
+	if (strncmp(path, cfg->ckpt_root, rl) != 0 || (rl > 1 && path[rl] != '/') ||
+	    (rl == 1 && path[0] != '/')) {
+		snprintf(why, whylen, "%s is not under ckpt_root (%s)", path, cfg->ckpt_root);
+		return -EINVAL;
+	}
+	rest = path + rl + (rl > 1);
+	slash = strchr(rest, '/');
+	if (!slash || strchr(slash + 1, '/') || (size_t)(slash - rest) > CKPT_NAME_MAX ||
+	    strlen(slash + 1) > CKPT_NAME_MAX || !slash[1]) {
+		snprintf(why, whylen, "%s: a checkpoint is a directory %s/JOB/STEP", path,
+			 cfg->ckpt_root);
+		return -EINVAL;
+	}
+	memcpy(job, rest, (size_t)(slash - rest));
+	job[slash - rest] = '\0';
+	strcpy(step, slash + 1);
+	if (config_check_name(job, &w) < 0 || config_check_name(step, &w) < 0) {
+		snprintf(why, whylen, "%s: job or step name '%s': %s", path,
+			 config_check_name(job, &w) < 0 ? job : step, w);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int ckpt_locate(const struct stage_config *cfg, const char *arg, bool replicas_ok,
+		char origin[CKPT_NAME_MAX + 1], char job[CKPT_NAME_MAX + 1],
+		char step[CKPT_NAME_MAX + 1], char *why, size_t whylen)
+{
+	struct stage_config c = *cfg;
+	char *p = NULL, *root = NULL, *rr = NULL, *base = NULL;
+	int rc = roots_resolve(arg, &p);
+
+	origin[0] = '\0';
+	if (rc < 0) {
+		snprintf(why, whylen, "'%s': %s", arg, rc == -EINVAL ?
+			 "'..' below what exists" : strerror(-rc));
+		return rc;
+	}
+	root = realpath(cfg->ckpt_root, NULL);
+	rr = replicas_ok ? realpath(cfg->replica_root, NULL) : NULL;
+	if (root && paths_under(p, root)) {
+		c.ckpt_root = root;
+		rc = ckpt_parse(&c, p, job, step, why, whylen);
+	} else if (rr && paths_under(p, rr) && strcmp(p, rr) != 0) {
+		const char *rest = p + strlen(rr) + (strlen(rr) > 1);
+		size_t n = strcspn(rest, "/");
+		const char *w;
+
+		if (n <= CKPT_NAME_MAX) {
+			memcpy(origin, rest, n);
+			origin[n] = '\0';
+		}
+		if (n > CKPT_NAME_MAX || config_check_name(origin, &w) < 0 ||
+		    asprintf(&base, "%.*s", (int)(rest - p + (ptrdiff_t)n), p) < 0) {
+			base = NULL;
+			snprintf(why, whylen, "%s: a replica is %s/ORIGIN/JOB/STEP", p,
+				 cfg->replica_root);
+			rc = -EINVAL;
+		} else {
+			c.ckpt_root = base;
+			rc = ckpt_parse(&c, p, job, step, why, whylen);
+		}
+	} else {
+		snprintf(why, whylen, "%s is not a checkpoint: not beneath ckpt_root (%s)%s%s", p,
+			 cfg->ckpt_root, replicas_ok ? " or replica_root " : "",
+			 replicas_ok ? cfg->replica_root : "");
+		rc = -EINVAL;
+	}
+	free(p);
+	free(root);
+	free(rr);
+	free(base);
+	return rc;
+}
+
+int ckpt_step_cmp(const char *a, const char *b)
+{
+	while (*a && *b) {
+		if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+			const char *ea = a, *eb = b;
+
+			while (*a == '0')
+				a++;
+			while (*b == '0')
+				b++;
+			for (ea = a; *ea >= '0' && *ea <= '9'; ea++)
+				;
+			for (eb = b; *eb >= '0' && *eb <= '9'; eb++)
+				;
+			if (ea - a != eb - b)
+				return ea - a < eb - b ? -1 : 1;
+			for (; a < ea; a++, b++)
+				if (*a != *b)
+					return *a < *b ? -1 : 1;
+			continue;
+		}
+		if (*a != *b)
+			return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+		a++;
+		b++;
+	}
+	return *a ? 1 : *b ? -1 : 0;
+}
+
+struct slot {
+	struct cp_file cf;
+	struct mf_entry e;       /* owned; e.path also names the file for the copier */
+	int dirfd;               /* owned dup of the entry's directory, files only */
+	int done;                /* 1 ready, -errno failed */
+};
+
+struct builder {
+	struct copier *cp;
+	struct mf_writer *mw;
+	struct slot *win;        /* WINDOW slots, a ring */
+	size_t head, n;          /* oldest slot, slots in use */
+	int step_fd;             /* the step directory, borrowed */
+	int err;                 /* first failure, sticky */
+	char *why;
+	size_t whylen;
+	uint64_t files, bytes;
+};
+
+static void fail(struct builder *b, int err, const char *fmt, const char *rel, const char *what)
+{
+	if (b->err)
+		return;
+	b->err = err;
+	snprintf(b->why, b->whylen, fmt, rel, what);
+}
+
+static void on_hashed(struct cp_file *cf, void *arg)
+{
+	struct slot *s = cf->owner;
+	struct builder *b = arg;
+
+	if (cf->err) {
+		s->done = cf->err;
+		fail(b, cf->err, cf->err == -ESTALE ? "%s changed while it was hashed: is the "
+			"checkpoint still being written? (%s)" : "cannot read %s: %s",
+		     s->e.path, strerror(-cf->err));
+	} else {
+		s->e.digest = cf->digest;
+		s->e.nchunks = cf->nchunks;
+		s->e.chunks = cf->chunks;
+		cf->chunks = NULL;
+		s->done = 1;
+	}
+	copier_release(cf);
+	close(s->dirfd);
+	s->dirfd = -1;
+}
+
+/* Writes the ready slots at the head of the window, in order. */
+static void retire(struct builder *b)
+{
+	while (b->n && b->win[b->head].done) {
+		struct slot *s = &b->win[b->head];
+		int rc;
+
+		if (s->done == 1 && !b->err && (rc = mf_writer_add(b->mw, &s->e)) < 0)
+			fail(b, rc, "manifest entry %s: %s", s->e.path, strerror(-rc));
+		mf_entry_free(&s->e);
+		s->done = 0;
+		b->head = (b->head + 1) % WINDOW;
+		b->n--;
+	}
+}
+
+static int run_copier(struct builder *b, int ms)
+{
+	int rc = copier_run(b->cp, ms, on_hashed, b);
+
+	if (rc < 0)
+		fail(b, rc, "io_uring: %s%s", "", strerror(-rc));
+	retire(b);
+	return rc;
+}
+
+/* The next free slot, waiting for the head when the window is full. */
+static struct slot *take_slot(struct builder *b)
+{
+	struct slot *s;
+
+	while (b->n == WINDOW && !b->err)
+		if (run_copier(b, 100) < 0)
+			return NULL;
+	if (b->err)
+		return NULL;
+	s = &b->win[(b->head + b->n) % WINDOW];
+	memset(s, 0, sizeof(*s));
+	s->dirfd = -1;
+	b->n++;
+	return s;
+}
+
+static void add_entry(struct builder *b, const struct walk_ent *w)
+{
+	struct slot *s;
+	char target[MF_MAX_PATH + 1];
+	ssize_t tn;
+
+	if (w->type == '?') {
+		fail(b, -EINVAL, "%s: %s", w->rel, "not a file, directory or symlink");
+		return;
+	}
+	s = take_slot(b);
+	if (!s)
+		return;
+	s->e.type = w->type;
+	s->e.path = strdup(w->rel);
+	s->e.mode = w->st.st_mode & 07777;
+	s->e.mtime_ns = w->mtime_ns;
+	if (!s->e.path) {
+		s->done = -ENOMEM;
+		fail(b, -ENOMEM, "%s: %s", w->rel, "out of memory");
+		return;
+	}
+	if (w->type == MF_DIR) {
+		s->done = 1;
+	} else if (w->type == MF_LINK) {
+		tn = readlinkat(w->src_dirfd, w->name, target, sizeof(target) - 1);
+		if (tn <= 0 || !(s->e.target = strndup(target, (size_t)tn))) {
+			s->done = -EIO;
+			fail(b, -EIO, "cannot read link %s: %s", w->rel, strerror(errno));
+			return;
+		}
+		s->e.size = (uint64_t)tn;
+		s->e.digest = digest_of(target, (size_t)tn);
+		s->done = 1;
+	} else {
+		s->e.size = (uint64_t)w->st.st_size;
+		s->dirfd = dup(w->src_dirfd);
+		b->files++;
+		b->bytes += s->e.size;
+		s->cf = (struct cp_file){
+			.src_at = s->dirfd, .src = strrchr(s->e.path, '/') ?
+				strrchr(s->e.path, '/') + 1 : s->e.path,
+			.size = s->e.size, .mtime_ns = w->mtime_ns, .owner = s,
+		};
+		while (!copier_has_room(b->cp) && !b->err)
+			run_copier(b, 100);
+		if (s->dirfd < 0 || b->err || copier_start(b->cp, &s->cf) < 0) {
+			if (s->dirfd >= 0)
+				close(s->dirfd);
+			s->dirfd = -1;
+			s->done = -EIO;
+			fail(b, -EIO, "cannot start reading %s%s", s->e.path, "");
+		}
+	}
+	retire(b);
+}
+
+static int build(struct builder *b, int stage_fd)
+{
+	struct walk *w;
+	struct walk_ent e;
+	int rc;
+
+	rc = walk_open(&w, b->step_fd, -1, 0);
+	if (rc < 0) {
+		fail(b, rc, "cannot list %s: %s", ".", strerror(-rc));
+		return rc;
+	}
+	while (!b->err && (rc = walk_next(w, &e)) != 0) {
+		if (rc < 0) {
+			fail(b, rc, "cannot list %s: %s", walk_err_path(w), walk_why(w));
+			break;
+		}
+		add_entry(b, &e);
+	}
+	walk_close(w);
+	while (copier_inflight(b->cp))
+		if (run_copier(b, 100) < 0)
+			break;
+	retire(b);
+	return b->err;
+}
+
+int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step,
+		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen)
+{
+	struct builder b = { .why = why, .whylen = whylen };
+	struct copier_opts co = {
+		.memory = cfg->memory, .io_size = cfg->io_size, .chunk_size = cfg->chunk_size,
+		.direct_min = 2 * cfg->io_size, .max_files = cfg->files_in_flight, .depth = 8,
+	};
+	char rel[2 * CKPT_NAME_MAX + 2];
+	int root_fd, stage_fd, rc;
+
+	snprintf(rel, sizeof(rel), "%s/%s", job, step);
+	root_fd = open(cfg->ckpt_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root_fd < 0) {
+		rc = -errno;
+		snprintf(why, whylen, "cannot open ckpt_root %s: %s", cfg->ckpt_root, strerror(-rc));
+		return rc;
+	}
+	b.step_fd = treeops_open_beneath(root_fd, rel);
+	close(root_fd);
+	if (b.step_fd < 0) {
+		rc = b.step_fd;
+		snprintf(why, whylen, "cannot open %s/%s: %s", cfg->ckpt_root, rel, strerror(-rc));
+		return rc;
+	}
+	if (mkdirat(b.step_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST) {
+		rc = -errno;
+		snprintf(why, whylen, "cannot create %s/%s/%s: %s", cfg->ckpt_root, rel, MF_DIRNAME,
+			 strerror(-rc));
+		goto out_close_step;
+	}
+	stage_fd = openat(b.step_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (stage_fd < 0) {
+		rc = -errno;
+		snprintf(why, whylen, "cannot open %s/%s/%s: %s", cfg->ckpt_root, rel, MF_DIRNAME,
+			 strerror(-rc));
+		goto out_close_step;
+	}
+	b.win = calloc(WINDOW, sizeof(*b.win));
+	if (!b.win) {
+		rc = -ENOMEM;
+		snprintf(why, whylen, "out of memory");
+		goto out_close_stage;
+	}
+	rc = copier_create(&b.cp, -1, &co);
+	if (rc < 0) {
+		snprintf(why, whylen, "io_uring: %s", strerror(-rc));
+		goto out_free_win;
+	}
+	rc = mf_writer_open(&b.mw, stage_fd, MF_TMP, cfg->chunk_size);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot write %s/%s/%s/%s: %s", cfg->ckpt_root, rel,
+			 MF_DIRNAME, MF_TMP, strerror(-rc));
+		goto out_destroy_copier;
+	}
+	rc = build(&b, stage_fd);
+	if (rc == 0 && (rc = mf_writer_finish(b.mw, root)) < 0)
+		snprintf(why, whylen, "cannot finish the manifest of %s/%s: %s", cfg->ckpt_root,
+			 rel, strerror(-rc));
+	else if (rc)
+		mf_writer_abort(b.mw);
+	b.mw = NULL;
+	if (rc == 0 && renameat(stage_fd, MF_TMP, stage_fd, "manifest") < 0) {
+		rc = -errno;
+		snprintf(why, whylen, "cannot publish the manifest of %s/%s: %s", cfg->ckpt_root,
+			 rel, strerror(-rc));
+	}
+	if (rc == 0)
+		fsync(stage_fd);
+	else
+		unlinkat(stage_fd, MF_TMP, 0);
+	*files = b.files;
+	*bytes = b.bytes;
+out_destroy_copier:
+	copier_destroy(b.cp);
+out_free_win:
+	for (size_t i = 0; i < b.n; i++)
+		mf_entry_free(&b.win[(b.head + i) % WINDOW].e);
+	free(b.win);
+out_close_stage:
+	close(stage_fd);
+out_close_step:
+	close(b.step_fd);
+	return rc;
+}

@@ -1,0 +1,401 @@
+/* verify --cluster: ask, decide, show.
+ *
+ * Which nodes wrote shards for the step? Nobody keeps a list of a job's
+ * ranks, so the answers tell: every origin any node holds anything of the
+ * job from (its own directory, or a replica, of this step or another) took
+ * part in the job, and must have this step too. A node that has nothing of
+ * the job anywhere is not part of it.
+ *
+ * The step verifies (exit 0) when every such origin's own copy is intact,
+ * every copy placement puts on a partner is there and intact, and all copies
+ * of an origin's shards have the same root digest. Anything less is exit 1,
+ * with one line per reason, and a word on whether `stage restore` can repair
+ * it (every origin has an intact copy somewhere) or not. A node that cannot
+ * be asked leaves its copies unknown, so the step cannot verify; the result
+ * says what the other nodes' copies still allow.
+ */
+#include "daemon/cluster/cverify.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "daemon/ckpt/ckpt.h"
+#include "daemon/repl/repl.h"
+
+#define PLACE_MAX 64
+
+__attribute__((format(printf, 2, 3)))
+static int problem(struct cverify_out *o, const char *fmt, ...)
+{
+	char **v = realloc(o->problems, (o->nproblems + 2) * sizeof(*v));
+	va_list ap;
+	int n;
+
+	if (!v)
+		return -ENOMEM;
+	o->problems = v;
+	va_start(ap, fmt);
+	n = vasprintf(&v[o->nproblems], fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		v[o->nproblems] = NULL;
+		return -ENOMEM;
+	}
+	v[++o->nproblems] = NULL;
+	return 0;
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+/* Appends a copy of c to the table, with another state and a text first
+ * when given. */
+static int push(struct cverify_out *o, const struct hold_cell *c, const char *state,
+		const char *text)
+{
+	struct hold_cell *v = realloc(o->table, (o->ntable + 1) * sizeof(*v)), *d;
+
+	if (!v)
+		return -ENOMEM;
+	o->table = v;
+	d = &v[o->ntable++];
+	memset(d, 0, sizeof(*d));
+	d->origin = dup_or_null(c->origin);
+	d->holder = dup_or_null(c->holder);
+	d->state = strdup(state ? state : c->state);
+	d->step = dup_or_null(c->step);
+	d->has_root = c->has_root;
+	d->root = c->root;
+	d->files = c->files;
+	d->bytes = c->bytes;
+	if (text && d->ntext < COPY_TEXTS_MAX && (d->text[d->ntext] = strdup(text)))
+		d->ntext++;
+	for (unsigned i = 0; i < c->ntext && d->ntext < COPY_TEXTS_MAX; i++)
+		if ((d->text[d->ntext] = strdup(c->text[i])))
+			d->ntext++;
+	return d->origin && d->holder && d->state ? 0 : -ENOMEM;
+}
+
+static const struct hold_cell *find(const struct cverify_in *in, const char *origin,
+				    const char *holder)
+{
+	for (size_t i = 0; i < in->ncells; i++)
+		if (strcmp(in->cells[i].origin, origin) == 0 &&
+		    strcmp(in->cells[i].holder, holder) == 0)
+			return &in->cells[i];
+	return NULL;
+}
+
+/* The index of node name among those asked, or nnodes. */
+static size_t node_index(const struct cverify_in *in, const char *name)
+{
+	size_t i = 0;
+
+	while (i < in->nnodes && strcmp(in->names[i], name) != 0)
+		i++;
+	return i;
+}
+
+static bool at_step(const struct cverify_in *in, const struct hold_cell *c)
+{
+	return c->step && strcmp(c->step, in->step) == 0 && strcmp(c->state, "other-step") != 0;
+}
+
+/* The root the copies of origin are held to: its own copy's, else the
+ * first intact copy's. */
+static bool ref_root(const struct cverify_in *in, const char *origin, digest_t *root,
+		     const char **where)
+{
+	const struct hold_cell *own = find(in, origin, origin);
+
+	if (own && at_step(in, own) && own->has_root) {
+		*root = own->root;
+		*where = origin;
+		return true;
+	}
+	for (size_t i = 0; i < in->ncells; i++) {
+		const struct hold_cell *c = &in->cells[i];
+
+		if (strcmp(c->origin, origin) == 0 && at_step(in, c) && c->has_root &&
+		    strcmp(c->state, "ok") == 0) {
+			*root = c->root;
+			*where = c->holder;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The problem a copy in a state other than ok makes, if it makes one. */
+static int copy_problem(struct cverify_out *o, const struct cverify_in *in,
+			const struct hold_cell *c, const char *state, bool own, bool expected)
+{
+	const char *origin = c->origin, *holder = c->holder;
+
+	if (strcmp(state, "other-step") == 0) {
+		if (own)
+			return problem(o, "%s has no %s (its latest checkpoint of the job is %s)",
+				       origin, in->step, c->step);
+		return expected ? problem(o, "%s holds %s of %s, not %s", holder, c->step, origin,
+					  in->step) : 0;
+	}
+	if (strcmp(state, "missing") == 0)
+		return own ? problem(o, "%s has no checkpoint %s", origin, in->step)
+			   : problem(o, "%s holds no copy of %s's %s (placement puts one there)",
+				     holder, origin, in->step);
+	if (own)
+		return problem(o, "%s's own copy of %s is %s%s%s", origin, in->step, state,
+			       c->ntext ? ": " : "", c->ntext ? c->text[0] : "");
+	return problem(o, "the copy of %s's %s on %s is %s%s%s", origin, in->step, holder, state,
+		       c->ntext ? ": " : "", c->ntext ? c->text[0] : "");
+}
+
+static int one_origin(struct cverify_out *o, const struct cverify_in *in, const char *origin)
+{
+	const char *place[PLACE_MAX], *ref_at = NULL;
+	size_t nplace = in->placement ? in->placement(origin, place, PLACE_MAX) : 0;
+	bool have_ref, intact = false;
+	digest_t ref;
+	int rc = 0;
+
+	have_ref = ref_root(in, origin, &ref, &ref_at);
+	for (size_t h = 0; h < in->nnodes && rc == 0; h++) {
+		const char *holder = in->names[h];
+		const struct hold_cell *c = find(in, origin, holder);
+		bool own = strcmp(holder, origin) == 0, expected = own;
+		const char *state;
+
+		for (size_t i = 0; i < nplace; i++)
+			expected |= strcmp(place[i], holder) == 0;
+		if (!in->reached[h])
+			continue;       /* its holder-level group says it */
+		if (!c) {
+			struct hold_cell miss = { .origin = (char *)origin, .holder = (char *)holder,
+						  .step = (char *)in->step };
+
+			if (!expected)
+				continue;
+			rc = push(o, &miss, "missing", NULL);
+			if (rc == 0)
+				rc = copy_problem(o, in, &miss, "missing", own, true);
+			continue;
+		}
+		state = c->state;
+		if (have_ref && at_step(in, c) && c->has_root && !digest_eq(c->root, ref)) {
+			char a[DIGEST_HEX_LEN + 1], b[DIGEST_HEX_LEN + 1], *t = NULL;
+
+			digest_to_hex(c->root, a);
+			digest_to_hex(ref, b);
+			state = "differs";
+			if (asprintf(&t, "root %s, but the copy on %s has %s", a, ref_at, b) < 0)
+				return -ENOMEM;
+			rc = push(o, c, state, t);
+			free(t);
+			if (rc == 0)
+				rc = problem(o, "the copies of %s's %s differ: %s has root %s, %s has %s",
+					     origin, in->step, holder, a, ref_at, b);
+			continue;
+		}
+		rc = push(o, c, NULL, NULL);
+		if (rc == 0 && strcmp(state, "ok") == 0 && at_step(in, c))
+			intact = true;
+		else if (rc == 0)
+			rc = copy_problem(o, in, c, state, own, expected);
+	}
+	if (rc == 0 && node_index(in, origin) == in->nnodes)
+		rc = problem(o, "%s is not in the hosts file, so its own copy of %s was not asked "
+			     "about", origin, in->step);
+	if (rc == 0 && !intact) {
+		o->recoverable = false;
+		rc = problem(o, "%s's shards of %s are intact on no node that answered", origin,
+			     in->step);
+	}
+	return rc;
+}
+
+static int decide(const struct cverify_in *in, struct cverify_out *o);
+
+static bool listed(const char *const *v, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i], s) == 0)
+			return true;
+	return false;
+}
+
+/* Cells are trusted only from holders that answered: a failed answer's
+ * cells (if a caller passes any) are dropped here, not half-used. */
+int cverify_decide(const struct cverify_in *in_all, struct cverify_out *o)
+{
+	struct hold_cell *kept = calloc(in_all->ncells + 1, sizeof(*kept));
+	struct cverify_in in_kept = *in_all, *in = &in_kept;
+	int ret;
+
+	memset(o, 0, sizeof(*o));
+	if (!kept)
+		return -ENOMEM;
+	in_kept.cells = kept;
+	in_kept.ncells = 0;
+	for (size_t i = 0; i < in_all->ncells; i++) {
+		const struct hold_cell *c = &in_all->cells[i];
+		size_t h = c->holder ? node_index(in_all, c->holder) : in_all->nnodes;
+
+		if (c->origin && c->state && h < in_all->nnodes && in_all->reached[h])
+			kept[in_kept.ncells++] = *c;
+	}
+	ret = decide(in, o);
+	free(kept);
+	return ret;
+}
+
+static int decide(const struct cverify_in *in, struct cverify_out *o)
+{
+	const char **origins = calloc(in->nnodes + in->ncells + 1, sizeof(*origins));
+	size_t n = 0;
+	int rc = 0;
+
+	memset(o, 0, sizeof(*o));
+	o->recoverable = true;
+	if (!origins)
+		return -ENOMEM;
+	/* Origins in hosts file order, then any the hosts file no longer names. */
+	for (size_t i = 0; i < in->nnodes; i++)
+		for (size_t c = 0; c < in->ncells; c++)
+			if (strcmp(in->cells[c].origin, in->names[i]) == 0) {
+				origins[n++] = in->names[i];
+				break;
+			}
+	for (size_t c = 0; c < in->ncells; c++)
+		if (*in->cells[c].origin && !listed(origins, n, in->cells[c].origin))
+			origins[n++] = in->cells[c].origin;
+	o->norigins = n;
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = one_origin(o, in, origins[i]);
+	for (size_t h = 0; h < in->nnodes && rc == 0; h++) {
+		struct hold_cell u = { .origin = "", .holder = (char *)in->names[h] };
+		bool is_origin = listed(origins, n, in->names[h]);
+
+		if (in->reached[h])
+			continue;
+		rc = push(o, &u, "unreachable", in->why[h]);
+		if (rc == 0)
+			rc = problem(o, "%s could not be asked (%s): %s", in->names[h], in->why[h],
+				     is_origin ? "its own copy and the replicas it holds are unknown"
+					       : "the replicas it holds are unknown, and whether "
+						 "it wrote shards of its own");
+	}
+	if (rc == 0 && n == 0) {
+		o->recoverable = false;
+		rc = problem(o, "no node that answered holds any checkpoint of this job");
+	}
+	free(origins);
+	if (rc < 0) {
+		cverify_free(o);
+		return rc;
+	}
+	return o->nproblems ? 1 : 0;
+}
+
+void cverify_free(struct cverify_out *o)
+{
+	hold_cells_free(o->table, o->ntable);
+	for (size_t i = 0; i < o->nproblems; i++)
+		free(o->problems[i]);
+	free(o->problems);
+	memset(o, 0, sizeof(*o));
+}
+
+void cverify_run(struct job *j, const char *path)
+{
+	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	char why[2048];
+	struct repl_answer *ans = NULL;
+	struct hold_cell *cells = NULL;
+	struct cverify_out out;
+	size_t nans = 0, ncells = 0;
+	const char **names = NULL, **whys = NULL;
+	bool *reached = NULL;
+	bool deep = j->flags & REQ_DEEP;
+	struct msg m;
+	int rc;
+
+	if (ckpt_locate(j->cfg, path, true, origin, job, step, why, sizeof(why)) < 0) {
+		job_result(j, 2, NULL, NULL, "%s", why);
+		return;
+	}
+	job_set_what(j, "%s/%s on every node", job, step);
+	atomic_store(&j->phase, deep ? "ask --deep" : "ask");
+	rc = repl_survey(job, step, deep, NULL, &ans, &nans);
+	if (rc < 0) {
+		job_result(j, 1, NULL, NULL, "verify --cluster %s/%s: %s", job, step, strerror(-rc));
+		return;
+	}
+	names = calloc(nans, sizeof(*names));
+	whys = calloc(nans, sizeof(*whys));
+	reached = calloc(nans, sizeof(*reached));
+	rc = names && whys && reached ? 0 : -ENOMEM;
+	for (size_t i = 0; i < nans && rc == 0; i++) {
+		struct hold_cell *v;
+
+		names[i] = ans[i].node;
+		whys[i] = ans[i].why;
+		reached[i] = ans[i].err == 0;
+		if (!ans[i].ncells)
+			continue;
+		v = realloc(cells, (ncells + ans[i].ncells) * sizeof(*v));
+		if (!v) {
+			rc = -ENOMEM;
+			break;
+		}
+		cells = v;
+		memcpy(cells + ncells, ans[i].cells, ans[i].ncells * sizeof(*v));
+		ncells += ans[i].ncells;
+	}
+	if (rc == 0) {
+		struct cverify_in in = {
+			.step = step, .nnodes = nans, .names = names, .reached = reached,
+			.why = whys, .cells = cells, .ncells = ncells,
+			.placement = repl_placement,
+		};
+
+		rc = cverify_decide(&in, &out);
+	}
+	if (rc < 0) {
+		job_result(j, 1, NULL, NULL, "verify --cluster %s/%s: %s", job, step, strerror(-rc));
+		goto out;
+	}
+	msg_init(&m, MSG_CELLS);
+	for (size_t i = 0; i < out.ntable; i++)
+		hold_put(&m, &out.table[i], true);
+	if (m.err)
+		job_note(j, LOG_WARN, NULL, NULL, "the table is too large to send (%zu copies): "
+			 "the problems below say what is wrong", out.ntable);
+	job_send(j, &m);
+	for (size_t i = 0; i < out.nproblems; i++)
+		job_note(j, LOG_ERROR, NULL, NULL, "%s", out.problems[i]);
+	if (rc == 0)
+		job_result(j, 0, NULL, NULL, "%s/%s verified on %zu node%s: the copies of all %zu "
+			   "origin%s are intact%s and identical", job, step, nans,
+			   nans == 1 ? "" : "s", out.norigins, out.norigins == 1 ? "" : "s",
+			   deep ? " (every byte)" : "");
+	else
+		job_result(j, 1, NULL, NULL, "%s/%s does not verify (%zu problem%s): %s", job, step,
+			   out.nproblems, out.nproblems == 1 ? "" : "s", out.recoverable ?
+			   "every origin's shards are intact somewhere, so `stage restore` on "
+			   "the nodes named can repair their own copies" :
+			   "some shards are intact nowhere that answered: restore cannot repair "
+			   "everything");
+	cverify_free(&out);
+out:
+	free(cells);            /* the strings belong to ans */
+	free(names);
+	free(whys);
+	free(reached);
+	repl_answers_free(ans, nans);
+}

@@ -1,0 +1,165 @@
+/* hold_survey: one verify per copy this node keeps of a step. The copies of
+ * one step are few (this node's own, and one per origin it is a partner of),
+ * so they are checked one after the other; each check streams its manifest,
+ * so memory does not grow with the checkpoint. */
+#include "daemon/cluster/hold.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/manifest.h"
+#include "daemon/ckpt/ckpt.h"
+#include "daemon/job/job.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/pull/verify.h"
+
+struct texts {
+	struct hold_cell *c;
+	uint64_t more;             /* findings beyond COPY_TEXTS_MAX */
+};
+
+static void on_bad(const struct verify_finding *f, void *arg)
+{
+	struct texts *t = arg;
+	char *s;
+
+	if (t->c->ntext == COPY_TEXTS_MAX) {
+		t->more++;
+		return;
+	}
+	/* At most 256 bytes a finding: an answer holds many, and a frame 1 MiB. */
+	if (asprintf(&s, "%.200s: %s%s%.40s%s", f->rel, f->kind, f->detail ? " (" : "",
+		     f->detail ? f->detail : "", f->detail ? ")" : "") >= 0)
+		t->c->text[t->c->ntext++] = s;
+}
+
+static void add_text(struct hold_cell *c, const char *fmt, const char *arg)
+{
+	char *s;
+
+	if (c->ntext < COPY_TEXTS_MAX && asprintf(&s, fmt, arg) >= 0)
+		c->text[c->ntext++] = s;
+}
+
+/* The latest step (natural order) other than `step` in dir that has a
+ * manifest, into out; false if none. */
+static bool latest_other(int dirfd, const char *step, char out[CKPT_NAME_MAX + 1])
+{
+	int fd = dup(dirfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	const char *w;
+	bool found = false;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	while ((e = readdir(d))) {
+		char mf[CKPT_NAME_MAX + sizeof(MF_NAME) + 2];
+
+		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
+		    strcmp(e->d_name, step) == 0)
+			continue;
+		snprintf(mf, sizeof(mf), "%s/%s", e->d_name, MF_NAME);
+		if (faccessat(dirfd, mf, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (!found || ckpt_step_cmp(e->d_name, out) > 0)
+			strcpy(out, e->d_name);
+		found = true;
+	}
+	closedir(d);
+	return found;
+}
+
+/* One copy: job_dir holds the origin's steps of the job (ckpt_root/JOB or
+ * replica_root/ORIGIN/JOB). */
+static void survey_copy(const struct stage_config *cfg, const char *origin, const char *label,
+			int job_dir, const char *step, bool deep, struct msg *m)
+{
+	struct hold_cell c = { .origin = (char *)origin, .step = (char *)step };
+	char other[CKPT_NAME_MAX + 1], path[8192];
+	struct texts t = { .c = &c };
+	int fd, rc;
+
+	fd = openat(job_dir, step, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		if (!latest_other(job_dir, step, other))
+			return;                 /* nothing of this job from origin */
+		c.state = "other-step";
+		c.step = other;
+		hold_put(m, &c, false);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s", label, step);
+	if (faccessat(fd, MF_NAME, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		c.state = "incomplete";
+		add_text(&c, "%s has no manifest: never committed, or still being written", path);
+	} else {
+		struct job j;
+
+		job_begin(&j, -1, deep ? REQ_DEEP : 0, cfg, "verify", path);
+		rc = verify_tree(&j, path, fd, &(struct verify_opts){ .deep = deep, .bad = on_bad,
+							       .arg = &t, .root = &c.root });
+		c.has_root = rc >= 0;
+		c.files = atomic_load(&j.files_total);
+		c.bytes = atomic_load(&j.bytes_total);
+		job_end(&j);
+		c.state = rc == 0 ? "ok" : "damaged";
+		if (rc == -EBADMSG)
+			add_text(&c, "%s/" MF_NAME " is damaged (truncated or edited)", path);
+		else if (rc < 0)
+			add_text(&c, "%s", strerror(-rc));
+		if (t.more) {
+			char n[32];
+
+			snprintf(n, sizeof(n), "%llu", (unsigned long long)t.more);
+			add_text(&c, "and %s more", n);
+		}
+	}
+	close(fd);
+	hold_put(m, &c, false);
+	for (unsigned i = 0; i < c.ntext; i++)
+		free(c.text[i]);
+}
+
+int hold_survey(const struct stage_config *cfg, const char *self, const char *job,
+		const char *step, bool deep, struct msg *m)
+{
+	char label[8192];
+	const char *w;
+	struct dirent *e;
+	DIR *d;
+	int fd;
+
+	/* JOB/ may be the training user's: it is opened beneath ckpt_root with
+	 * no symlink on the way, so a JOB swapped for a link is "nothing held
+	 * here", not a survey of wherever the link points. */
+	snprintf(label, sizeof(label), "%s/%s", cfg->ckpt_root, job);
+	fd = treeops_open_beneath_path(cfg->ckpt_root, job);
+	if (fd >= 0) {
+		survey_copy(cfg, self, label, fd, step, deep, m);
+		close(fd);
+	}
+	d = opendir(cfg->replica_root);
+	while (d && (e = readdir(d))) {
+		if (config_check_name(e->d_name, &w) < 0 || strlen(e->d_name) > CKPT_NAME_MAX)
+			continue;       /* ".incoming" and strays */
+		snprintf(label, sizeof(label), "%s/%s", e->d_name, job);
+		fd = treeops_open_beneath(dirfd(d), label);
+		if (fd < 0)
+			continue;
+		snprintf(label, sizeof(label), "%s/%s/%s", cfg->replica_root, e->d_name, job);
+		survey_copy(cfg, e->d_name, label, fd, step, deep, m);
+		close(fd);
+	}
+	if (d)
+		closedir(d);
+	return m->err;
+}

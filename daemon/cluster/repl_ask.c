@@ -1,0 +1,256 @@
+/* Asking the other nodes: what they hold of a step (verify --cluster,
+ * restore), over a fresh authenticated connection per question, all nodes
+ * at once on a thread each. And the answering side, MSG_HOLD_REQ.
+ *
+ * A fresh connection rather than a partner's sender connection: the
+ * question goes to every node (not only partners), and must not wait
+ * behind a checkpoint being sent. */
+#include "daemon/repl/repl_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "daemon/cluster/hold.h"
+#include "daemon/net/peer.h"
+#include "daemon/repl/repl.h"
+
+#define ASK_CONNECT_MS 3000
+#define ASK_FAST_MS 30000          /* a fast survey reads manifests only */
+#define ASK_DEEP_MS (6 * 3600 * 1000)  /* a deep one reads every byte held */
+
+int repl_dial(size_t host, int io_ms, struct xport **out, char *why, size_t whylen)
+{
+	const struct host *h = &repl.hosts.v[host];
+	char name[AUTH_NAME_MAX + 1];
+	struct xport *x;
+	int rc;
+
+	rc = repl_connect(h, ASK_CONNECT_MS, &x, why, whylen);
+	if (rc < 0)
+		return rc;
+	rc = peer_handshake(&x, &repl.key, repl.cfg->name, &repl.hosts, h->name, REPL_HANDSHAKE_MS,
+			    name, sizeof(name), why, whylen);
+	if (rc < 0) {
+		x->ops->close(x);
+		return rc;
+	}
+	x->ops->set_timeout(x, io_ms);
+	*out = x;
+	return 0;
+}
+
+int repl_get_name(const struct msg *m, uint16_t key, char *out)
+{
+	char *s = NULL;
+	const char *w;
+	int rc = msg_get_str(m, key, &s);
+
+	if (rc == 0 && (strlen(s) > CKPT_NAME_MAX || config_check_name(s, &w) < 0))
+		rc = -EINVAL;
+	if (rc == 0)
+		strcpy(out, s);
+	free(s);
+	return rc;
+}
+
+/* A peer's MSG_ERROR as text in why. */
+int repl_peer_error(const struct msg *m, const char *node, char *why, size_t whylen)
+{
+	char text[PEER_TEXT_MAX + 1];
+	int err = peer_error_of(m, text);
+
+	snprintf(why, whylen, "%s refused: %s", node, text);
+	return err;
+}
+
+struct ask {
+	size_t host;
+	const char *job, *step;
+	bool deep;
+	pthread_t thread;
+	bool started;
+	struct repl_answer *ans;
+};
+
+/* The copy groups in a MSG_HOLD: its K_ORIGIN fields. */
+static size_t count_groups(const struct msg *m)
+{
+	const uint8_t *p;
+	size_t off = 0, n, groups = 0;
+	uint16_t key;
+
+	while (msg_next_field(m, &off, &key, &p, &n) == 1)
+		groups += key == K_ORIGIN;
+	return groups;
+}
+
+static void *ask_main(void *arg)
+{
+	struct ask *a = arg;
+	struct repl_answer *ans = a->ans;
+	struct xport *x;
+	struct msg m;
+	size_t groups;
+	int rc;
+
+	rc = repl_dial(a->host, a->deep ? ASK_DEEP_MS : ASK_FAST_MS, &x, ans->why,
+		       sizeof(ans->why));
+	if (rc < 0)
+		goto out;
+	msg_init(&m, MSG_HOLD_REQ);
+	msg_put_str(&m, K_JOB, a->job);
+	msg_put_str(&m, K_STEP, a->step);
+	msg_put_u64(&m, K_FLAGS, a->deep ? REQ_DEEP : 0);
+	rc = x->ops->send(x, &m);
+	msg_free(&m);
+	if (rc == 0)
+		rc = x->ops->recv(x, &m);
+	if (rc < 0) {
+		snprintf(ans->why, sizeof(ans->why), "%s: %s", repl.hosts.v[a->host].name,
+			 rc == -ENOTCONN ? "closed the connection (an older version?)" :
+			 strerror(-rc));
+	} else if (m.type == MSG_ERROR) {
+		rc = repl_peer_error(&m, repl.hosts.v[a->host].name, ans->why, sizeof(ans->why));
+		msg_free(&m);
+	} else if (m.type == MSG_HOLD && (groups = count_groups(&m)) > HOSTS_MAX_NODES) {
+		/* One group per origin held, and origins are node names: more
+		 * than a hosts file can name is a lie. Refused before parsing:
+		 * cverify's decision costs origins x nodes x cells (44,000 in
+		 * one frame kept a verify busy for 38 s). */
+		snprintf(ans->why, sizeof(ans->why), "%s: an answer of %zu copy groups (at most %d)",
+			 repl.hosts.v[a->host].name, groups, HOSTS_MAX_NODES);
+		rc = -EBADMSG;
+		msg_free(&m);
+	} else if (m.type != MSG_HOLD ||
+		   hold_parse(&m, repl.hosts.v[a->host].name, &ans->cells, &ans->ncells) < 0) {
+		snprintf(ans->why, sizeof(ans->why), "%s: a malformed answer",
+			 repl.hosts.v[a->host].name);
+		rc = -EBADMSG;
+		msg_free(&m);
+	} else {
+		msg_free(&m);
+	}
+	if (rc == -EBADMSG)
+		log_warn("answer refused: %s", ans->why);
+	x->ops->close(x);
+out:
+	ans->err = rc;
+	return NULL;
+}
+
+int repl_survey(const char *job, const char *step, bool deep, const char *only,
+		struct repl_answer **out, size_t *n)
+{
+	size_t nodes = repl.cluster ? repl.hosts.n : 1;
+	struct repl_answer *ans = calloc(nodes, sizeof(*ans));
+	struct ask *asks = calloc(nodes, sizeof(*asks));
+	size_t self = repl.cluster ? repl.self : 0;
+	int rc = 0;
+
+	if (!ans || !asks) {
+		free(ans);
+		free(asks);
+		return -ENOMEM;
+	}
+	if (only && (repl.cluster ? hosts_find(&repl.hosts, only) < 0 :
+		     strcmp(only, repl.cfg->name) != 0)) {
+		free(ans);
+		free(asks);
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < nodes; i++) {
+		ans[i].node = repl.cluster ? repl.hosts.v[i].name : repl.cfg->name;
+		ans[i].err = -ECANCELED;
+		snprintf(ans[i].why, sizeof(ans[i].why), "not asked");
+		if (i == self || (only && strcmp(only, ans[i].node) != 0))
+			continue;
+		asks[i] = (struct ask){ .host = i, .job = job, .step = step, .deep = deep,
+					.ans = &ans[i] };
+		asks[i].started = pthread_create(&asks[i].thread, NULL, ask_main, &asks[i]) == 0;
+		if (!asks[i].started) {
+			ans[i].err = -EAGAIN;
+			snprintf(ans[i].why, sizeof(ans[i].why), "%s: no thread to ask it",
+				 ans[i].node);
+		}
+	}
+	if (!only || strcmp(only, ans[self].node) == 0) {
+		struct msg m;
+
+		/* This node answers in place, while the others work. */
+		msg_init(&m, MSG_HOLD);
+		ans[self].err = hold_survey(repl.cfg, ans[self].node, job, step, deep, &m);
+		if (ans[self].err == 0)
+			ans[self].err = hold_parse(&m, ans[self].node, &ans[self].cells,
+						   &ans[self].ncells);
+		if (ans[self].err < 0)
+			snprintf(ans[self].why, sizeof(ans[self].why), "%s: %s", ans[self].node,
+				 strerror(-ans[self].err));
+		msg_free(&m);
+	}
+	for (size_t i = 0; i < nodes; i++)
+		if (asks[i].started)
+			pthread_join(asks[i].thread, NULL);
+	free(asks);
+	*out = ans;
+	*n = nodes;
+	return rc;
+}
+
+void repl_answers_free(struct repl_answer *a, size_t n)
+{
+	for (size_t i = 0; a && i < n; i++)
+		hold_cells_free(a[i].cells, a[i].ncells);
+	free(a);
+}
+
+size_t repl_placement(const char *origin, const char **holders, size_t cap)
+{
+	ssize_t o = repl.cluster ? hosts_find(&repl.hosts, origin) : -1;
+	size_t *idx;
+	int n;
+
+	if (o < 0 || repl.hosts.n < 2 || !(idx = calloc(repl.hosts.n, sizeof(*idx))))
+		return 0;
+	n = hosts_partners(&repl.hosts, (size_t)o, repl.cfg->replicas, idx, repl.hosts.n - 1);
+	for (int i = 0; i < n && (size_t)i < cap; i++)
+		holders[i] = repl.hosts.v[idx[i]].name;
+	free(idx);
+	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap;
+}
+
+const char *repl_self_name(void)
+{
+	return repl.cfg->name;
+}
+
+/* MSG_HOLD_REQ from a peer: answered on its connection, which stays open. */
+int repl_serve_hold(struct xport *x, const char *peer, const struct msg *req)
+{
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	uint64_t flags = 0;
+	struct msg m;
+	int rc;
+
+	if (repl_get_name(req, K_JOB, job) < 0 || repl_get_name(req, K_STEP, step) < 0) {
+		log_warn("question from %s refused: no valid job or step name", peer);
+		peer_send_error(x, EBADMSG, "%s: a malformed question", repl.cfg->name);
+		return -EBADMSG;
+	}
+	msg_get_u64(req, K_FLAGS, &flags);
+	log_info("%s asks what this node holds of %s/%s%s", peer, job, step,
+		 flags & REQ_DEEP ? " (deep)" : "");
+	msg_init(&m, MSG_HOLD);
+	rc = hold_survey(repl.cfg, repl.cfg->name, job, step, flags & REQ_DEEP, &m);
+	if (rc == 0) {
+		rc = x->ops->send(x, &m);
+	} else {
+		log_warn("question from %s about %s/%s not answered: %s", peer, job, step,
+			 strerror(-rc));
+		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, strerror(-rc));
+	}
+	msg_free(&m);
+	return rc;
+}

@@ -1,0 +1,876 @@
+/* Restore, on the origin node:
+ *
+ *   1. Ask the holders (every node, or --from's) what they hold of the step,
+ *      and pick an intact copy: one of the commit this node's own manifest
+ *      names when that manifest is intact, otherwise the first in placement
+ *      order. A manifest of another commit is not overridden without --from.
+ *   2. Fetch the holder's manifest (unless ours is intact and the same) to
+ *      .stage/restore.manifest, its root checked against the holder's.
+ *   3. Verify the local tree against it, every byte: the findings are what
+ *      to repair. "unexpected" entries are left alone and named.
+ *   4. Repair in manifest order: directories created, links re-made, and a
+ *      file rebuilt beside itself in .stage/tmp chunk by chunk: each chunk
+ *      is read from the local file when its digest still matches the
+ *      manifest, otherwise fetched from the holder (each piece's XXH3-64
+ *      checked by its codec frame, the chunk's XXH3-128 against the
+ *      manifest). The whole-file digest is checked, the file fdatasync'd,
+ *      given its mode and mtime, and renamed into place.
+ *   5. syncfs, then the manifest goes last (rename), a fast verify proves
+ *      the result, and the commit record says committed with this root.
+ *
+ * Data safety: nothing half-built is under a final name (rebuilds live in
+ * .stage/tmp until whole and checked), and the manifest appears only when
+ * everything under it matches. An interrupted restore leaves repaired files
+ * repaired; the next run verifies again and rebuilds only what is still
+ * wrong (a file cut off mid-rebuild starts over). While it runs the watcher
+ * does not commit the step.
+ */
+#include "daemon/repl/repl_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/manifest.h"
+#include "daemon/ckpt/ckpt.h"
+#include "daemon/fs/cursor.h"
+#include "daemon/cluster/hold.h"
+#include "daemon/repl/repl.h"
+#include "daemon/fs/roots.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/engine/uio.h"
+#include "daemon/pull/verify.h"
+
+#define MF_FETCHED "restore.manifest"
+#define TMP_DIR "tmp"
+
+struct bad {                       /* a finding of the local verify */
+	char *rel;
+	bool unexpected;
+};
+
+struct restore {
+	struct job *j;
+	const char *job, *step, *holder;
+	digest_t root;
+	struct xport *x;
+	struct io_uring ring;
+	int step_fd, stage_fd, tmp_fd;
+	uint8_t *buf, *raw;            /* REPL_PIECE each */
+	struct bad *bad;
+	size_t nbad, capbad;
+	uint64_t files_fixed, chunks_fetched, bytes_fetched, chunks_kept;
+	uint64_t displaced;            /* entries of the wrong type moved aside */
+	bool lost_finding;             /* on_bad could not record one: fail */
+	char path[4096];               /* ckpt_root/JOB/STEP, for messages */
+	char why[8192];
+};
+
+static void on_bad(const struct verify_finding *f, void *arg)
+{
+	struct restore *r = arg;
+
+	if (r->nbad == r->capbad) {
+		size_t cap = r->capbad ? 2 * r->capbad : 64;
+		struct bad *v = realloc(r->bad, cap * sizeof(*v));
+
+		if (!v) {
+			r->lost_finding = true;
+			return;
+		}
+		r->bad = v;
+		r->capbad = cap;
+	}
+	r->bad[r->nbad].rel = strdup(f->rel);
+	r->bad[r->nbad].unexpected = strcmp(f->kind, "unexpected") == 0;
+	if (r->bad[r->nbad].rel)
+		r->nbad++;
+	else
+		r->lost_finding = true;
+}
+
+static int bad_cmp(const void *a, const void *b)
+{
+	return mf_path_cmp(((const struct bad *)a)->rel, ((const struct bad *)b)->rel);
+}
+
+static void fetch_req(struct restore *r, struct msg *m)
+{
+	char hex[DIGEST_HEX_LEN + 1];
+
+	digest_to_hex(r->root, hex);
+	msg_init(m, MSG_FETCH_REQ);
+	msg_put_str(m, K_ORIGIN, repl_self_name());
+	msg_put_str(m, K_JOB, r->job);
+	msg_put_str(m, K_STEP, r->step);
+	msg_put_str(m, K_ROOT, hex);
+}
+
+/* The next frame of a fetch: MSG_DATA/MSG_MANIFEST (1) or MSG_END (0, its
+ * K_SIZE in *end_size if end_size), or -errno with r->why. */
+static int fetch_next_end(struct restore *r, struct msg *m, uint16_t type, uint64_t *end_size)
+{
+	int rc = r->x->ops->recv(r->x, m);
+
+	if (rc < 0) {
+		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
+		return rc;
+	}
+	if (m->type == MSG_ERROR) {
+		rc = repl_peer_error(m, r->holder, r->why, sizeof(r->why));
+		msg_free(m);
+		return rc;
+	}
+	if (m->type == MSG_END) {
+		if (end_size)
+			msg_get_u64(m, K_SIZE, end_size);
+		msg_free(m);
+		return 0;
+	}
+	if (m->type != type) {
+		snprintf(r->why, sizeof(r->why), "%s: unexpected frame type %u", r->holder,
+			 m->type);
+		msg_free(m);
+		return -EPROTO;
+	}
+	return 1;
+}
+
+/* The holder's manifest to .stage/restore.manifest, fsync'd, its root checked. */
+static int fetch_next(struct restore *r, struct msg *m, uint16_t type)
+{
+	return fetch_next_end(r, m, type, NULL);
+}
+
+static int fetch_manifest(struct restore *r)
+{
+	struct msg m;
+	uint64_t off = 0, end_size = UINT64_MAX;
+	digest_t got;
+	int fd, rc;
+
+	fd = openat(r->stage_fd, MF_FETCHED, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		    0644);
+	if (fd < 0) {
+		snprintf(r->why, sizeof(r->why), "%s/%s/%s: %s", r->path, MF_DIRNAME, MF_FETCHED,
+			 strerror(errno));
+		return -errno;
+	}
+	fetch_req(r, &m);
+	rc = r->x->ops->send(r->x, &m);
+	msg_free(&m);
+	if (rc < 0)
+		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
+	while (rc >= 0 && (rc = fetch_next_end(r, &m, MSG_MANIFEST, &end_size)) == 1) {
+		const uint8_t *p;
+		size_t n;
+		uint64_t at;
+
+		if (msg_get_u64(&m, K_OFFSET, &at) < 0 || at != off ||
+		    msg_get_bytes(&m, K_DATA, &p, &n) < 0 || off + n > REPL_MF_MAX) {
+			snprintf(r->why, sizeof(r->why), "%s: a manifest slice out of order",
+				 r->holder);
+			rc = -EPROTO;
+		} else {
+			rc = uio_pwrite(&r->ring, fd, p, n, off);
+			if (rc < 0)
+				snprintf(r->why, sizeof(r->why), "writing %s: %s", MF_FETCHED,
+					 strerror(-rc));
+			off += n;
+		}
+		msg_free(&m);
+	}
+	if (rc == 0 && end_size != off) {
+		snprintf(r->why, sizeof(r->why), "%s sent %llu manifest bytes, and said %llu",
+			 r->holder, (unsigned long long)off, (unsigned long long)end_size);
+		rc = -EPROTO;
+	}
+	if (rc == 0 && fsync(fd) < 0) {
+		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "%s/%s/%s: fsync: %s", r->path, MF_DIRNAME,
+			 MF_FETCHED, strerror(errno));
+	}
+	close(fd);
+	if (rc < 0)
+		return rc;
+	rc = repl_manifest_root(r->stage_fd, MF_FETCHED, &got, NULL);
+	if (rc < 0 || !digest_eq(got, r->root)) {
+		snprintf(r->why, sizeof(r->why), "the manifest %s sent %s", r->holder,
+			 rc < 0 ? "does not read (damaged on the way?)" :
+			 "has another root than it announced");
+		return rc < 0 ? rc : -EBADMSG;
+	}
+	return 0;
+}
+
+/* Fetches [off, off+len) of e into fd, feeding the hashes. */
+static int fetch_range(struct restore *r, const struct mf_entry *e, int fd, uint64_t off,
+		       uint64_t len, XXH3_state_t *whole, XXH3_state_t *chunk)
+{
+	uint64_t next = off;
+	struct msg m;
+	int rc;
+
+	fetch_req(r, &m);
+	msg_put_str(&m, K_PATH, e->path);
+	msg_put_u64(&m, K_OFFSET, off);
+	msg_put_u64(&m, K_SIZE, len);
+	rc = r->x->ops->send(r->x, &m);
+	msg_free(&m);
+	if (rc < 0) {
+		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
+		return rc;
+	}
+	while ((rc = fetch_next(r, &m, MSG_DATA)) == 1) {
+		const uint8_t *p;
+		size_t n, raw = 0, used;
+		uint64_t at;
+
+		rc = msg_get_u64(&m, K_OFFSET, &at) < 0 || at != next ||
+		     msg_get_bytes(&m, K_DATA, &p, &n) < 0 ? -EPROTO :
+		     codec_chunk_decode(p, n, r->raw, REPL_PIECE, &raw, &used);
+		msg_free(&m);
+		if (rc == 0 && (used != n || raw == 0 || next + raw > off + len))
+			rc = -EPROTO;
+		if (rc < 0) {
+			snprintf(r->why, sizeof(r->why), "%s: a bad piece of %s at byte %llu (%s)",
+				 r->holder, e->path, (unsigned long long)next, strerror(-rc));
+			return rc;
+		}
+		XXH3_128bits_update(whole, r->raw, raw);
+		XXH3_128bits_update(chunk, r->raw, raw);
+		rc = uio_pwrite(&r->ring, fd, r->raw, raw, next);
+		if (rc < 0) {
+			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
+			return rc;
+		}
+		next += raw;
+		r->bytes_fetched += raw;
+	}
+	if (rc == 0 && next != off + len) {
+		snprintf(r->why, sizeof(r->why), "%s sent %llu of %llu bytes of %s", r->holder,
+			 (unsigned long long)(next - off), (unsigned long long)len, e->path);
+		rc = -EPROTO;
+	}
+	return rc;
+}
+
+/* Whether [off, off+len) of the local file still hashes to want. */
+static bool local_intact(struct restore *r, int lfd, uint64_t off, uint64_t len, digest_t want)
+{
+	XXH3_state_t *st = XXH3_createState();
+	bool ok = st != NULL;
+
+	if (ok)
+		XXH3_128bits_reset(st);
+	for (uint64_t o = off; ok && o < off + len;) {
+		size_t n = off + len - o < REPL_PIECE ? (size_t)(off + len - o) : REPL_PIECE;
+
+		ok = uio_pread(&r->ring, lfd, r->buf, n, o) == (ssize_t)n;
+		if (ok)
+			XXH3_128bits_update(st, r->buf, n);
+		o += n;
+	}
+	ok = ok && digest_eq(XXH3_128bits_digest(st), want);
+	XXH3_freeState(st);
+	return ok;
+}
+
+/* Copies an intact local range into fd, feeding the hashes. */
+static int keep_range(struct restore *r, int lfd, int fd, uint64_t off, uint64_t len,
+		      XXH3_state_t *whole, XXH3_state_t *chunk)
+{
+	for (uint64_t o = off; o < off + len;) {
+		size_t n = off + len - o < REPL_PIECE ? (size_t)(off + len - o) : REPL_PIECE;
+		int rc;
+
+		if (uio_pread(&r->ring, lfd, r->buf, n, o) != (ssize_t)n)
+			return -EIO;
+		XXH3_128bits_update(whole, r->buf, n);
+		XXH3_128bits_update(chunk, r->buf, n);
+		rc = uio_pwrite(&r->ring, fd, r->buf, n, o);
+		if (rc < 0)
+			return rc;
+		o += n;
+	}
+	return 0;
+}
+
+/* An entry of another type than the manifest's stands where it belongs (a
+ * directory where a file was): it is moved aside to .stage/displaced.N, not
+ * deleted, since what is in it was never compared with anything. */
+static int displace(struct restore *r, int parent, const char *base, const char *rel)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "displaced.%llu", (unsigned long long)r->displaced++);
+	if (renameat(parent, base, r->stage_fd, name) < 0) {
+		int err = errno;
+
+		snprintf(r->why, sizeof(r->why), "%s/%s is in the way and cannot be moved aside: %s",
+			 r->path, rel, strerror(err));
+		return -err;
+	}
+	job_note(r->j, LOG_WARN, "displaced", rel, "%s/%s was not what the manifest says it is: "
+		 "moved to %s/%s/%s", r->path, rel, r->path, MF_DIRNAME, name);
+	return 0;
+}
+
+/* What stands at parent/base, unless it is of the type wanted (S_IF*):
+ * moved aside. 0 or -errno. */
+static int clear_way(struct restore *r, int parent, const char *base, const char *rel,
+		     mode_t want)
+{
+	struct stat st;
+
+	if (fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    (st.st_mode & S_IFMT) == want)
+		return 0;
+	return displace(r, parent, base, rel);
+}
+
+/* Rebuilds file e at parent/base (see the top of the file). */
+static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
+		   int parent, const char *base)
+{
+	uint64_t n = e->nchunks ? e->nchunks : 1;
+	XXH3_state_t *whole = XXH3_createState(), *chunk = XXH3_createState();
+	char tmp[64];
+	struct stat st;
+	const char *what;
+	int lfd, fd, rc = 0;
+
+	if (!whole || !chunk) {
+		rc = -ENOMEM;
+		goto out_state;
+	}
+	snprintf(tmp, sizeof(tmp), "rebuild.%llu", (unsigned long long)r->files_fixed);
+	/* O_NONBLOCK only so that a fifo in its place cannot hang the open;
+	 * io_uring reads of a non-blocking file may return -EAGAIN. */
+	lfd = openat(parent, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (lfd >= 0 && (fstat(lfd, &st) < 0 || !S_ISREG(st.st_mode) ||
+			 fcntl(lfd, F_SETFL, 0) < 0)) {
+		close(lfd);
+		lfd = -1;
+	}
+	fd = openat(r->tmp_fd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "%s/%s/%s: %s", r->path, MF_DIRNAME, TMP_DIR,
+			 strerror(errno));
+		goto out_local;
+	}
+	XXH3_128bits_reset(whole);
+	for (uint64_t i = 0; i < n && rc == 0 && e->size; i++) {
+		uint64_t off = i * chunk_size;
+		uint64_t len = e->size - off < chunk_size ? e->size - off : chunk_size;
+		digest_t want = e->nchunks ? e->chunks[i] : e->digest;
+
+		XXH3_128bits_reset(chunk);
+		/* An intact local chunk is read twice (judged, then copied, the
+		 * second time from the page cache): a chunk may be far larger than
+		 * the piece buffer, and the whole-file hash must not take in bytes
+		 * that turn out bad. */
+		if (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
+		    local_intact(r, lfd, off, len, want)) {
+			rc = keep_range(r, lfd, fd, off, len, whole, chunk);
+			if (rc < 0)
+				snprintf(r->why, sizeof(r->why), "copying %s: %s", e->path,
+					 strerror(-rc));
+			r->chunks_kept++;
+		} else {
+			rc = fetch_range(r, e, fd, off, len, whole, chunk);
+			r->chunks_fetched++;
+		}
+		if (rc == 0 && !digest_eq(XXH3_128bits_digest(chunk), want)) {
+			snprintf(r->why, sizeof(r->why), "chunk %llu of %s from %s does not match "
+				 "the manifest", (unsigned long long)i, e->path, r->holder);
+			rc = -EBADMSG;
+		}
+	}
+	if (rc == 0 && !digest_eq(XXH3_128bits_digest(whole), e->digest)) {
+		snprintf(r->why, sizeof(r->why), "%s: the rebuilt file does not match its digest",
+			 e->path);
+		rc = -EBADMSG;
+	}
+	if (rc == 0 && fdatasync(fd) < 0) {
+		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "%s: fdatasync: %s", e->path, strerror(errno));
+	}
+	/* The manifest's mode, without set-id bits: those are not restored
+	 * from another node's word. */
+	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
+					      &what)) < 0)
+		snprintf(r->why, sizeof(r->why), "%s: %s: %s", e->path, what, strerror(-rc));
+	if (rc == 0)
+		rc = clear_way(r, parent, base, e->path, S_IFREG);
+	if (rc == 0) {
+		if (renameat(r->tmp_fd, tmp, parent, base) < 0) {
+			rc = -errno;
+			snprintf(r->why, sizeof(r->why), "renaming into %s: %s", e->path,
+				 strerror(errno));
+		}
+	}
+	if (rc < 0)
+		unlinkat(r->tmp_fd, tmp, 0);
+	close(fd);
+out_local:
+	if (lfd >= 0)
+		close(lfd);
+out_state:
+	XXH3_freeState(whole);
+	XXH3_freeState(chunk);
+	return rc;
+}
+
+static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chunk_size)
+{
+	const char *base, *what;
+	struct stat st;
+	int parent, rc = 0;
+
+	parent = treeops_open_parent(r->step_fd, e->path, &base);
+	if (parent < 0) {
+		snprintf(r->why, sizeof(r->why), "%s: its directory: %s", e->path,
+			 strerror(-parent));
+		return parent;
+	}
+	switch (e->type) {
+	case MF_DIR:
+		rc = clear_way(r, parent, base, e->path, S_IFDIR);
+		if (rc == 0 && mkdirat(parent, base, 0700) < 0 && errno != EEXIST)
+			rc = -errno;
+		break;
+	case MF_LINK:
+		/* A link with the wrong target is replaced; anything else moves aside. */
+		rc = clear_way(r, parent, base, e->path, S_IFLNK);
+		if (rc == 0 && fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    unlinkat(parent, base, 0) < 0)
+			rc = -errno;
+		if (rc == 0 && symlinkat(e->target, parent, base) < 0)
+			rc = -errno;
+		else if (rc == 0)
+			rc = treeops_set_meta_at(parent, base, true, false, 0, 0, e->mode,
+						 e->mtime_ns, &what);
+		break;
+	case MF_FILE:
+		rc = rebuild(r, e, chunk_size, parent, base);
+		if (rc == 0)
+			r->files_fixed++;
+		close(parent);
+		return rc;
+	}
+	if (rc < 0)
+		snprintf(r->why, sizeof(r->why), "%s: %s", e->path, strerror(-rc));
+	close(parent);
+	return rc;
+}
+
+/* Directories get their mode and mtime last: creating entries in them
+ * changed their mtimes. */
+static void dir_meta(struct restore *r, const char *mf)
+{
+	struct mf_reader *mr;
+	struct mf_entry e;
+	const char *what;
+
+	if (mf_reader_open(&mr, r->stage_fd, mf, MF_COMPLETE) < 0)
+		return;
+	while (mf_reader_next(mr, &e) == 1) {
+		if (e.type == MF_DIR) {
+			const char *base;
+			int parent = treeops_open_parent(r->step_fd, e.path, &base);
+
+			if (parent >= 0) {
+				treeops_set_meta_at(parent, base, false, false, 0, 0,
+						    PEER_MODE(e.mode), e.mtime_ns, &what);
+				close(parent);
+			}
+		}
+		mf_entry_free(&e);
+	}
+	mf_reader_close(mr);
+}
+
+static int repair(struct restore *r, const char *mf)
+{
+	struct cursor c;
+	char why[1024];
+	int rc = cursor_open(&c, r->stage_fd, mf, MF_COMPLETE, why, sizeof(why));
+
+	if (rc < 0) {
+		snprintf(r->why, sizeof(r->why), "%s", why);
+		return rc;
+	}
+	qsort(r->bad, r->nbad, sizeof(*r->bad), bad_cmp);
+	atomic_store(&r->j->phase, "restore");
+	atomic_store(&r->j->files_total, r->nbad);
+	atomic_store(&r->j->files_done, 0);
+	for (size_t i = 0; i < r->nbad && rc == 0; i++) {
+		const struct mf_entry *e;
+
+		if (job_cancelled(r->j)) {
+			snprintf(r->why, sizeof(r->why), "cancelled");
+			rc = -ECANCELED;
+			break;
+		}
+		if (r->bad[i].unexpected) {
+			job_note(r->j, LOG_WARN, "unexpected", r->bad[i].rel,
+				 "left alone: %s/%s is not in the manifest (remove it, or commit "
+				 "the step again)", r->path, r->bad[i].rel);
+			continue;
+		}
+		e = cursor_find(&c, r->bad[i].rel);
+		if (!e) {
+			if (c.err) {
+				snprintf(r->why, sizeof(r->why), "the manifest stopped reading");
+				rc = c.err;
+			}
+			continue;       /* a finding below an entry already rebuilt */
+		}
+		rc = repair_one(r, e, cursor_chunk_size(&c));
+		if (rc == 0)
+			job_note(r->j, LOG_INFO, "restored", e->path, "restored %s/%s", r->path,
+				 e->path);
+		atomic_fetch_add(&r->j->files_done, 1);
+		job_progress(r->j, false);
+	}
+	cursor_close(&c);
+	if (rc == 0)
+		dir_meta(r, mf);
+	return rc;
+}
+
+static void clear_tmp(struct restore *r)
+{
+	int fd = dup(r->tmp_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(d)))
+		if (strncmp(e->d_name, "rebuild.", 8) == 0)
+			unlinkat(r->tmp_fd, e->d_name, 0);
+	closedir(d);
+}
+
+/* Opens (creating) ckpt_root/JOB/STEP, its .stage and .stage/tmp. JOB/ may
+ * belong to the training job's user: it is walked down from ckpt_root's fd
+ * without following symlinks, so swapping JOB or STEP for a link cannot steer
+ * the restore's writes outside ckpt_root. */
+static int open_dirs(struct restore *r)
+{
+	char rel[2 * CKPT_NAME_MAX + 2];
+	int root = -1, rc = roots_mkdirs(repl.cfg->ckpt_root, 0755);  /* the admin's */
+
+	if (rc == 0 && (root = open(repl.cfg->ckpt_root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		rc = -errno;
+	snprintf(rel, sizeof(rel), "%s/%s", r->job, r->step);
+	if (rc == 0 && (r->step_fd = treeops_mkdirs_beneath(root, rel, 0755)) < 0)
+		rc = r->step_fd;
+	if (root >= 0)
+		close(root);
+	if (rc == 0 && mkdirat(r->step_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST)
+		rc = -errno;
+	if (rc == 0 && (r->stage_fd = openat(r->step_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY |
+					     O_NOFOLLOW | O_CLOEXEC)) < 0)
+		rc = -errno;
+	if (rc == 0 && mkdirat(r->stage_fd, TMP_DIR, 0700) < 0 && errno != EEXIST)
+		rc = -errno;
+	if (rc == 0 && (r->tmp_fd = openat(r->stage_fd, TMP_DIR, O_RDONLY | O_DIRECTORY |
+					   O_NOFOLLOW | O_CLOEXEC)) < 0)
+		rc = -errno;
+	if (rc < 0)
+		snprintf(r->why, sizeof(r->why), "%s: %s", r->path, rc == -ELOOP || rc == -ENOTDIR
+			 ? "a symlink or file where a directory belongs; nothing was restored"
+			 : strerror(-rc));
+	else
+		clear_tmp(r);
+	return rc;
+}
+
+/* The copy to restore from: index into cells, or -1 with r->why. */
+static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t nans,
+		      bool have_local, digest_t local_root, bool forced)
+{
+	const char *self = repl.cfg->name, *place[64];
+	size_t nplace = repl_placement(self, place, 64);
+	const struct hold_cell *best = NULL, *other = NULL;
+	size_t o = 0;
+
+	/* Placement order first: those are the copies meant for this. */
+	for (size_t pass = 0; pass < 2 && !best; pass++)
+		for (size_t i = 0; i < nans && !best; i++) {
+			bool placed = false;
+
+			for (size_t k = 0; k < nplace; k++)
+				placed |= strcmp(place[k], ans[i].node) == 0;
+			if (placed != (pass == 0))
+				continue;
+			for (size_t c = 0; c < ans[i].ncells; c++) {
+				const struct hold_cell *h = &ans[i].cells[c];
+
+				if (strcmp(h->origin, self) != 0 || strcmp(h->holder, self) == 0 ||
+				    strcmp(h->state, "ok") != 0 || !h->has_root || !h->step ||
+				    strcmp(h->step, r->step) != 0)
+					continue;
+				if (!have_local || digest_eq(h->root, local_root) || forced)
+					best = h;
+				else if (!other)
+					other = h;
+			}
+		}
+	if (best) {
+		r->root = best->root;
+		r->holder = best->holder;
+		return 0;
+	}
+	if (other) {
+		char a[DIGEST_HEX_LEN + 1], b[DIGEST_HEX_LEN + 1];
+
+		digest_to_hex(local_root, a);
+		digest_to_hex(other->root, b);
+		snprintf(r->why, sizeof(r->why), "this node's manifest of %s/%s (root %s) is of "
+			 "another commit than the copy on %s (root %s): not mixing them; "
+			 "`--from %s` takes that copy whole", r->job, r->step, a, other->holder, b,
+			 other->holder);
+		return -1;
+	}
+	o = (size_t)snprintf(r->why, sizeof(r->why), "no node that answered holds an intact "
+			     "copy of %s/%s from %s", r->job, r->step, self);
+	for (size_t i = 0; i < nans && o < sizeof(r->why); i++) {
+		const char *state = "nothing of it";
+
+		if (strcmp(ans[i].node, self) == 0)
+			continue;
+		for (size_t c = 0; c < ans[i].ncells; c++)
+			if (strcmp(ans[i].cells[c].origin, self) == 0)
+				state = strcmp(ans[i].cells[c].state, "other-step") == 0 ?
+					"another step" : ans[i].cells[c].state;
+		o += (size_t)snprintf(r->why + o, sizeof(r->why) - o, "; %s: %s", ans[i].node,
+				      ans[i].err ? ans[i].why : state);
+	}
+	return -1;
+}
+
+/* .stage/restoring: the persistent "being restored" mark (repl.c reads it
+ * before any commit of the step). Holds the holder and root, for a person. */
+static int mark(struct restore *r)
+{
+	char hex[DIGEST_HEX_LEN + 1], line[512];
+	int fd = openat(r->stage_fd, RESTORE_MARK, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
+			O_CLOEXEC, 0644);
+	int n, rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	digest_to_hex(r->root, hex);
+	n = snprintf(line, sizeof(line), "from %s root %s\n", r->holder, hex);
+	if (uio_pwrite(&r->ring, fd, line, (size_t)n, 0) < 0 || fsync(fd) < 0)
+		rc = -EIO;
+	close(fd);
+	return rc;
+}
+
+static void unmark(struct restore *r)
+{
+	if (unlinkat(r->stage_fd, RESTORE_MARK, 0) == 0)
+		fsync(r->stage_fd);
+}
+
+struct leftover {
+	uint64_t unexpected, other;
+};
+
+static void count_left(const struct verify_finding *f, void *arg)
+{
+	struct leftover *l = arg;
+
+	if (strcmp(f->kind, "unexpected") == 0)
+		l->unexpected++;
+	else
+		l->other++;
+}
+
+static void run(struct restore *r, const char *from)
+{
+	struct repl_answer *ans = NULL;
+	struct leftover left = { 0 };
+	size_t nans = 0;
+	digest_t local_root;
+	const char *mf = "manifest";
+	bool have_local;
+	int rc;
+
+	rc = repl_survey(r->job, r->step, false, from, &ans, &nans);
+	if (rc == -ENOENT) {
+		job_result(r->j, 2, NULL, NULL, "--from %s: not a node of the hosts file %s", from,
+			   repl.cfg->hosts);
+		return;
+	}
+	if (rc < 0 || (rc = open_dirs(r)) < 0) {
+		/* A link where JOB or STEP belongs is a refusal, like a path
+		 * outside the roots; anything else a failure. */
+		job_result(r->j, rc == -ELOOP || rc == -ENOTDIR ? 2 : 1, NULL, NULL, "restore: %s",
+			   *r->why ? r->why : strerror(-rc));
+		goto out;
+	}
+	have_local = repl_manifest_root(r->stage_fd, "manifest", &local_root, NULL) == 0;
+	if (choose(r, ans, nans, have_local, local_root, from != NULL) < 0) {
+		job_result(r->j, 1, NULL, NULL, "cannot restore %s: %s", r->path, r->why);
+		goto out;
+	}
+	rc = repl_dial((size_t)hosts_find(&repl.hosts, r->holder), REPL_IO_MS, &r->x, r->why,
+		       sizeof(r->why));
+	if (rc == 0 && (!have_local || !digest_eq(local_root, r->root))) {
+		mf = MF_FETCHED;
+		rc = fetch_manifest(r);
+	}
+	if (rc < 0) {
+		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s", r->path, r->holder,
+			   r->why);
+		goto out;
+	}
+	job_note(r->j, LOG_INFO, NULL, NULL, "restoring %s from the copy on %s", r->path,
+		 r->holder);
+	/* From here until it is whole again the step is marked: neither the
+	 * watcher nor `stage commit` may commit it (and replicate half a
+	 * restore over the intact copies), even after a crash. A manifest of
+	 * another commit goes now: it must not stand over a tree on its way
+	 * to another content. */
+	rc = mark(r);
+	if (rc == 0 && strcmp(mf, MF_FETCHED) == 0 && unlinkat(r->stage_fd, "manifest", 0) < 0 &&
+	    errno != ENOENT)
+		rc = -errno;
+	if (rc == 0 && fsync(r->stage_fd) < 0)
+		rc = -errno;
+	if (rc < 0 && !*r->why)
+		snprintf(r->why, sizeof(r->why), "%s/%s: %s", r->path, MF_DIRNAME, strerror(-rc));
+	if (rc == 0) {
+		rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
+					 .deep = true, .bad = on_bad, .arg = r, .manifest = mf });
+		if (rc == 1 && !r->lost_finding)
+			rc = repair(r, mf);
+		else if (rc == 1)
+			rc = -ENOMEM;
+		if (rc < 0 && !*r->why)
+			snprintf(r->why, sizeof(r->why), "could not read it: %s", strerror(-rc));
+	}
+	if (rc == 0 && syncfs(r->step_fd) < 0) {
+		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "syncfs: %s", strerror(errno));
+	}
+	if (rc == 0) {
+		/* Proof before the manifest: the tree matches it in every entry. */
+		rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
+					 .bad = count_left, .arg = &left, .manifest = mf });
+		if (rc == 1 && !left.other)
+			rc = 0;         /* only entries not in the manifest: left alone */
+		if (rc != 0) {
+			snprintf(r->why, sizeof(r->why), "it still does not match the manifest "
+				 "afterwards (%llu entries%s%s)", (unsigned long long)left.other,
+				 rc < 0 ? "; " : "", rc < 0 ? strerror(-rc) : "");
+			rc = rc < 0 ? rc : -EIO;
+		}
+	}
+	if (rc == 0 && strcmp(mf, MF_FETCHED) == 0) {
+		/* The manifest goes last: it says the step is complete. */
+		if (renameat(r->stage_fd, MF_FETCHED, r->stage_fd, "manifest") < 0 ||
+		    fsync(r->stage_fd) < 0) {
+			rc = -errno;
+			snprintf(r->why, sizeof(r->why), "%s/%s: %s", r->path, MF_NAME,
+				 strerror(errno));
+		}
+	}
+	if (rc < 0) {
+		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s%s", r->path, r->holder,
+			   *r->why ? r->why : strerror(-rc),
+			   "; the step stays marked unfinished: run the restore again");
+		goto out;
+	}
+	repl_restored(r->job, r->step, r->root, atomic_load(&r->j->files_total),
+		      atomic_load(&r->j->bytes_total));
+	unmark(r);
+	if (!r->files_fixed && !r->nbad)
+		job_result(r->j, 0, r->path, NULL, "%s is intact (every byte checked against the "
+			   "copy on %s): nothing to restore", r->path, r->holder);
+	else
+		job_result(r->j, 0, r->path, NULL, "restored %s from %s: %llu file%s rebuilt, "
+			   "%llu chunk%s (%llu bytes) fetched, %llu intact chunk%s kept%s",
+			   r->path, r->holder, (unsigned long long)r->files_fixed,
+			   r->files_fixed == 1 ? "" : "s", (unsigned long long)r->chunks_fetched,
+			   r->chunks_fetched == 1 ? "" : "s", (unsigned long long)r->bytes_fetched,
+			   (unsigned long long)r->chunks_kept, r->chunks_kept == 1 ? "" : "s",
+			   left.unexpected ? "; entries not in the manifest were left alone" : "");
+out:
+	repl_answers_free(ans, nans);
+}
+
+void repl_restore_run(struct job *j, const char *path, const char *from)
+{
+	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	struct restore r = { .j = j, .job = job, .step = step, .step_fd = -1, .stage_fd = -1,
+			     .tmp_fd = -1 };
+	int rc;
+
+	if (ckpt_locate(j->cfg, path, false, origin, job, step, r.why, sizeof(r.why)) < 0) {
+		job_result(j, 2, NULL, NULL, "restore: %s", r.why);
+		return;
+	}
+	if (from && strcmp(from, repl.cfg->name) == 0) {
+		job_result(j, 2, NULL, NULL, "--from %s names this node: restore fetches from "
+			   "another node's replica", from);
+		return;
+	}
+	if (!repl.cluster) {
+		job_result(j, 1, NULL, NULL, "cannot restore %s/%s/%s: a single node (no hosts "
+			   "file %s) holds no replicas", repl.cfg->ckpt_root, job, step,
+			   repl.cfg->hosts);
+		return;
+	}
+	snprintf(r.path, sizeof(r.path), "%s/%s/%s", repl.cfg->ckpt_root, job, step);
+	job_set_what(j, "%s", r.path);
+	rc = repl_restore_begin(job, step);
+	if (rc < 0) {
+		job_result(j, 1, NULL, NULL, "%s: %s", r.path, rc == -EAGAIN ?
+			   "a commit of it is being hashed; restore it once that is done" :
+			   "a restore of it is already running");
+		return;
+	}
+	r.buf = malloc(REPL_PIECE);
+	r.raw = malloc(REPL_PIECE);
+	rc = r.buf && r.raw ? uio_init(&r.ring) : -ENOMEM;
+	if (rc < 0)
+		job_result(j, 1, NULL, NULL, "restore %s: %s", r.path, strerror(-rc));
+	else
+		run(&r, from);
+	if (rc == 0)
+		io_uring_queue_exit(&r.ring);
+	if (r.x)
+		r.x->ops->close(r.x);
+	for (size_t i = 0; i < r.nbad; i++)
+		free(r.bad[i].rel);
+	free(r.bad);
+	free(r.buf);
+	free(r.raw);
+	if (r.tmp_fd >= 0)
+		close(r.tmp_fd);
+	if (r.stage_fd >= 0)
+		close(r.stage_fd);
+	if (r.step_fd >= 0)
+		close(r.step_fd);
+	codec_thread_end();
+	repl_restore_end(job, step);
+}

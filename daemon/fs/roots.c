@@ -1,0 +1,234 @@
+#include "daemon/fs/roots.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/paths.h"
+#include "daemon/fs/treeops.h"
+
+int roots_mkdirs(const char *path, unsigned mode)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1;; p++) {
+		if (*p == '/' || *p == '\0') {
+			char c = *p;
+
+			*p = '\0';
+			if (mkdir(buf, mode) < 0 && errno != EEXIST)
+				return -errno;
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}
+
+int roots_resolve(const char *abs, char **out)
+{
+	char buf[PATH_MAX], *real;
+	size_t n = strlen(abs);
+	char *cut;
+
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	if (abs[0] != '/')
+		return -EINVAL;
+	memcpy(buf, abs, n + 1);
+	for (;;) {
+		real = realpath(buf, NULL);
+		if (real)
+			break;
+		if (errno != ENOENT)
+			return -errno;
+		cut = strrchr(buf, '/');
+		if (!cut || cut == buf)
+			return -ENOENT;
+		*cut = '\0';
+	}
+	{
+		const char *rest = abs + strlen(buf);
+		size_t rl = strlen(real), tl = strlen(rest);
+		char *res;
+
+		for (const char *p = rest; (p = strstr(p, "/..")); p += 3)
+			if (p[3] == '/' || p[3] == '\0') {
+				free(real);
+				return -EINVAL;
+			}
+		res = malloc(rl + tl + 1);
+		if (!res) {
+			free(real);
+			return -ENOMEM;
+		}
+		memcpy(res, real, rl);
+		memcpy(res + rl, rest, tl + 1);
+		free(real);
+		/* realpath("/") + "/x" gives "//x". */
+		paths_normalize(res, true);
+		*out = res;
+	}
+	return 0;
+}
+
+/* Opens PATH (resolved, beneath the resolved ROOT) from ROOT's fd with no
+ * symlink anywhere on the way. realpath checked a path that may have changed
+ * since: a component swapped for a symlink in between fails here, -EPERM,
+ * instead of leading outside. A directory fd, or -errno. */
+static int open_beneath(const char *root, const char *path)
+{
+	const char *rel = paths_rel(path, root);
+	int fd = rel ? treeops_open_beneath_path(root, rel) : -EXDEV;
+
+	return fd == -ELOOP || fd == -EXDEV ? -EPERM : fd;
+}
+
+static const char *open_error(int err)
+{
+	return err == -EPERM
+		? "it changed while being opened (a symlink on the way); nothing was read"
+		: strerror(-err);
+}
+
+int roots_exit_code(int err)
+{
+	switch (err) {
+	case -ENOMEM: case -EMFILE: case -ENFILE: case -EIO:
+		return 1;
+	default:
+		return 2;
+	}
+}
+
+int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *dest_arg,
+	       char **src, char **dst, int *src_fd, char *why, size_t whylen)
+{
+	char *s = NULL, *d = NULL, *stage = NULL, *root = NULL;
+	const char *rel = NULL;
+	int ret, fd = -1;
+
+	*src = *dst = NULL;
+	*src_fd = -1;
+	s = realpath(src_arg, NULL);
+	if (!s) {
+		ret = -errno;
+		snprintf(why, whylen, "source '%s': %s", src_arg, strerror(errno));
+		return ret;
+	}
+	for (int i = 0; i < cfg->n_source_roots && !rel; i++) {
+		free(root);
+		root = realpath(cfg->source_roots[i], NULL);
+		if (root)
+			rel = paths_rel(s, root);
+	}
+	if (!rel) {
+		snprintf(why, whylen, "source '%s' (%s) is not under a source root (source_roots = %s%s)",
+			 src_arg, s, cfg->source_roots[0], cfg->n_source_roots > 1 ? ", ..." : "");
+		ret = -EPERM;
+		goto out_free;
+	}
+	fd = open_beneath(root, s);
+	if (fd < 0) {
+		ret = fd;
+		snprintf(why, whylen, "source '%s': %s", src_arg, fd == -ENOTDIR
+			 ? "not a directory" : open_error(fd));
+		goto out_free;
+	}
+	ret = roots_mkdirs(cfg->stage_root, 0755);
+	stage = ret ? NULL : realpath(cfg->stage_root, NULL);
+	if (!stage) {
+		ret = ret ? ret : -errno;
+		snprintf(why, whylen, "stage_root '%s': %s", cfg->stage_root, strerror(-ret));
+		goto out_free;
+	}
+	if (dest_arg) {
+		ret = roots_resolve(dest_arg, &d);
+		if (ret < 0) {
+			snprintf(why, whylen, "destination '%s': %s", dest_arg,
+				 ret != -EINVAL ? strerror(-ret) : dest_arg[0] != '/'
+				 ? "not an absolute path" : "'..' below what exists");
+			goto out_free;
+		}
+	} else {
+		const char *leaf = *rel ? rel : (strrchr(root, '/')[1] ? strrchr(root, '/') + 1 : "root");
+
+		if (asprintf(&d, "%s/%s", stage, leaf) < 0) {
+			d = NULL;
+			ret = -ENOMEM;
+			goto out_free;
+		}
+		paths_normalize(d, true);
+	}
+	if (!paths_under(d, stage) || strcmp(d, stage) == 0) {
+		snprintf(why, whylen, "destination '%s' is not beneath stage_root '%s'",
+			 dest_arg ? dest_arg : d, cfg->stage_root);
+		ret = -EPERM;
+		goto out_free;
+	}
+	if (paths_under(d, s) || paths_under(s, d)) {
+		snprintf(why, whylen, "destination '%s' and source '%s' overlap", d, s);
+		ret = -EINVAL;
+		goto out_free;
+	}
+	*src = s;
+	*dst = d;
+	*src_fd = fd;
+	free(stage);
+	free(root);
+	return 0;
+
+out_free:
+	if (fd >= 0)
+		close(fd);
+	free(s);
+	free(d);
+	free(stage);
+	free(root);
+	return ret;
+}
+
+int roots_local(const struct stage_config *cfg, const char *arg, char **path, int *fd,
+		char *why, size_t whylen)
+{
+	const char *roots[] = { cfg->stage_root, cfg->ckpt_root, cfg->replica_root };
+	char *p = realpath(arg, NULL);
+
+	if (!p) {
+		int ret = -errno;
+
+		snprintf(why, whylen, "'%s': %s", arg, strerror(errno));
+		return ret;
+	}
+	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+		char *r = realpath(roots[i], NULL);
+		int ret;
+
+		if (!r || !paths_under(p, r) || strcmp(p, r) == 0) {
+			free(r);
+			continue;
+		}
+		ret = open_beneath(r, p);
+		free(r);
+		if (ret < 0) {
+			snprintf(why, whylen, "'%s': %s", arg, open_error(ret));
+			free(p);
+			return ret;
+		}
+		*path = p;
+		*fd = ret;
+		return 0;
+	}
+	snprintf(why, whylen, "'%s' is not beneath stage_root, ckpt_root or replica_root", arg);
+	free(p);
+	return -EPERM;
+}

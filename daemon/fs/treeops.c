@@ -1,0 +1,211 @@
+#include "daemon/fs/treeops.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static bool dot_or_dotdot(const char *n)
+{
+	return n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0'));
+}
+
+/* Depth-first; recursion depth is the tree's depth, bounded by PATH_MAX. */
+static int remove_dir(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct dirent *d;
+	DIR *dir;
+	int ret = 0;
+
+	/* A non-root daemon may meet a directory it made read-only (a staged
+	 * copy of a 0555 source): it owns it, so it may open it up to empty it. */
+	if (fd < 0 && errno == EACCES && fchmodat(dirfd, name, 0700, AT_SYMLINK_NOFOLLOW) == 0)
+		fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	dir = fdopendir(fd);
+	if (!dir) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	while (ret == 0 && (d = readdir(dir))) {
+		if (dot_or_dotdot(d->d_name))
+			continue;
+		if (unlinkat(fd, d->d_name, 0) == 0)
+			continue;
+		if (errno == EISDIR || errno == EPERM)
+			ret = remove_dir(fd, d->d_name);
+		else if (errno == EACCES && fchmod(fd, 0700) == 0)
+			ret = unlinkat(fd, d->d_name, 0) == 0 ? 0 : remove_dir(fd, d->d_name);
+		else if (errno != ENOENT)
+			ret = -errno;
+	}
+	closedir(dir);
+	if (ret == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		ret = -errno;
+	return ret;
+}
+
+int treeops_remove(int dirfd, const char *name, bool is_dir)
+{
+	if (is_dir)
+		return remove_dir(dirfd, name);
+	if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+		return 0;
+	if (errno == EISDIR)
+		return remove_dir(dirfd, name);
+	return -errno;
+}
+
+bool treeops_empty(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *d;
+	bool empty = true;
+	DIR *dir;
+
+	if (fd < 0)
+		return false;
+	dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return false;
+	}
+	while ((d = readdir(dir)))
+		if (!dot_or_dotdot(d->d_name)) {
+			empty = false;
+			break;
+		}
+	closedir(dir);
+	return empty;
+}
+
+int treeops_open_beneath(int root, const char *rel)
+{
+	struct open_how how = {
+		.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd = syscall(SYS_openat2, root, rel && *rel ? rel : ".", &how, sizeof(how));
+
+	return fd < 0 ? -errno : (int)fd;
+}
+
+int treeops_open_beneath_path(const char *root, const char *rel)
+{
+	int root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC), fd;
+
+	if (root_fd < 0)
+		return -errno;
+	fd = treeops_open_beneath(root_fd, rel);
+	close(root_fd);
+	return fd;
+}
+
+int treeops_open_parent(int root, const char *rel, const char **base)
+{
+	const char *slash = strrchr(rel, '/');
+	char *dir;
+	int fd;
+
+	if (!slash) {
+		*base = rel;
+		return treeops_open_beneath(root, NULL);
+	}
+	*base = slash + 1;
+	dir = strndup(rel, (size_t)(slash - rel));
+	if (!dir)
+		return -ENOMEM;
+	fd = treeops_open_beneath(root, dir);
+	free(dir);
+	return fd;
+}
+
+int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode)
+{
+	char *copy, *save = NULL;
+	int fd;
+
+	if (!*rel)
+		return -EINVAL;         /* the root itself: nothing to make */
+	copy = strdup(rel);
+	if (!copy)
+		return -ENOMEM;
+	fd = fcntl(root, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		fd = -errno;
+		free(copy);
+		return fd;
+	}
+	for (char *c = strtok_r(copy, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+		int next;
+
+		if (strcmp(c, "..") == 0) {
+			close(fd);
+			fd = -EXDEV;
+			break;
+		}
+		if (mkdirat(fd, c, mode) < 0 && errno != EEXIST)
+			next = -errno;
+		else if ((next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+					O_CLOEXEC)) < 0)
+			next = -errno;
+		close(fd);
+		fd = next;
+		if (fd < 0)
+			break;
+	}
+	free(copy);
+	return fd;
+}
+
+static void times_of(int64_t ns, struct timespec ts[2])
+{
+	ts[0].tv_sec = ns / 1000000000LL;
+	ts[0].tv_nsec = ns % 1000000000LL;
+	if (ts[0].tv_nsec < 0) {
+		ts[0].tv_sec--;
+		ts[0].tv_nsec += 1000000000LL;
+	}
+	ts[1] = ts[0];
+}
+
+int treeops_set_meta(int fd, bool chown, uid_t uid, gid_t gid, uint32_t mode, int64_t mtime_ns,
+		     const char **what)
+{
+	struct timespec ts[2];
+
+	times_of(mtime_ns, ts);
+	if (chown && fchown(fd, uid, gid) < 0)
+		return *what = "chown", -errno;
+	if (fchmod(fd, mode) < 0)
+		return *what = "chmod", -errno;
+	if (futimens(fd, ts) < 0)
+		return *what = "set times", -errno;
+	return 0;
+}
+
+int treeops_set_meta_at(int dirfd, const char *name, bool is_link, bool chown, uid_t uid,
+			gid_t gid, uint32_t mode, int64_t mtime_ns, const char **what)
+{
+	struct timespec ts[2];
+
+	times_of(mtime_ns, ts);
+	if (chown && fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+		return *what = "chown", -errno;
+	/* glibc does AT_SYMLINK_NOFOLLOW through an O_PATH fd: the inode it
+	 * checked is the inode it changes. */
+	if (!is_link && fchmodat(dirfd, name, mode, AT_SYMLINK_NOFOLLOW) < 0)
+		return *what = "chmod", -errno;
+	if (utimensat(dirfd, name, ts, AT_SYMLINK_NOFOLLOW) < 0)
+		return *what = "set times", -errno;
+	return 0;
+}

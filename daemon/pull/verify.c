@@ -1,0 +1,303 @@
+/* Verify: one merge pass of the tree's walk with its manifest (both in
+ * component order). Every manifest entry absent from the tree is "missing",
+ * every name of the tree absent from the manifest "unexpected", a different
+ * type, size, mtime or link target "changed", and in deep mode a file whose
+ * bytes no longer hash to the manifest's digest "damaged" (naming the bad
+ * chunks). Deep reads run many files at once on the copier; findings from
+ * them arrive in completion order.
+ */
+#include "daemon/pull/verify.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/manifest.h"
+#include "daemon/engine/copier.h"
+#include "daemon/fs/cursor.h"
+#include "daemon/fs/roots.h"
+#include "daemon/fs/walk.h"
+
+struct vitem {             /* a file being re-hashed */
+	struct cp_file cf;
+	struct mf_entry want;  /* owned copy of the manifest entry */
+};
+
+struct verify {
+	struct job *job;
+	const char *path;
+	int dirfd;               /* the tree, borrowed */
+	struct copier *cp;
+	uint64_t files, bytes, findings;
+	verify_bad_fn bad;
+	void *bad_arg;
+};
+
+/* rel is NULL for a finding about no single entry (a directory that could
+ * not be listed): then detail says everything. */
+static void finding_chunks(struct verify *v, const char *kind, const char *rel,
+			   const char *detail, const digest_t *chunks, uint64_t nchunks)
+{
+	v->findings++;
+	if (!rel)
+		job_note(v->job, LOG_ERROR, NULL, NULL, "%s: %s", v->path, detail);
+	else
+		job_note(v->job, LOG_ERROR, kind, rel, "%s %s/%s%s%s", kind, v->path, rel,
+			 detail ? ": " : "", detail ? detail : "");
+	if (rel && v->bad) {
+		struct verify_finding f = { kind, rel, detail, chunks, nchunks };
+
+		v->bad(&f, v->bad_arg);
+	}
+}
+
+static void finding(struct verify *v, const char *kind, const char *rel, const char *detail)
+{
+	finding_chunks(v, kind, rel, detail, NULL, 0);
+}
+
+static void on_hashed(struct cp_file *cf, void *arg)
+{
+	struct vitem *it = cf->owner;
+	struct verify *v = arg;
+
+	if (cf->err) {
+		char d[256];
+
+		snprintf(d, sizeof(d), "%s: %s", cf->err_op, strerror(-cf->err));
+		finding(v, cf->err == -ESTALE ? "changed" : "unreadable", it->want.path, d);
+	} else if (!digest_eq(cf->digest, it->want.digest)) {
+		char d[512];
+		int n = 0;
+		uint64_t bad = 0;
+
+		for (uint64_t i = 0; i < cf->nchunks && i < it->want.nchunks; i++)
+			if (!digest_eq(cf->chunks[i], it->want.chunks[i])) {
+				if (bad < 8 && n < (int)sizeof(d) - 32)
+					n += snprintf(d + n, sizeof(d) - (size_t)n, "%s%llu",
+						      bad ? ", " : "chunk ", (unsigned long long)i);
+				bad++;
+			}
+		if (bad)
+			snprintf(d + n, sizeof(d) - (size_t)n, "%s of %llu differ",
+				 bad > 8 ? ", ..." : "", (unsigned long long)cf->nchunks);
+		else
+			snprintf(d, sizeof(d), "content digest differs");
+		finding_chunks(v, "damaged", it->want.path, d, cf->chunks, cf->nchunks);
+	}
+	atomic_fetch_add(&v->job->files_done, 1);
+	atomic_fetch_add(&v->job->bytes_done, it->want.size);
+	copier_release(cf);
+	mf_entry_free(&it->want);
+	free(it);
+}
+
+static void drain(struct verify *v, bool all)
+{
+	while (copier_inflight(v->cp) && (all || !copier_has_room(v->cp))) {
+		if (copier_run(v->cp, 100, on_hashed, v) < 0)
+			break;
+		job_progress(v->job, false);
+	}
+}
+
+static void rehash(struct verify *v, const struct mf_entry *m, int64_t mtime_ns)
+{
+	struct vitem *it = calloc(1, sizeof(*it));
+
+	if (!it || mf_entry_copy(&it->want, m) < 0) {
+		free(it);
+		finding(v, "unreadable", m->path, "out of memory");
+		return;
+	}
+	drain(v, false);
+	it->cf = (struct cp_file){
+		.src_at = v->dirfd, .src = it->want.path, .size = it->want.size,
+		.mtime_ns = mtime_ns, .owner = it,
+	};
+	if (copier_start(v->cp, &it->cf) < 0) {
+		finding(v, "unreadable", m->path, "cannot start reading");
+		mf_entry_free(&it->want);
+		free(it);
+	}
+}
+
+/* One name present on both sides. */
+static void compare(struct verify *v, const struct mf_entry *m, const struct walk_ent *w,
+		    bool deep)
+{
+	char detail[256];
+
+	if (w->type != m->type) {
+		snprintf(detail, sizeof(detail), "type '%c', manifest says '%c'", w->type, m->type);
+		{
+			finding(v, "changed", m->path, detail);
+			return;
+		}
+	}
+	if (m->type == MF_DIR)
+		return;
+	if (m->type == MF_LINK) {
+		char t[MF_MAX_PATH + 1];
+		ssize_t n = readlinkat(w->src_dirfd, w->name, t, sizeof(t) - 1);
+
+		if (n < 0 || (uint64_t)n != m->size || memcmp(t, m->target, (size_t)n) != 0)
+			finding(v, "changed", m->path, "link target differs");
+		return;
+	}
+	v->files++;
+	v->bytes += m->size;
+	if ((uint64_t)w->st.st_size != m->size) {
+		snprintf(detail, sizeof(detail), "size %lld, manifest says %llu",
+			 (long long)w->st.st_size, (unsigned long long)m->size);
+		{
+			finding(v, "changed", m->path, detail);
+			return;
+		}
+	}
+	if (w->mtime_ns != m->mtime_ns) {
+		finding(v, "changed", m->path, "mtime differs from the manifest");
+		return;
+	}
+	if (deep) {
+		rehash(v, m, w->mtime_ns);
+		return;
+	}
+	atomic_fetch_add(&v->job->files_done, 1);
+	atomic_fetch_add(&v->job->bytes_done, m->size);
+}
+
+int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_opts *o)
+{
+	struct verify v = { .job = j, .path = path, .dirfd = dirfd, .bad = o->bad,
+			    .bad_arg = o->arg };
+	const char *mf = o->manifest ? o->manifest : "manifest";
+	bool deep = o->deep;
+	struct cursor mc;
+	struct walk *w;
+	struct walk_ent e;
+	bool have_w;
+	char why[1024];
+	int stage_fd, ret;
+
+	stage_fd = openat(dirfd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (stage_fd < 0 || faccessat(stage_fd, mf, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (stage_fd >= 0)
+			close(stage_fd);
+		job_note(j, LOG_ERROR, NULL, NULL,
+			 "%s has no manifest (%s/%s): not a staged tree, or its pull did not finish",
+			 path, path, MF_NAME);
+		return -ENOENT;
+	}
+	ret = cursor_open(&mc, stage_fd, mf, MF_COMPLETE, why, sizeof(why));
+	close(stage_fd);
+	if (ret < 0) {
+		job_note(j, LOG_ERROR, NULL, NULL, "%s/%s: %s", path, MF_DIRNAME, why);
+		return ret;
+	}
+	if (deep) {
+		struct copier_opts co = {
+			.memory = j->cfg->memory, .io_size = j->cfg->io_size,
+			.chunk_size = cursor_chunk_size(&mc), .direct_min = 2 * j->cfg->io_size,
+			.max_files = j->cfg->files_in_flight, .depth = 8, .direct_verify = o->direct,
+		};
+
+		ret = copier_create(&v.cp, -1, &co);
+		if (ret < 0) {
+			cursor_close(&mc);
+			job_note(j, LOG_ERROR, NULL, NULL, "io_uring: %s", strerror(-ret));
+			return ret;
+		}
+	}
+	ret = walk_open(&w, dirfd, -1, 0);
+	if (ret < 0) {
+		job_note(j, LOG_ERROR, NULL, NULL, "cannot list %s: %s", path, strerror(-ret));
+		goto out_copier;
+	}
+	atomic_store(&j->phase, deep ? "verify --deep" : "verify");
+	have_w = false;
+	for (;;) {
+		const struct mf_entry *m;
+		int cmp;
+
+		if (job_cancelled(j)) {
+			ret = -ECANCELED;
+			break;
+		}
+		if (!have_w) {
+			ret = walk_next(w, &e);
+			if (ret < 0) {
+				finding(&v, "unreadable", walk_err_path(w), walk_why(w));
+				continue;
+			}
+			have_w = ret == 1;
+		}
+		m = cursor_peek(&mc);
+		if (!m && !have_w)
+			break;
+		cmp = !m ? 1 : !have_w ? -1 : mf_path_cmp(m->path, e.rel);
+		if (cmp < 0) {
+			finding(&v, "missing", m->path, NULL);
+			cursor_advance(&mc);
+		} else if (cmp > 0) {
+			finding(&v, "unexpected", e.rel, NULL);
+			if (e.type == 'd')
+				walk_skip(w);
+			have_w = false;
+		} else {
+			compare(&v, m, &e, deep);
+			if (e.type == 'd' && m->type != MF_DIR)
+				walk_skip(w);
+			cursor_advance(&mc);
+			have_w = false;
+		}
+		job_progress(j, false);
+	}
+	walk_close(w);
+	if (v.cp)
+		drain(&v, true);
+	if (mc.err) {
+		job_note(j, LOG_ERROR, NULL, NULL, "%s/%s: the manifest is damaged (see the log)",
+			 path, MF_NAME);
+		ret = mc.err;
+	} else if (ret == 0) {
+		ret = v.findings ? 1 : 0;
+		if (o->root && mc.r)
+			*o->root = mf_reader_root(mc.r);
+	}
+	atomic_store(&j->files_total, v.files);
+	atomic_store(&j->bytes_total, v.bytes);
+out_copier:
+	copier_destroy(v.cp);
+	cursor_close(&mc);
+	return ret;
+}
+
+void verify_run(struct job *j, const char *path_arg)
+{
+	bool deep = j->flags & REQ_DEEP;
+	char why[2048], *path = NULL;
+	int fd, ret;
+
+	ret = roots_local(j->cfg, path_arg, &path, &fd, why, sizeof(why));
+	if (ret < 0) {
+		job_result(j, ret == -ENOENT ? 1 : roots_exit_code(ret), NULL, NULL, "%s", why);
+		return;
+	}
+	job_set_what(j, "%s", path);
+	ret = verify_tree(j, path, fd, &(struct verify_opts){ .deep = deep });
+	if (ret == 0)
+		job_result(j, 0, path, NULL, "verified %s%s: %llu files, %llu bytes", path,
+			   deep ? " (every byte)" : "",
+			   (unsigned long long)atomic_load(&j->files_total),
+			   (unsigned long long)atomic_load(&j->bytes_total));
+	else if (ret == 1)
+		job_result(j, 1, path, NULL, "%s does not match its manifest", path);
+	else
+		job_result(j, 1, path, NULL, "could not verify %s: %s", path, strerror(-ret));
+	close(fd);
+	free(path);
+}

@@ -1,0 +1,40 @@
+/* stage verify on this node: a staged tree (or checkpoint) against its
+ * manifest. Fast mode compares types, sizes, mtimes and link targets; deep
+ * mode also re-reads and re-hashes every byte through the copier. */
+#ifndef STAGE_VERIFY_H
+#define STAGE_VERIFY_H
+
+#include <stdbool.h>
+
+#include "common/digest.h"
+#include "daemon/job/job.h"
+
+/* One entry that does not match. kind: "missing", "unexpected", "changed",
+ * "damaged", "unreadable". For "damaged" the digests of the chunks as read
+ * now (nchunks of them; 0 for a file of one chunk), so a caller can tell
+ * which chunks to repair. */
+struct verify_finding {
+	const char *kind, *rel, *detail;   /* detail may be NULL */
+	const digest_t *chunks;
+	uint64_t nchunks;
+};
+typedef void (*verify_bad_fn)(const struct verify_finding *f, void *arg);
+
+struct verify_opts {
+	bool deep;                 /* re-hash every byte */
+	bool direct;               /* deep reads with O_DIRECT where possible */
+	verify_bad_fn bad;         /* may be NULL: hears of every entry that does not match */
+	void *arg;
+	const char *manifest;      /* its name in .stage; NULL: "manifest" */
+	digest_t *root;            /* may be NULL: the manifest's root, once read whole */
+};
+
+/* Verifies the tree at dirfd (path is for messages) against its manifest,
+ * sending each finding as a note. Returns 0 verified, 1 findings, -errno
+ * when it could not verify at all (the reason was sent as a note; -EBADMSG:
+ * the manifest is damaged, -ENOENT: there is none). */
+int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_opts *o);
+/* Serves one MSG_VERIFY_REQ (sends the result). */
+void verify_run(struct job *j, const char *path_arg);
+
+#endif

@@ -1,0 +1,766 @@
+/* The replication service: cluster set-up, commits, the committer and
+ * watcher threads, and what `stage status` and `stage ls` see. The states
+ * of a record and its copies are in repl_impl.h.
+ *
+ * Threads: the committer hashes checkpoints (one at a time, oldest commit
+ * first); one sender per partner (repl_send.c); one receiver per accepted
+ * peer connection (repl_recv.c); the watcher (watch = on). They meet only
+ * in `repl` under repl.lock, and wake each other with repl.cond.
+ */
+#include "daemon/repl/repl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/manifest.h"
+#include "daemon/repl/repl_impl.h"
+#include "daemon/fs/roots.h"
+#include "daemon/ckpt/watch.h"
+
+#define QUIET_MS 2000      /* after a marker: writers finishing other files */
+
+struct repl repl = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+		     .stop_fd = -1 };
+
+uint64_t repl_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether JOB/STEP is being restored, or a restore of it was cut off (its
+ * mark is still there). Under lock. */
+static bool restore_pending(const char *job, const char *step)
+{
+	char mark[PATH_MAX];
+
+	for (struct restoring *x = repl.restoring; x; x = x->next)
+		if (strcmp(x->job, job) == 0 && strcmp(x->step, step) == 0)
+			return true;
+	snprintf(mark, sizeof(mark), "%s/%s/%s/%s/%s", repl.cfg->ckpt_root, job, step, MF_DIRNAME,
+		 RESTORE_MARK);
+	return access(mark, F_OK) == 0;
+}
+
+/* JOB/STEP's record (a new one if none), moved to the end of the list (the
+ * newest commit) with a fresh seq and, unless keep_copies, fresh copies:
+ * state and root are the caller's to set, then save. NULL if out of
+ * memory. Under lock. */
+static struct record *requeue_locked(const char *job, const char *step, bool keep_copies)
+{
+	struct record *r = repl_rec_find(job, step);
+	struct record **pp;
+
+	if (r) {
+		for (pp = &repl.records; *pp; pp = &(*pp)->next)
+			if (*pp == r) {
+				*pp = r->next;
+				break;
+			}
+		if (!keep_copies)
+			memset(r->copies, 0,
+			       sizeof(*r->copies) * (repl.npartners ? repl.npartners : 1));
+	} else if (!(r = repl_rec_new(job, step))) {
+		return NULL;
+	}
+	r->seq = repl_now_ns();
+	r->why[0] = '\0';
+	for (pp = &repl.records; *pp; pp = &(*pp)->next)
+		;
+	r->next = NULL;
+	*pp = r;
+	return r;
+}
+
+/* Queues a commit of JOB/STEP; returns its seq. Under lock. */
+static uint64_t commit_locked(const char *job, const char *step)
+{
+	struct record *r = repl_rec_find(job, step);
+
+	if (r && r->state == R_HASHING) {
+		r->rehash = true;       /* the committer hashes it once more */
+		return r->seq;
+	}
+	r = requeue_locked(job, step, false);
+	if (!r)
+		return 0;
+	r->state = R_HASHING;
+	repl_rec_save(r);
+	repl_rec_retain(job);
+	pthread_cond_broadcast(&repl.cond);
+	return r->seq;
+}
+
+static void *committer_main(void *arg)
+{
+	pthread_mutex_lock(&repl.lock);
+	while (!repl.stopping) {
+		struct record *r = repl.records;
+		char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[1024];
+		uint64_t files = 0, bytes = 0;
+		digest_t root;
+		int rc;
+
+		while (r && r->state != R_HASHING)
+			r = r->next;
+		if (!r) {
+			pthread_cond_wait(&repl.cond, &repl.lock);
+			continue;
+		}
+		strcpy(job, r->job);
+		strcpy(step, r->step);
+		r->rehash = false;
+		pthread_mutex_unlock(&repl.lock);
+		rc = ckpt_manifest(repl.cfg, job, step, &root, &files, &bytes, why, sizeof(why));
+		pthread_mutex_lock(&repl.lock);
+		r = repl_rec_find(job, step);
+		if (!r || r->state != R_HASHING)
+			continue;
+		if (r->rehash)
+			continue;       /* committed again meanwhile: hash again */
+		if (rc == 0) {
+			r->state = R_READY;
+			r->root = root;
+			r->files = files;
+			r->bytes = bytes;
+			log_info("commit %s/%s: manifest written, %llu files, %llu bytes", job, step,
+				 (unsigned long long)files, (unsigned long long)bytes);
+		} else {
+			r->state = R_FAILED;
+			snprintf(r->why, sizeof(r->why), "%s", why);
+			log_err("commit %s/%s: %s", job, step, why);
+		}
+		repl_rec_save(r);
+		pthread_cond_broadcast(&repl.cond);
+	}
+	pthread_mutex_unlock(&repl.lock);
+	return NULL;
+}
+
+static void on_finished(const char *job, const char *step, const char *why, void *arg)
+{
+	/* The watcher reports a step once it has been quiet this long; a commit
+	 * made since its last write (the trainer called `stage commit`) is
+	 * this very checkpoint, already committed. */
+	uint64_t quiet_ms = strncmp(why, "marker", 6) == 0 ? QUIET_MS :
+			    (uint64_t)repl.cfg->settle * 1000;
+	uint64_t last_write = repl_now_ns() - quiet_ms * 1000000ull;
+	struct record *r;
+
+	pthread_mutex_lock(&repl.lock);
+	r = repl_rec_find(job, step);
+	if (restore_pending(job, step)) {
+		/* A restore writes there (or was cut off): committing half a
+		 * restore would replicate it over the intact copies. */
+		log_info("%s/%s is being restored, or its restore did not finish: not committing "
+			 "it", job, step);
+		pthread_mutex_unlock(&repl.lock);
+		return;
+	}
+	if (r && r->state != R_FAILED && r->seq >= last_write) {
+		log_debug("%s/%s is finished (%s), and already committed", job, step, why);
+	} else {
+		log_info("checkpoint %s/%s/%s is finished (%s): committing", repl.cfg->ckpt_root,
+			 job, step, why);
+		commit_locked(job, step);
+	}
+	pthread_mutex_unlock(&repl.lock);
+}
+
+int repl_restore_begin(const char *job, const char *step)
+{
+	struct record *r;
+	struct restoring *x;
+
+	pthread_mutex_lock(&repl.lock);
+	r = repl_rec_find(job, step);
+	if (r && r->state == R_HASHING) {
+		pthread_mutex_unlock(&repl.lock);
+		return -EAGAIN;         /* a commit is hashing it: one or the other */
+	}
+	for (x = repl.restoring; x; x = x->next)
+		if (strcmp(x->job, job) == 0 && strcmp(x->step, step) == 0) {
+			pthread_mutex_unlock(&repl.lock);
+			return -EBUSY;
+		}
+	x = calloc(1, sizeof(*x));
+	if (x) {
+		snprintf(x->job, sizeof(x->job), "%s", job);
+		snprintf(x->step, sizeof(x->step), "%s", step);
+		x->next = repl.restoring;
+		repl.restoring = x;
+	}
+	pthread_mutex_unlock(&repl.lock);
+	return x ? 0 : -ENOMEM;
+}
+
+void repl_restore_end(const char *job, const char *step)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (struct restoring **pp = &repl.restoring; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->job, job) == 0 && strcmp((*pp)->step, step) == 0) {
+			struct restoring *x = *pp;
+
+			*pp = x->next;
+			free(x);
+			break;
+		}
+	pthread_mutex_unlock(&repl.lock);
+}
+
+void repl_restored(const char *job, const char *step, digest_t root, uint64_t files,
+		   uint64_t bytes)
+{
+	struct record *r;
+
+	pthread_mutex_lock(&repl.lock);
+	r = repl_rec_find(job, step);
+	/* Committed now (so the watcher, seeing the writes, does not commit it
+	 * again) with the restored root. The copies stand if the record already
+	 * had this root; otherwise each partner is offered it again and,
+	 * holding it, answers "have it" at the cost of a manifest. */
+	r = requeue_locked(job, step, r && r->state == R_READY && digest_eq(r->root, root));
+	if (!r) {
+		pthread_mutex_unlock(&repl.lock);
+		return;
+	}
+	r->state = R_READY;
+	r->root = root;
+	r->files = files;
+	r->bytes = bytes;
+	repl_rec_save(r);
+	repl_rec_retain(job);
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+}
+
+static void *watcher_main(void *arg)
+{
+	struct watch *w = arg;
+
+	for (;;) {
+		struct pollfd p[2] = {
+			{ .fd = watch_fd(w), .events = POLLIN },
+			{ .fd = repl.stop_fd, .events = POLLIN },
+		};
+		int rc = poll(p, 2, watch_timeout_ms(w));
+
+		if (rc < 0 && errno != EINTR)
+			break;
+		if (p[1].revents)
+			break;
+		if (p[0].revents && watch_handle(w, on_finished, NULL) < 0) {
+			log_err("watch %s: inotify failed; automatic commits stop",
+				repl.cfg->ckpt_root);
+			break;
+		}
+		watch_tick(w, on_finished, NULL);
+	}
+	watch_close(w);
+	return NULL;
+}
+
+static int open_cluster(const struct stage_config *cfg, char *why, size_t whylen)
+{
+	size_t *idx;
+	ssize_t self;
+	int n, rc;
+
+	if (access(cfg->hosts, F_OK) < 0 && errno == ENOENT) {
+		log_info("no hosts file at %s: a single node, nothing to replicate", cfg->hosts);
+		return 0;
+	}
+	rc = hosts_load(&repl.hosts, cfg->hosts, why, whylen);
+	if (rc < 0)
+		return rc;
+	self = hosts_find(&repl.hosts, cfg->name);
+	if (self < 0) {
+		snprintf(why, whylen, "%s: this node, '%s' (node.name), is not in it", cfg->hosts,
+			 cfg->name);
+		rc = -EINVAL;
+		goto out_free_hosts;
+	}
+	repl.self = (size_t)self;
+	repl.cluster = true;
+	if (repl.hosts.n == 1)
+		return 0;
+	rc = auth_key_load(&repl.key, cfg->key_file, why, whylen);
+	if (rc < 0)
+		goto out_free_hosts;
+	idx = calloc(repl.hosts.n, sizeof(*idx));
+	if (!idx) {
+		rc = -ENOMEM;
+		goto out_free_key;
+	}
+	n = hosts_partners(&repl.hosts, repl.self, cfg->replicas, idx, repl.hosts.n);
+	if (n < 0) {
+		rc = n;
+		free(idx);
+		goto out_free_key;
+	}
+	if (cfg->replicas != CFG_REPLICAS_ALL && n < cfg->replicas)
+		log_warn("replicas = %d, but only %d node(s) outside this node's domain: "
+			 "each checkpoint gets %d copies", cfg->replicas, n, n);
+	repl.partners = calloc((size_t)n + 1, sizeof(*repl.partners));
+	if (!repl.partners) {
+		free(idx);
+		rc = -ENOMEM;
+		goto out_free_key;
+	}
+	for (int i = 0; i < n; i++)
+		repl.partners[i].host = idx[i];
+	repl.npartners = (size_t)n;
+	free(idx);
+	return 0;
+out_free_key:
+	auth_key_free(&repl.key);
+out_free_hosts:
+	hosts_free(&repl.hosts);
+	repl.cluster = false;
+	return rc;
+}
+
+/* The mirror of open_cluster. */
+static void close_cluster(void)
+{
+	free(repl.partners);
+	repl.partners = NULL;
+	repl.npartners = 0;
+	if (repl.cluster) {
+		auth_key_free(&repl.key);
+		hosts_free(&repl.hosts);
+	}
+	repl.cluster = false;
+}
+
+int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
+{
+	struct watch *w = NULL;
+	int rc;
+
+	repl.cfg = cfg;
+	rc = open_cluster(cfg, why, whylen);
+	if (rc < 0)
+		return rc;
+	if ((rc = roots_mkdirs(cfg->ckpt_root, 0755)) < 0 ||
+	    (rc = roots_mkdirs(cfg->replica_root, 0755)) < 0) {
+		snprintf(why, whylen, "cannot create %s: %s", access(cfg->ckpt_root, F_OK) ?
+			 cfg->ckpt_root : cfg->replica_root, strerror(-rc));
+		goto out_close_cluster;
+	}
+	/* Every node checks its transport (transport = rdma without a device
+	 * is an error even alone); only a node with peers listens. */
+	rc = repl_net_open(cfg, repl.cluster && repl.hosts.n > 1, why, whylen);
+	if (rc < 0)
+		goto out_close_cluster;
+	repl_rec_load_all();
+	if (cfg->watch) {
+		struct watch_opts wo = {
+			.marker = cfg->marker[0] ? cfg->marker : NULL,
+			.settle_ms = (uint64_t)cfg->settle * 1000, .quiet_ms = QUIET_MS,
+		};
+
+		rc = watch_open(&w, cfg->ckpt_root, &wo, why, whylen);
+		if (rc < 0)
+			goto out_unlisten;
+		repl.stop_fd = eventfd(0, EFD_CLOEXEC);
+		if (repl.stop_fd < 0) {
+			rc = -errno;
+			snprintf(why, whylen, "eventfd: %s", strerror(-rc));
+			goto out_close_watch;
+		}
+		rc = -pthread_create(&repl.watcher, NULL, watcher_main, w);
+		if (rc < 0) {
+			snprintf(why, whylen, "cannot start the watcher: %s", strerror(-rc));
+			goto out_close_stop;
+		}
+		repl.watcher_started = true;
+	}
+	rc = -pthread_create(&repl.committer, NULL, committer_main, NULL);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot start the committer: %s", strerror(-rc));
+		goto out_stop_watcher;
+	}
+	repl.committer_started = true;
+	for (size_t i = 0; i < repl.npartners; i++)
+		if (pthread_create(&repl.partners[i].thread, NULL, repl_send_main,
+				   &repl.partners[i]) != 0)
+			log_err("cannot start the sender to %s",
+				repl.hosts.v[repl.partners[i].host].name);
+	if (repl.cluster) {
+		char list[1024] = "";
+		size_t o = 0;
+
+		for (size_t i = 0; i < repl.npartners && o < sizeof(list); i++)
+			o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", i ? ", " : "",
+					      repl.hosts.v[repl.partners[i].host].name);
+		log_info("cluster of %zu nodes; partners: %s; peers on %s", repl.hosts.n,
+			 o ? list : "none", repl_listen_fd() >= 0 ? cfg->listen : "(none)");
+	}
+	return 0;
+out_stop_watcher:
+	if (repl.watcher_started) {
+		uint64_t one = 1;
+
+		if (write(repl.stop_fd, &one, sizeof(one)) < 0)
+			log_warn("eventfd: %s", strerror(errno));
+		pthread_join(repl.watcher, NULL);
+		repl.watcher_started = false;
+		w = NULL;
+	}
+out_close_stop:
+	if (repl.stop_fd >= 0)
+		close(repl.stop_fd);
+	repl.stop_fd = -1;
+out_close_watch:
+	if (w)
+		watch_close(w);
+out_unlisten:
+	repl_net_close();
+out_close_cluster:
+	close_cluster();
+	return rc;
+}
+
+void repl_close(void)
+{
+	pthread_mutex_lock(&repl.lock);
+	repl.stopping = true;
+	for (size_t i = 0; i < repl.npartners; i++)
+		if (repl.partners[i].x)
+			repl.partners[i].x->ops->shutdown(repl.partners[i].x);
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+	for (size_t i = 0; i < repl.npartners; i++)
+		pthread_join(repl.partners[i].thread, NULL);
+	if (repl.committer_started)
+		pthread_join(repl.committer, NULL);
+	if (repl.watcher_started) {
+		uint64_t one = 1;
+
+		if (write(repl.stop_fd, &one, sizeof(one)) < 0)
+			log_warn("eventfd: %s", strerror(errno));
+		pthread_join(repl.watcher, NULL);
+	}
+	if (repl.stop_fd >= 0)
+		close(repl.stop_fd);
+	repl_net_close();
+	repl_recv_wait();
+	while (repl.records) {
+		struct record *r = repl.records;
+
+		repl.records = r->next;
+		repl_rec_free(r);
+	}
+	close_cluster();
+}
+
+static const char *node_name(size_t partner)
+{
+	return repl.hosts.v[repl.partners[partner].host].name;
+}
+
+/* --wait: until every copy is confirmed or failed. Under lock. */
+static void wait_copies(struct job *j, uint64_t seq, const char *job, const char *step)
+{
+	char *noted = calloc(repl.npartners + 1, 1024);
+
+	for (;;) {
+		struct record *r = repl_rec_find(job, step);
+		size_t pending = 0, failed = 0;
+		uint64_t sent = 0;
+		struct timespec ts;
+
+		if (!r) {
+			job_result(j, 1, NULL, NULL, "%s/%s: its record was dropped (keep = %d)",
+				   job, step, repl.cfg->keep);
+			break;
+		}
+		seq = r->seq;
+		if (r->state == R_FAILED) {
+			job_result(j, 1, NULL, NULL, "commit %s/%s failed: %s", job, step, r->why);
+			break;
+		}
+		if (r->state == R_READY) {
+			atomic_store(&j->phase, "replicate");
+			for (size_t i = 0; i < repl.npartners; i++) {
+				struct rcopy *c = &r->copies[i];
+				struct partner *p = &repl.partners[i];
+				const char *why = c->state == C_FAILED ? c->why :
+					p->state == PEER_DOWN ? p->why : "";
+
+				pending += c->state == C_PENDING || c->state == C_SENDING;
+				failed += c->state == C_FAILED;
+				sent += c->state == C_CONFIRMED ? r->bytes : c->sent;
+				if (noted && *why && strcmp(noted + 1024 * i, why) != 0) {
+					snprintf(noted + 1024 * i, 1024, "%s", why);
+					job_note(j, c->state == C_FAILED ? LOG_ERROR : LOG_WARN, NULL,
+						 NULL, "copy on %s: %s%s", node_name(i), why,
+						 c->state == C_FAILED ? "" : " (retrying)");
+				}
+			}
+			atomic_store(&j->bytes_total, r->bytes * repl.npartners);
+			atomic_store(&j->bytes_done, sent);
+			if (!pending) {
+				if (failed)
+					job_result(j, 1, NULL, NULL, "%s/%s: %zu of %zu copies failed",
+						   job, step, failed, repl.npartners);
+				else
+					job_result(j, 0, NULL, NULL,
+						   "%s/%s: manifest written and confirmed on %zu "
+						   "partner(s)", job, step, repl.npartners);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&repl.lock);
+		job_progress(j, false);
+		if (job_cancelled(j)) {
+			pthread_mutex_lock(&repl.lock);
+			break;
+		}
+		pthread_mutex_lock(&repl.lock);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
+	}
+	(void)seq;
+	free(noted);
+}
+
+void repl_commit_run(struct job *j, const char *path_arg)
+{
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[2048];
+	char *path = realpath(path_arg, NULL), *root = NULL;
+	int err = errno;
+	uint64_t seq;
+
+	if (!path) {
+		job_result(j, 2, NULL, NULL, "cannot commit %s: %s", path_arg, strerror(err));
+		goto out_free;
+	}
+	root = realpath(repl.cfg->ckpt_root, NULL);
+	if (!root) {
+		job_result(j, 2, NULL, NULL, "ckpt_root %s: %s", repl.cfg->ckpt_root,
+			   strerror(errno));
+		goto out_free;
+	}
+	{
+		struct stage_config c = *repl.cfg;
+
+		c.ckpt_root = root;     /* compare resolved with resolved */
+		if (ckpt_parse(&c, path, job, step, why, sizeof(why)) < 0) {
+			job_result(j, 2, NULL, NULL, "%s", why);
+			goto out_free;
+		}
+	}
+	job_set_what(j, "%s/%s", job, step);
+	pthread_mutex_lock(&repl.lock);
+	if (restore_pending(job, step)) {
+		pthread_mutex_unlock(&repl.lock);
+		job_result(j, 1, path, NULL, "not committing %s: it is being restored, or its "
+			   "restore did not finish (%s/%s/%s exists); run `stage restore %s` again "
+			   "first, so that half a restore is never replicated", path, path,
+			   MF_DIRNAME, RESTORE_MARK, path);
+		goto out_free;
+	}
+	seq = commit_locked(job, step);
+	if (!seq) {
+		pthread_mutex_unlock(&repl.lock);
+		job_result(j, 1, path, NULL, "out of memory");
+		goto out_free;
+	}
+	if (!(j->flags & REQ_WAIT)) {
+		pthread_mutex_unlock(&repl.lock);
+		job_result(j, 0, path, NULL, "committed %s/%s: manifest and %zu cop%s queued", job,
+			   step, repl.npartners, repl.npartners == 1 ? "y" : "ies");
+		goto out_free;
+	}
+	if (!repl.npartners)
+		job_note(j, LOG_WARN, NULL, NULL, "%s", repl.cluster ?
+			 "this node has no partners (replicas, domains): no copies are made" :
+			 "a single node (no hosts file): no copies are made");
+	atomic_store(&j->phase, "manifest");
+	wait_copies(j, seq, job, step);
+	pthread_mutex_unlock(&repl.lock);
+out_free:
+	free(path);
+	free(root);
+}
+
+static const char *cstate_name(enum cstate s)
+{
+	static const char *const n[] = { "pending", "sending", "confirmed", "failed" };
+
+	return n[s];
+}
+
+void repl_status(struct msg *m)
+{
+	char v[2048];
+	uint64_t lag_bytes = 0;
+	unsigned lag_copies = 0;
+
+	pthread_mutex_lock(&repl.lock);
+	if (!repl.cluster) {
+		msg_put_str(m, K_NAME, "peers");
+		msg_put_str(m, K_VALUE, "none (a single node: no hosts file)");
+	}
+	for (size_t h = 0; repl.cluster && h < repl.hosts.n; h++) {
+		const struct host *hp = &repl.hosts.v[h];
+		struct partner *p = NULL;
+		uint64_t now = repl_now_ns();
+
+		if (h == repl.self)
+			continue;
+		for (size_t i = 0; i < repl.npartners; i++)
+			if (repl.partners[i].host == h)
+				p = &repl.partners[i];
+		if (!p)
+			snprintf(v, sizeof(v), "%s %s:%u: not a partner of this node", hp->name,
+				 hp->host, hp->port);
+		else if (p->state == PEER_UP)
+			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
+				 "%llu bytes sent as %llu, %llu bytes held there", hp->name,
+				 hp->host, hp->port, p->x ? p->x->ops->name : "-",
+				 p->codec ? p->codec : "-",
+				 (unsigned long long)p->raw, (unsigned long long)p->wire,
+				 (unsigned long long)p->held);
+		else if (p->state == PEER_DOWN)
+			snprintf(v, sizeof(v), "%s %s:%u: partner, down: %s (retry in %llu ms)",
+				 hp->name, hp->host, hp->port, p->why,
+				 (unsigned long long)(p->retry_at_ns > now ?
+						      (p->retry_at_ns - now) / 1000000 : 0));
+		else
+			snprintf(v, sizeof(v), "%s %s:%u: partner, not connected (nothing to send)",
+				 hp->name, hp->host, hp->port);
+		msg_put_str(m, K_NAME, "peer");
+		msg_put_str(m, K_VALUE, v);
+	}
+	if (repl.cluster) {
+		if (repl.hosts.n > 1)
+			repl_net_status(m);
+		else {
+			msg_put_str(m, K_NAME, "transport");
+			msg_put_str(m, K_VALUE, "none (one node)");
+		}
+	}
+	for (struct record *r = repl.records; r; r = r->next)
+		for (size_t i = 0; i < repl.npartners; i++) {
+			struct rcopy *c = &r->copies[i];
+
+			if (c->state != C_PENDING && c->state != C_SENDING)
+				continue;
+			lag_copies++;
+			lag_bytes += r->bytes - (c->sent < r->bytes ? c->sent : r->bytes);
+			if (c->state == C_SENDING) {
+				snprintf(v, sizeof(v), "%s/%s to %s: %llu of %llu bytes", r->job,
+					 r->step, node_name(i), (unsigned long long)c->sent,
+					 (unsigned long long)c->total);
+				msg_put_str(m, K_NAME, "sending");
+				msg_put_str(m, K_VALUE, v);
+			}
+		}
+	if (repl.cluster) {
+		snprintf(v, sizeof(v), "%u cop%s, %llu bytes not yet confirmed", lag_copies,
+			 lag_copies == 1 ? "y" : "ies", (unsigned long long)lag_bytes);
+		msg_put_str(m, K_NAME, "replication lag");
+		msg_put_str(m, K_VALUE, v);
+	}
+	repl_recv_status(m);
+	pthread_mutex_unlock(&repl.lock);
+}
+
+/* Replicas this node holds for others: replica_root/ORIGIN/JOB/STEP with a
+ * manifest. */
+static void ls_held(struct msg *m)
+{
+	DIR *od = opendir(repl.cfg->replica_root);
+	struct dirent *oe;
+	const char *w;
+
+	if (!od)
+		return;
+	while ((oe = readdir(od))) {
+		char jp[4096];
+		DIR *jd;
+		struct dirent *je;
+
+		if (config_check_name(oe->d_name, &w) < 0)
+			continue;
+		snprintf(jp, sizeof(jp), "%s/%s", repl.cfg->replica_root, oe->d_name);
+		jd = opendir(jp);
+		while (jd && (je = readdir(jd))) {
+			char sp[4400];
+			DIR *sd;
+			struct dirent *se;
+
+			if (config_check_name(je->d_name, &w) < 0)
+				continue;
+			snprintf(sp, sizeof(sp), "%s/%s", jp, je->d_name);
+			sd = opendir(sp);
+			while (sd && (se = readdir(sd))) {
+				char mp[4800], name[600], v[700];
+
+				if (config_check_name(se->d_name, &w) < 0)
+					continue;
+				snprintf(mp, sizeof(mp), "%s/%s/.stage/manifest", sp, se->d_name);
+				if (access(mp, F_OK) < 0)
+					continue;
+				snprintf(name, sizeof(name), "%s/%s", je->d_name, se->d_name);
+				snprintf(v, sizeof(v), "origin=%s state=replica holder=%s", oe->d_name,
+					 repl.cfg->name);
+				msg_put_str(m, K_NAME, name);
+				msg_put_str(m, K_VALUE, v);
+			}
+			if (sd)
+				closedir(sd);
+		}
+		if (jd)
+			closedir(jd);
+	}
+	closedir(od);
+}
+
+void repl_ls(struct msg *m)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (struct record *r = repl.records; r; r = r->next) {
+		char name[600], v[4096], hex[DIGEST_HEX_LEN + 1] = "-";
+		size_t o;
+
+		snprintf(name, sizeof(name), "%s/%s", r->job, r->step);
+		if (r->state == R_READY)
+			digest_to_hex(r->root, hex);
+		o = (size_t)snprintf(v, sizeof(v), "origin=%s state=%s root=%s files=%llu "
+				     "bytes=%llu copies=", repl.cfg->name,
+				     r->state == R_HASHING ? "hashing" : r->state == R_READY ?
+				     "committed" : "failed", hex, (unsigned long long)r->files,
+				     (unsigned long long)r->bytes);
+		for (size_t i = 0; i < repl.npartners && o < sizeof(v); i++)
+			o += (size_t)snprintf(v + o, sizeof(v) - o, "%s%s:%s", i ? "," : "",
+					      node_name(i), cstate_name(r->copies[i].state));
+		if (!repl.npartners && o < sizeof(v))
+			snprintf(v + o, sizeof(v) - o, "none");
+		msg_put_str(m, K_NAME, name);
+		msg_put_str(m, K_VALUE, v);
+	}
+	pthread_mutex_unlock(&repl.lock);
+	ls_held(m);
+}

@@ -1,0 +1,730 @@
+/* The copy being built on the receiver: the cursor over the offer, the
+ * writes through io_uring, the chunks held here already, the journal, and
+ * publication (repl_rx.h; the design in repl_recv.c's opening comment). */
+#include "daemon/repl/repl_rx.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "daemon/fs/roots.h"
+#include "daemon/fs/treeops.h"
+
+int rx_fail(struct rx *r, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!r->why[0]) {
+		va_start(ap, fmt);
+		vsnprintf(r->why, sizeof(r->why), fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+/* ---- writes ---- */
+
+static void wq_reap(struct wq *q, bool wait)
+{
+	struct io_uring_cqe *cqe;
+
+	while (q->inflight && (wait ? io_uring_wait_cqe(&q->ring, &cqe) :
+			       io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
+		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+
+		/* A short write to a regular file means the file system is full. */
+		if (cqe->res != (int)q->len[i] && !q->err)
+			q->err = cqe->res < 0 ? cqe->res : -ENOSPC;
+		q->busy[i] = false;
+		q->inflight--;
+		io_uring_cqe_seen(&q->ring, cqe);
+		wait = false;
+	}
+}
+
+static int wq_free_buf(struct wq *q)
+{
+	for (;;) {
+		for (int i = 0; i < WQ_DEPTH; i++)
+			if (!q->busy[i])
+				return i;
+		wq_reap(q, true);
+	}
+}
+
+int rx_wq_drain(struct wq *q)
+{
+	while (q->inflight)
+		wq_reap(q, true);
+	return q->err;
+}
+
+/* ---- the cursor over the offer ---- */
+
+int rx_next_entry(struct rx *r)
+{
+	int rc;
+
+	if (r->have_ce) {
+		if (r->ce.type == MF_FILE && r->ce.size)
+			r->gbase += r->ce.nchunks ? r->ce.nchunks : 1;
+		mf_entry_free(&r->ce);
+		r->have_ce = false;
+		r->ci++;
+	}
+	rc = mf_reader_next(r->mr, &r->ce);
+	if (rc < 0)
+		return rx_fail(r, rc, "the offered manifest: %s", mf_reader_why(r->mr));
+	r->have_ce = rc == 1;
+	return 0;
+}
+
+/* Makes the current entry exist, when it is not a file with data (those
+ * come in DATA frames or from local copies). Idempotent, for a resumed
+ * transfer. */
+static int materialize(struct rx *r)
+{
+	const struct mf_entry *e = &r->ce;
+	const char *base;
+	int dfd, rc = 0;
+
+	dfd = treeops_open_parent(r->in_fd, e->path, &base);
+	if (dfd < 0)
+		return rx_fail(r, dfd, "%s: %s", e->path, strerror(-dfd));
+	if (e->type == MF_DIR) {
+		if (mkdirat(dfd, base, 0700) < 0 && errno != EEXIST)
+			rc = rx_fail(r, -errno, "mkdir %s: %s", e->path, strerror(errno));
+	} else if (e->type == MF_LINK) {
+		unlinkat(dfd, base, 0);
+		if (symlinkat(e->target, dfd, base) < 0)
+			rc = rx_fail(r, -errno, "symlink %s: %s", e->path, strerror(errno));
+		else if ((rc = treeops_set_meta_at(dfd, base, true, false, 0, 0, e->mode,
+						   e->mtime_ns, &base)) < 0)
+			rc = rx_fail(r, rc, "%s: %s", e->path, strerror(-rc));
+	} else if (e->size == 0) {
+		int fd = openat(dfd, base, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+				0600);
+
+		if (fd < 0) {
+			rc = rx_fail(r, -errno, "create %s: %s", e->path, strerror(errno));
+		} else {
+			rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
+					      &base);
+			if (rc < 0)
+				rx_fail(r, rc, "%s: %s", e->path, strerror(-rc));
+			close(fd);
+		}
+	}
+	close(dfd);
+	return rc;
+}
+
+/* ---- the file being written ---- */
+
+/* Hashes n more bytes of the current file: false when a chunk they complete
+ * does not match its manifest digest. */
+static bool feed(struct rx *r, const uint8_t *p, size_t n)
+{
+	bool ok = true;
+
+	XXH3_128bits_update(r->whole, p, n);
+	if (!r->ce.nchunks)
+		return true;
+	while (n) {
+		size_t take = r->chunk_size - r->chunk_fill < n ? r->chunk_size - r->chunk_fill : n;
+
+		XXH3_128bits_update(r->chunk, p, take);
+		r->chunk_fill += take;
+		p += take;
+		n -= take;
+		if (r->chunk_fill == r->chunk_size ||
+		    r->chunk_no * r->chunk_size + r->chunk_fill == r->ce.size) {
+			if ((r->chunk_no >= r->ce.nchunks ||
+			     !digest_eq(XXH3_128bits_digest(r->chunk), r->ce.chunks[r->chunk_no])) &&
+			    ok) {
+				ok = false;
+				r->bad_chunk = r->chunk_no;
+			}
+			r->chunk_no++;
+			r->chunk_fill = 0;
+			XXH3_128bits_reset(r->chunk);
+		}
+	}
+	return ok;
+}
+
+static int journal(struct rx *r, uint64_t idx, uint64_t off)
+{
+	fprintf(r->journal, "%llu %llu\n", (unsigned long long)idx, (unsigned long long)off);
+	if (fflush(r->journal) != 0)
+		return rx_fail(r, -errno, "journal: %s", strerror(errno));
+	return 0;
+}
+
+/* The current file's bytes are wrong: the journal goes back to its start,
+ * so that the next attempt does not resume on top of them. */
+static void forget_file(struct rx *r)
+{
+	journal(r, r->ci, 0);
+}
+
+static int open_file(struct rx *r)
+{
+	const char *base;
+	int dfd = treeops_open_parent(r->in_fd, r->ce.path, &base);
+	uint64_t keep = r->ci == r->j_idx ? r->j_off : 0;
+	bool ok = true;
+
+	if (dfd < 0)
+		return rx_fail(r, dfd, "%s: %s", r->ce.path, strerror(-dfd));
+	r->fd = openat(dfd, base, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	close(dfd);
+	if (r->fd < 0)
+		return rx_fail(r, -errno, "create %s: %s", r->ce.path, strerror(errno));
+	if (ftruncate(r->fd, (off_t)keep) < 0)
+		return rx_fail(r, -errno, "truncate %s: %s", r->ce.path, strerror(errno));
+	XXH3_128bits_reset(r->whole);
+	XXH3_128bits_reset(r->chunk);
+	r->chunk_fill = r->chunk_no = 0;
+	r->expect = r->synced = 0;
+	/* A resumed file: what is already durable is hashed again, so the
+	 * whole-file digest covers every byte, and checked chunk by chunk. */
+	while (r->expect < keep) {
+		int b = wq_free_buf(&r->wq);
+		size_t n = keep - r->expect < REPL_PIECE ? keep - r->expect : REPL_PIECE;
+		ssize_t got = pread(r->fd, r->wq.buf[b], n, (off_t)r->expect);
+
+		if (got != (ssize_t)n)
+			return rx_fail(r, got < 0 ? -errno : -EIO, "re-reading %s", r->ce.path);
+		ok &= feed(r, r->wq.buf[b], n);
+		r->expect += n;
+	}
+	r->synced = keep;
+	if (!ok) {              /* the durable part is not what the journal said */
+		forget_file(r);
+		return rx_fail(r, -EBADMSG, "%s: the resumed part does not match; starting it over",
+			    r->ce.path);
+	}
+	return 0;
+}
+
+static int finish_file(struct rx *r)
+{
+	const char *what;
+	int rc = rx_wq_drain(&r->wq);
+
+	if (rc < 0)
+		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
+	if (!digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest)) {
+		forget_file(r);
+		return rx_fail(r, -EBADMSG, "%s does not match its digest", r->ce.path);
+	}
+	rc = treeops_set_meta(r->fd, false, 0, 0, PEER_MODE(r->ce.mode), r->ce.mtime_ns, &what);
+	if (rc == 0 && fdatasync(r->fd) < 0)
+		rc = -errno;
+	if (rc < 0)
+		return rx_fail(r, rc, "%s: %s", r->ce.path, strerror(-rc));
+	close(r->fd);
+	r->fd = -1;
+	rc = journal(r, r->ci, r->ce.size);
+	return rc < 0 ? rc : rx_next_entry(r);    /* done with it: the cursor moves on */
+}
+
+/* Buffer b holds the next n bytes of the current file: hashed (-EBADMSG,
+ * not yet reported, when a chunk does not match), written, and now and then
+ * made durable and journaled, only where a chunk ends, so that the journal
+ * never vouches for part of a chunk that was not checked. */
+static int put_piece(struct rx *r, int b, size_t n)
+{
+	int rc;
+
+	if (!feed(r, r->wq.buf[b], n))
+		return -EBADMSG;
+	{
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->wq.ring);
+
+		io_uring_prep_write(sqe, r->fd, r->wq.buf[b], (unsigned)n, r->expect);
+		io_uring_sqe_set_data64(sqe, (uint64_t)b);
+		r->wq.busy[b] = true;
+		r->wq.len[b] = (uint32_t)n;
+		r->wq.inflight++;
+		io_uring_submit(&r->wq.ring);
+	}
+	wq_reap(&r->wq, false);
+	r->expect += n;
+	if (r->expect < r->ce.size && r->expect - r->synced >= SYNC_EVERY &&
+	    (!r->ce.nchunks || r->chunk_fill == 0)) {
+		if ((rc = rx_wq_drain(&r->wq)) < 0)
+			return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
+		if (fdatasync(r->fd) < 0)
+			return rx_fail(r, -errno, "sync %s: %s", r->ce.path, strerror(errno));
+		r->synced = r->expect;
+		return journal(r, r->ci, r->expect);
+	}
+	return 0;
+}
+
+/* ---- chunks held here already ---- */
+
+/* A chunk copied from a local copy was wrong (bit rot there, or the copy
+ * changed or went): this offer will not trust local copies again, and the
+ * refusal makes the sender try again, this time sending everything. */
+static int held_bad(struct rx *r, uint64_t k, const char *why)
+{
+	int fd = openat(r->st_fd, "nolocal", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+
+	if (fd >= 0)
+		close(fd);
+	if (!r->ce.nchunks)
+		forget_file(r);     /* journaled mid-file, unchecked until its end */
+	log_warn("%s: %s: chunk %llu held in %s/%s %s; fetching it instead", r->slot.key,
+		 r->ce.path, (unsigned long long)k, repl.cfg->replica_root, r->src_path, why);
+	return rx_fail(r, -EBADMSG, "%s: chunk %llu of the local copy %s %s; the next attempt "
+		    "fetches it", r->ce.path, (unsigned long long)k, r->src_path, why);
+}
+
+/* n bytes at off of the held file path into p. */
+static int read_held(struct rx *r, const char *path, uint64_t off, uint8_t *p, size_t n)
+{
+	ssize_t got;
+
+	if (r->src_fd < 0 || r->src_path != path) {
+		const char *base;
+		int dfd;
+
+		if (r->src_fd >= 0)
+			close(r->src_fd);
+		r->src_path = path;
+		r->src_fd = -1;
+		dfd = treeops_open_parent(r->rr_fd, path, &base);
+		if (dfd < 0)
+			return dfd;
+		r->src_fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (r->src_fd < 0) {
+			int err = -errno;
+
+			close(dfd);
+			return err;
+		}
+		close(dfd);
+	}
+	got = pread(r->src_fd, p, n, (off_t)off);
+	return got == (ssize_t)n ? 0 : got < 0 ? -errno : -ESTALE;
+}
+
+/* Bytes [expect, upto) of the current file, which the sender left out: from
+ * the local copies the plan found, checked like any other bytes. */
+static int fill_held(struct rx *r, uint64_t upto)
+{
+	int rc;
+
+	if (r->fd < 0 && (rc = open_file(r)) < 0)
+		return rc;
+	while (r->expect < upto) {
+		uint64_t k = r->ce.nchunks ? r->expect / r->chunk_size : 0;
+		uint64_t start = k * r->chunk_size, end = r->ce.size, soff, n;
+		const char *path;
+		int b;
+
+		if (r->ce.nchunks && start + r->chunk_size < end)
+			end = start + r->chunk_size;
+		if (have_source(r->have, r->gbase + k, &path, &soff) < 0)
+			return rx_fail(r, -EPROTO, "%s: bytes %llu to %llu were neither sent nor held "
+				    "here", r->ce.path, (unsigned long long)r->expect,
+				    (unsigned long long)upto);
+		n = (upto < end ? upto : end) - r->expect;
+		if (n > REPL_PIECE)
+			n = REPL_PIECE;
+		b = wq_free_buf(&r->wq);
+		rc = read_held(r, path, soff + (r->expect - start), r->wq.buf[b], (size_t)n);
+		if (rc < 0)
+			return held_bad(r, k, rc == -ESTALE ? "is shorter than its manifest says" :
+					strerror(-rc));
+		rc = put_piece(r, b, (size_t)n);
+		if (rc == -EBADMSG)
+			return held_bad(r, k, "does not match its digest");
+		if (rc < 0)
+			return rc;
+		r->slot.local += n;
+	}
+	if (r->expect == r->ce.size) {
+		/* A file of one chunk has no chunk digest: its own is the check. */
+		if (!r->ce.nchunks && !digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest))
+			return held_bad(r, 0, "does not match its digest");
+		return finish_file(r);
+	}
+	return 0;
+}
+
+/* Moves the cursor to entry idx (and, with a file there, to byte off of
+ * it), making what it passes: entries without data, and the parts of files
+ * that were not sent because they are held here. */
+int rx_advance_to(struct rx *r, uint64_t idx, uint64_t off)
+{
+	int rc;
+
+	if (idx < r->ci)
+		return rx_fail(r, -EPROTO, "a piece for entry %llu out of order",
+			    (unsigned long long)idx);
+	while (r->have_ce && r->ci < idx) {
+		bool data = r->ce.type == MF_FILE && r->ce.size;
+		bool durable = r->ci < r->j_idx || (r->ci == r->j_idx && r->j_off >= r->ce.size);
+
+		if (r->fd >= 0 && durable)      /* opened: it cannot be (on_data checks) */
+			return rx_fail(r, -EPROTO, "%s: written past its durable end", r->ce.path);
+		if (data && !durable)
+			rc = fill_held(r, r->ce.size);      /* moves the cursor */
+		else if ((rc = data ? 0 : materialize(r)) == 0)
+			rc = rx_next_entry(r);
+		if (rc < 0)
+			return rc;
+	}
+	if (r->have_ce && r->ci == idx && r->ce.type == MF_FILE && r->ce.size) {
+		if (r->fd < 0 && (rc = open_file(r)) < 0)
+			return rc;
+		if (off > r->expect && off <= r->ce.size)
+			return fill_held(r, off);
+	}
+	return 0;
+}
+
+int rx_on_data(struct rx *r, const struct msg *m)
+{
+	uint64_t idx, off;
+	const uint8_t *p;
+	size_t n, raw, used;
+	int b, rc;
+
+	if (msg_get_u64(m, K_FILE, &idx) < 0 || msg_get_u64(m, K_OFFSET, &off) < 0 ||
+	    msg_get_bytes(m, K_DATA, &p, &n) < 0)
+		return rx_fail(r, -EBADMSG, "a DATA frame without its fields");
+	/* What the journal vouches for is never written again: a piece before
+	 * the resume point would truncate a durable file. */
+	if (idx < r->j_idx || (idx == r->j_idx && off < r->j_off))
+		return rx_fail(r, -EPROTO, "a piece for entry %llu at %llu, before the resume point",
+			    (unsigned long long)idx, (unsigned long long)off);
+	if ((rc = rx_advance_to(r, idx, off)) < 0)
+		return rc;
+	if (!r->have_ce || r->ce.type != MF_FILE || r->ce.size == 0)
+		return rx_fail(r, -EPROTO, "DATA for entry %llu, which is not a file with data",
+			    (unsigned long long)idx);
+	if (off != r->expect)
+		return rx_fail(r, -EPROTO, "%s: piece at %llu, expected %llu", r->ce.path,
+			    (unsigned long long)off, (unsigned long long)r->expect);
+	b = wq_free_buf(&r->wq);
+	rc = codec_chunk_decode(p, n, r->wq.buf[b], REPL_PIECE, &raw, &used);
+	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
+		return rx_fail(r, -EBADMSG, "%s: the piece at %llu is damaged (digest or length)",
+			    r->ce.path, (unsigned long long)off);
+	rc = put_piece(r, b, raw);
+	if (rc == -EBADMSG)
+		return rx_fail(r, rc, "%s: chunk %llu does not match its digest", r->ce.path,
+			    (unsigned long long)r->bad_chunk);
+	if (rc < 0)
+		return rc;
+	r->slot.got += raw;
+	return r->expect == r->ce.size ? finish_file(r) : 0;
+}
+
+/* ---- offer, publication ---- */
+
+/* repl_manifest_root, saying in WHY (if not NULL) which line broke which
+ * rule when the manifest does not read. */
+static int manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk,
+			 char *why, size_t whylen)
+{
+	struct mf_reader *mr;
+	struct mf_entry e;
+	int rc = mf_reader_open(&mr, dirfd, name, MF_COMPLETE);
+
+	if (rc < 0) {
+		if (why)
+			snprintf(why, whylen, "%s: %s", name, strerror(-rc));
+		return rc;
+	}
+	while ((rc = mf_reader_next(mr, &e)) == 1)
+		mf_entry_free(&e);
+	if (rc == 0) {
+		*root = mf_reader_root(mr);
+		if (chunk)
+			*chunk = mf_reader_chunk_size(mr);
+	} else if (why) {
+		snprintf(why, whylen, "%s", mf_reader_why(mr));
+	}
+	mf_reader_close(mr);
+	return rc;
+}
+
+/* The root of a complete manifest at dirfd/name, or -errno. */
+int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk)
+{
+	return manifest_root(dirfd, name, root, chunk, NULL, 0);
+}
+
+static int open_dir(int at, const char *rel, bool create)
+{
+	char path[4096];
+	int fd;
+
+	if (create) {
+		snprintf(path, sizeof(path), "%s/%s", repl.cfg->replica_root, rel);
+		fd = roots_mkdirs(path, 0755);
+		if (fd < 0)
+			return fd;
+	}
+	fd = treeops_open_beneath(at, rel);
+	return fd;
+}
+
+/* Reads the journal's last whole line into the resume point. */
+static void read_journal(struct rx *r)
+{
+	char line[128];
+	unsigned long long a, b;
+	FILE *f;
+	int fd = openat(r->st_fd, "journal", O_RDONLY | O_CLOEXEC);
+
+	r->j_idx = r->j_off = 0;
+	if (fd < 0 || !(f = fdopen(fd, "r"))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while (fgets(line, sizeof(line), f))
+		if (strchr(line, '\n') && sscanf(line, "%llu %llu", &a, &b) == 2) {
+			r->j_idx = a;
+			r->j_off = b;
+		}
+	fclose(f);
+}
+
+/* Receives the offer's manifest, SIZE bytes in slices, into .stage/offer.new
+ * and checks it against the offered root. 0 or -errno (r->why set). */
+static int take_manifest(struct rx *r, uint64_t size)
+{
+	char why[512];
+	digest_t root;
+	uint64_t got = 0;
+	int fd, rc;
+
+	fd = openat(r->st_fd, "offer.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return rx_fail(r, -errno, "offer: %s", strerror(errno));
+	while (got < size) {
+		struct msg m;
+		const uint8_t *p;
+		size_t n;
+		uint64_t off;
+
+		rc = r->x->ops->recv(r->x, &m);
+		if (rc < 0) {
+			close(fd);
+			return rx_fail(r, rc, "receiving the manifest: %s", strerror(-rc));
+		}
+		if (m.type != MSG_MANIFEST || msg_get_u64(&m, K_OFFSET, &off) < 0 || off != got ||
+		    msg_get_bytes(&m, K_DATA, &p, &n) < 0 || n == 0 || got + n > size) {
+			msg_free(&m);
+			close(fd);
+			return rx_fail(r, -EPROTO, "a manifest slice out of order");
+		}
+		if (write(fd, p, n) != (ssize_t)n) {
+			rc = -errno;
+			msg_free(&m);
+			close(fd);
+			return rx_fail(r, rc ? rc : -EIO, "writing the offer: %s", strerror(errno));
+		}
+		got += n;
+		msg_free(&m);
+	}
+	rc = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	if (rc < 0)
+		return rx_fail(r, rc, "offer: %s", strerror(-rc));
+	/* The refusal names the line and the rule a peer's manifest broke. */
+	rc = manifest_root(r->st_fd, "offer.new", &root, &r->chunk_size, why, sizeof(why));
+	if (rc == -EBADMSG)
+		return rx_fail(r, rc, "the offered manifest of %s/%s does not read: %s",
+			       r->job, r->step, why);
+	if (rc < 0)     /* ours, not the peer's: memory, I/O */
+		return rx_fail(r, rc, "reading the offer: %s", strerror(-rc));
+	if (!digest_eq(root, r->root))
+		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s is not the offered root",
+			       r->job, r->step);
+	return 0;
+}
+
+/* Takes the manifest slices into .stage/offer (keeping .incoming when it
+ * holds the same offer) and checks it against the offered root. */
+int rx_take_offer(struct rx *r, uint64_t size)
+{
+	char rel[4 * (CKPT_NAME_MAX + 1)];
+	digest_t old;
+	int fd, rc;
+
+	snprintf(rel, sizeof(rel), INCOMING "/%s/%s/%s", r->origin, r->job, r->step);
+	r->in_fd = open_dir(r->rr_fd, rel, true);
+	if (r->in_fd < 0)
+		return rx_fail(r, r->in_fd, "%s/%s: %s", repl.cfg->replica_root, rel,
+			    strerror(-r->in_fd));
+	if (mkdirat(r->in_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST)
+		return rx_fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
+			    strerror(errno));
+	r->st_fd = openat(r->in_fd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (r->st_fd < 0)
+		return rx_fail(r, -errno, "%s/%s/.stage: %s", repl.cfg->replica_root, rel,
+			    strerror(errno));
+	rc = take_manifest(r, size);
+	if (rc < 0) {
+		/* Nothing of a refused or cut-off manifest stays (up to 256 MiB
+		 * a time): what .incoming held before is kept as it was. */
+		unlinkat(r->st_fd, "offer.new", 0);
+		return rc;
+	}
+	/* Same offer as the one in .incoming: keep what is there. */
+	if (repl_manifest_root(r->st_fd, "offer", &old, NULL) == 0 && digest_eq(old, r->root)) {
+		read_journal(r);
+	} else {
+		DIR *d;
+		struct dirent *de;
+		int dup_fd = dup(r->in_fd);
+
+		d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+		while (d && (de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			    strcmp(de->d_name, MF_DIRNAME))
+				treeops_remove(r->in_fd, de->d_name, de->d_type == DT_DIR);
+		if (d)
+			closedir(d);
+		unlinkat(r->st_fd, "journal", 0);
+		unlinkat(r->st_fd, "nolocal", 0);
+		r->j_idx = r->j_off = 0;
+	}
+	if (renameat(r->st_fd, "offer.new", r->st_fd, "offer") < 0) {
+		rc = rx_fail(r, -errno, "offer: %s", strerror(errno));
+		unlinkat(r->st_fd, "offer.new", 0);
+		return rc;
+	}
+	fd = openat(r->st_fd, "journal", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	r->journal = fd >= 0 ? fdopen(fd, "a") : NULL;
+	if (!r->journal) {
+		if (fd >= 0)
+			close(fd);
+		return rx_fail(r, -EIO, "journal: %s", strerror(errno));
+	}
+	return 0;
+}
+
+static void retain(int job_fd)
+{
+	char *names[4096];
+	size_t n = 0;
+	DIR *d;
+	struct dirent *de;
+	int dup_fd = dup(job_fd);
+	const char *w;
+
+	d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	while (d && (de = readdir(d)) && n < 4096) {
+		char mf[600];
+
+		snprintf(mf, sizeof(mf), "%s/%s", de->d_name, MF_NAME);
+		if (config_check_name(de->d_name, &w) == 0 &&
+		    faccessat(job_fd, mf, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+			names[n++] = strdup(de->d_name);
+	}
+	if (d)
+		closedir(d);
+	while (n > (size_t)repl.cfg->keep) {
+		size_t oldest = 0;
+
+		for (size_t i = 1; i < n; i++)
+			if (names[i] && (!names[oldest] || ckpt_step_cmp(names[i], names[oldest]) < 0))
+				oldest = i;
+		if (!names[oldest])
+			break;
+		log_info("keep = %d: removing the replica %s", repl.cfg->keep, names[oldest]);
+		treeops_remove(job_fd, names[oldest], true);
+		free(names[oldest]);
+		names[oldest] = names[--n];
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+}
+
+/* Directory metadata (now that nothing more is created in them), then
+ * everything durable, the manifest, and the rename into place. */
+int rx_publish(struct rx *r)
+{
+	char rel[3 * (CKPT_NAME_MAX + 1)], irel[4 * (CKPT_NAME_MAX + 1)];
+	struct mf_reader *mr;
+	struct mf_entry e;
+	int job_fd, inc_fd, rc;
+
+	rc = mf_reader_open(&mr, r->st_fd, "offer", MF_COMPLETE);
+	while (rc >= 0 && (rc = mf_reader_next(mr, &e)) == 1) {
+		const char *what;
+
+		if (e.type == MF_DIR && (rc = treeops_set_meta_at(r->in_fd, e.path, false, false,
+								   0, 0, PEER_MODE(e.mode), e.mtime_ns,
+								   &what)) < 0)
+			rx_fail(r, rc, "%s: %s", e.path, strerror(-rc));
+		mf_entry_free(&e);
+	}
+	if (rc >= 0)
+		mf_reader_close(mr);
+	if (rc < 0)
+		return rx_fail(r, rc, "finishing the directories: %s", strerror(-rc));
+	if (syncfs(r->in_fd) < 0)
+		return rx_fail(r, -errno, "syncfs: %s", strerror(errno));
+	if (renameat(r->st_fd, "offer", r->st_fd, "manifest") < 0 || fsync(r->st_fd) < 0)
+		return rx_fail(r, -errno, "manifest: %s", strerror(errno));
+	unlinkat(r->st_fd, "journal", 0);
+	unlinkat(r->st_fd, "nolocal", 0);
+	snprintf(rel, sizeof(rel), "%s/%s", r->origin, r->job);
+	snprintf(irel, sizeof(irel), INCOMING "/%s/%s", r->origin, r->job);
+	job_fd = open_dir(r->rr_fd, rel, true);
+	if (job_fd < 0)
+		return rx_fail(r, job_fd, "%s/%s: %s", repl.cfg->replica_root, rel, strerror(-job_fd));
+	inc_fd = open_dir(r->rr_fd, irel, false);
+	if (inc_fd < 0) {
+		close(job_fd);
+		return rx_fail(r, inc_fd, "%s/%s: %s", repl.cfg->replica_root, irel,
+			    strerror(-inc_fd));
+	}
+	if (renameat2(inc_fd, r->step, job_fd, r->step, RENAME_NOREPLACE) < 0) {
+		/* An older copy of the step: swap, then the old one goes. */
+		if (errno != EEXIST ||
+		    renameat2(inc_fd, r->step, job_fd, r->step, RENAME_EXCHANGE) < 0)
+			rc = rx_fail(r, -errno, "publishing %s/%s: %s", rel, r->step, strerror(errno));
+		else
+			treeops_remove(inc_fd, r->step, true);
+	}
+	if (rc == 0) {
+		fsync(job_fd);
+		retain(job_fd);
+	}
+	close(inc_fd);
+	close(job_fd);
+	return rc;
+}
+
+/* The offer just stored in .incoming is not needed: the copy is there. */
+void rx_drop_incoming(struct rx *r)
+{
+	char rel[3 * (CKPT_NAME_MAX + 1) + 16];
+	int fd;
+
+	snprintf(rel, sizeof(rel), INCOMING "/%s/%s", r->origin, r->job);
+	fd = open_dir(r->rr_fd, rel, false);
+	if (fd >= 0) {
+		treeops_remove(fd, r->step, true);
+		close(fd);
+	}
+}

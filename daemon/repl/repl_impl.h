@@ -1,0 +1,164 @@
+/* Inside the replication service: what repl.c, repl_rec.c, repl_send.c and
+ * repl_recv.c share. Not for the rest of the daemon (it uses repl.h).
+ *
+ * A record is one committed checkpoint of this node (origin side):
+ *
+ *   R_HASHING --ckpt_manifest ok--> R_READY --every copy confirmed--> (done)
+ *        \--fails--> R_FAILED        (a new commit of the step: R_HASHING)
+ *
+ * and per partner a copy:  PENDING --sender takes it--> SENDING
+ *   SENDING --DONE 0--> CONFIRMED
+ *   SENDING --connection lost--> PENDING (retried with backoff, resumes)
+ *   SENDING --refused by the receiver MAX_TRIES times--> FAILED
+ *
+ * Invariants: records and copies change only under repl.lock, and every
+ * change that must survive a restart is written to the record's file
+ * (repl_rec_save) before the lock is dropped; the file is replaced whole
+ * (temporary, fsync, rename). A sender holds at most one copy in SENDING.
+ * Records are ordered by seq (commit time); retention keeps `keep` per job.
+ */
+#ifndef STAGE_REPL_IMPL_H
+#define STAGE_REPL_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/auth.h"
+#include "common/config.h"
+#include "common/digest.h"
+#include "common/hosts.h"
+#include "daemon/ckpt/ckpt.h"
+#include "common/xport.h"
+
+#define REPL_PIECE (1u << 20)          /* raw bytes per MSG_DATA */
+#define REPL_MAX_TRIES 5
+#define REPL_MF_SLICE (256u << 10)     /* manifest bytes per MSG_MANIFEST */
+#define REPL_MF_MAX (256ull << 20)     /* largest manifest a receiver accepts */
+#define REPL_HANDSHAKE_MS 10000
+#define REPL_IO_MS 60000               /* a peer silent this long is gone */
+#define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
+
+/* The mode an entry gets when another node's manifest says it: without
+ * set-id bits. Receiver and restore create files and directories as
+ * themselves (root, usually), so a set-id bit taken on a peer's word would
+ * let any holder of the cluster key plant a set-uid-root program, or a
+ * set-gid-root directory, on its partners. The sticky bit is kept. */
+#define PEER_MODE(m) ((m) & 01777)
+
+enum rstate { R_HASHING, R_READY, R_FAILED };
+enum cstate { C_PENDING, C_SENDING, C_CONFIRMED, C_FAILED };
+
+struct rcopy {
+	enum cstate state;
+	unsigned tries;            /* refusals by the receiver in a row */
+	uint64_t sent, total;      /* bytes of this transfer (raw), for progress */
+	char why[1024];            /* last failure, "" if none */
+};
+
+struct record {
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	uint64_t seq;              /* CLOCK_REALTIME ns of the commit */
+	enum rstate state;
+	bool rehash;               /* committed again while hashing */
+	digest_t root;             /* R_READY only */
+	uint64_t files, bytes;
+	char why[1024];            /* R_FAILED: the reason */
+	struct rcopy *copies;      /* repl.npartners of them, owned */
+	struct record *next;
+};
+
+enum pstate { PEER_IDLE, PEER_UP, PEER_DOWN };
+
+struct partner {
+	size_t host;               /* index in repl.hosts */
+	pthread_t thread;
+	enum pstate state;         /* under repl.lock */
+	char why[1024];            /* PEER_DOWN: the last error */
+	uint64_t retry_at_ns;      /* PEER_DOWN: next attempt (monotonic) */
+	struct xport *x;           /* the sender's connection; shutdown() at stop */
+	const char *codec;         /* what the last piece went as, for status */
+	uint64_t wire, raw;        /* bytes sent on the wire / their raw size, ever */
+	uint64_t held;             /* bytes not sent: the partner held them, ever */
+};
+
+struct repl {
+	const struct stage_config *cfg;   /* borrowed, immutable */
+	bool cluster;                     /* a hosts file with this node in it */
+	struct hosts hosts;
+	struct auth_key key;
+	size_t self;                      /* this node's index in hosts */
+	struct partner *partners;         /* npartners, placement order */
+	size_t npartners;
+	pthread_mutex_t lock;             /* records, copies, partner states */
+	pthread_cond_t cond;              /* broadcast on any change */
+	struct record *records;           /* sorted by seq */
+	bool stopping;
+	bool committer_started, watcher_started;
+	pthread_t committer, watcher;
+	int stop_fd;                      /* eventfd: wakes the watcher */
+	unsigned receivers;               /* threads serving peers, under lock */
+	unsigned handshaking;             /* of which not yet authenticated */
+	struct rx_slot *rx;               /* transfers being received, under lock */
+	struct rx_link *rx_conns;         /* every authenticated receiver connection */
+	struct restoring *restoring;      /* steps being restored, under lock */
+};
+
+struct restoring {                    /* the watcher leaves these steps alone */
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	struct restoring *next;
+};
+/* repl.c: marks JOB/STEP as being restored: 0, or -EBUSY if it already is. */
+int repl_restore_begin(const char *job, const char *step);
+void repl_restore_end(const char *job, const char *step);
+
+extern struct repl repl;
+
+uint64_t repl_now_ns(void);
+/* Records in state_dir/commits/JOB/STEP (repl_rec.c). */
+int repl_rec_save(const struct record *r);
+void repl_rec_remove(const char *job, const char *step);
+int repl_rec_load_all(void);          /* into repl.records, at start-up */
+struct record *repl_rec_find(const char *job, const char *step);
+struct record *repl_rec_new(const char *job, const char *step);
+void repl_rec_free(struct record *r);
+/* Drops records beyond `keep` per job (natural step order). Under lock. */
+void repl_rec_retain(const char *job);
+
+/* The sender thread of one partner (repl_send.c). */
+void *repl_send_main(void *arg);
+/* Serves one accepted peer connection on its own thread (repl_recv.c). */
+int repl_recv_spawn(struct xport *x);
+/* Lines for `stage status` about transfers being received. Under lock. */
+void repl_recv_status(struct msg *m);
+/* Waits for every receiver to end (after the listener is closed). */
+void repl_recv_wait(void);
+
+/* The root (and chunk size, if chunk) of the complete manifest at
+ * dirfd/name, or -errno (-EBADMSG: damaged). */
+int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk);
+
+/* repl_net.c: the transports this node uses (transport = auto: each one
+ * available, in order; TCP last), their listeners when listen. 0, or
+ * -errno with why (a named transport that is not available). */
+int repl_net_open(const struct stage_config *cfg, bool listen, char *why, size_t whylen);
+void repl_net_close(void);
+/* Connects to h with the first transport that answers. */
+int repl_connect(const struct host *h, int timeout_ms, struct xport **x, char *why,
+		 size_t whylen);
+/* The `transport` line of stage status. Under lock. */
+void repl_net_status(struct msg *m);
+
+/* repl_ask.c: connects to node `host` and authenticates; io_ms is the
+ * connection's timeout afterwards. 0 or -errno with why. */
+int repl_dial(size_t host, int io_ms, struct xport **x, char *why, size_t whylen);
+/* A node, job or step name field: 0, -EINVAL (not a valid name), -ENOENT. */
+int repl_get_name(const struct msg *m, uint16_t key, char *out);
+/* A peer's MSG_ERROR as "NODE refused: TEXT" in why; returns its -errno. */
+int repl_peer_error(const struct msg *m, const char *node, char *why, size_t whylen);
+/* Serve one request on a receiver connection: 0 to go on, -errno to close
+ * it (a refusal has been sent). */
+int repl_serve_hold(struct xport *x, const char *peer, const struct msg *req);
+int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req);
+
+#endif

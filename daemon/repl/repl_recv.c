@@ -1,0 +1,425 @@
+/* The receiver: serves one authenticated peer connection, building the
+ * copies it offers under replica_root. This file is the connection
+ * (admission, the handshake, offer after offer, status); repl_build.c
+ * builds the copy (repl_rx.h holds what they share).
+ *
+ * Layout (docs/ARCHITECTURE.md):
+ *   replica_root/ORIGIN/JOB/STEP/             a complete copy, manifest last
+ *   replica_root/.incoming/ORIGIN/JOB/STEP/   a copy being received
+ *       .stage/offer      the offered manifest (its root checked)
+ *       .stage/journal    "INDEX OFFSET" lines: entry INDEX is durable up
+ *                         to OFFSET, every entry before it whole
+ * ".incoming" cannot be a node name (names never start with '.'), so no
+ * copy in progress ever sits under a final name.
+ *
+ * Per offer: the manifest arrives; if the same root is already published,
+ * WANT says "have it"; otherwise WANT gives the resume point from the
+ * journal (0 0 when new, or when the offer's root differs from the one in
+ * .incoming, which is then emptied) and which chunks are held here already
+ * (repl_have.c; those the sender leaves out). Each DATA piece is decoded
+ * (its XXH3-64 checked by the codec frame) and must come after the bytes
+ * the cursor is on; a gap before it must be held chunks, which are copied
+ * from the local copy first. Every byte, sent or held, is hashed in order
+ * (every manifest chunk digest and the whole-file digest checked) and
+ * written through io_uring. A finished file gets its mode and mtime, is
+ * fdatasync'd, and then journaled. At END:
+ * the remaining directories, links and empty files, directory metadata,
+ * syncfs, offer -> manifest, then the directory is renamed into place
+ * (exchanged with an older copy of the same step, which is then removed),
+ * old steps beyond `keep` are removed, and DONE is sent.
+ *
+ * The same connection also carries questions (MSG_HOLD_REQ, repl_ask.c)
+ * and restores' fetches (MSG_FETCH_REQ, repl_fetch.c) between offers.
+ *
+ * Anything wrong (a bad digest, a frame out of order, a full disk) is a
+ * MSG_ERROR and the end of the connection; the journal keeps the last
+ * durable point (it is only ever written where a chunk ends, after the
+ * chunk was checked, or set back to a file's start when its bytes are known
+ * bad), so the sender's next attempt resumes from there.
+ */
+#include "daemon/repl/repl_rx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "daemon/net/peer.h"
+
+static void rx_register(struct rx *r)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (;;) {
+		struct rx_slot *s = repl.rx;
+
+		while (s && strcmp(s->key, r->slot.key) != 0)
+			s = s->next;
+		if (!s)
+			break;
+		s->x->ops->shutdown(s->x);  /* a stale connection of the same sender */
+		pthread_cond_wait(&repl.cond, &repl.lock);
+	}
+	r->slot.next = repl.rx;
+	repl.rx = &r->slot;
+	pthread_mutex_unlock(&repl.lock);
+}
+
+static void rx_unregister(struct rx *r)
+{
+	pthread_mutex_lock(&repl.lock);
+	for (struct rx_slot **pp = &repl.rx; *pp; pp = &(*pp)->next)
+		if (*pp == &r->slot) {
+			*pp = r->slot.next;
+			break;
+		}
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+}
+
+static void close_transfer(struct rx *r)
+{
+	rx_wq_drain(&r->wq);
+	r->wq.err = 0;
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	if (r->have_ce)
+		mf_entry_free(&r->ce);
+	r->have_ce = false;
+	have_free(r->have);
+	r->have = NULL;
+	if (r->src_fd >= 0)
+		close(r->src_fd);
+	r->src_fd = -1;
+	r->src_path = NULL;
+	if (r->mr)
+		mf_reader_close(r->mr);
+	r->mr = NULL;
+	if (r->journal)
+		fclose(r->journal);
+	r->journal = NULL;
+	if (r->st_fd >= 0)
+		close(r->st_fd);
+	if (r->in_fd >= 0)
+		close(r->in_fd);
+	r->st_fd = r->in_fd = -1;
+}
+
+/* Which chunks of the offer this node holds already (repl_have.c): unless
+ * a local copy let this offer down before (.stage/nolocal). Without a plan
+ * everything is sent, as it would be to a receiver that does not plan. */
+static void plan_held(struct rx *r)
+{
+	int rc;
+
+	if (faccessat(r->st_fd, "nolocal", F_OK, 0) == 0)
+		return;
+	rc = have_plan(&r->have, r->rr_fd, r->st_fd, "offer", r->origin, r->job,
+		       r->j_idx, r->j_off);
+	if (rc < 0)
+		log_warn("%s: looking for chunks held here: %s; asking for all of them",
+			 r->slot.key, strerror(-rc));
+	else if (r->have)
+		log_info("%s: %llu chunks of it are held here already", r->slot.key,
+			 (unsigned long long)have_count(r->have));
+}
+
+/* One offer, from OFFER to DONE. 0, or -errno with r->why (sent). */
+static int serve_offer(struct rx *r, const struct msg *offer)
+{
+	char *hex = NULL, rel[3 * (CKPT_NAME_MAX + 1) + 32];
+	uint64_t size;
+	digest_t have;
+	struct msg m;
+	int rc;
+
+	if (repl_get_name(offer, K_ORIGIN, r->origin) < 0 ||
+	    repl_get_name(offer, K_JOB, r->job) < 0 ||
+	    repl_get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
+	    digest_from_hex(hex, strlen(hex), &r->root) < 0 ||
+	    msg_get_u64(offer, K_SIZE, &size) < 0) {
+		free(hex);
+		return rx_fail(r, -EBADMSG, "a malformed offer");
+	}
+	free(hex);
+	if (strcmp(r->origin, r->peer) != 0)
+		return rx_fail(r, -EACCES, "node %s may offer only its own checkpoints, not %s's",
+			    r->peer, r->origin);
+	if (size == 0 || size > REPL_MF_MAX)
+		return rx_fail(r, -EFBIG, "a manifest of %llu bytes", (unsigned long long)size);
+	r->ci = r->gbase = r->j_idx = r->j_off = 0;  /* a connection carries offer after offer */
+	snprintf(r->slot.key, sizeof(r->slot.key), "%s/%s/%s", r->origin, r->job, r->step);
+	r->slot.x = r->x;
+	r->slot.got = r->slot.local = 0;
+	rx_register(r);
+	r->x->ops->set_timeout(r->x, REPL_IO_MS);
+	rc = rx_take_offer(r, size);
+	if (rc < 0)
+		goto out;
+	snprintf(rel, sizeof(rel), "%s/%s/%s/%s", r->origin, r->job, r->step, MF_NAME);
+	msg_init(&m, MSG_WANT);
+	if (repl_manifest_root(r->rr_fd, rel, &have, NULL) == 0 && digest_eq(have, r->root)) {
+		msg_put_u64(&m, K_CODE, 1);
+		rc = r->x->ops->send(r->x, &m);
+		msg_free(&m);
+		log_info("%s: already held", r->slot.key);
+		rx_drop_incoming(r);
+		goto out;
+	}
+	msg_put_u64(&m, K_CODE, 0);
+	msg_put_u64(&m, K_FILE, r->j_idx);
+	msg_put_u64(&m, K_OFFSET, r->j_off);
+	plan_held(r);
+	if (r->have) {
+		size_t len;
+		const uint8_t *bits = have_bits(r->have, &len);
+
+		msg_put_bytes(&m, K_HELD, bits, len);
+	}
+	rc = r->x->ops->send(r->x, &m);
+	msg_free(&m);
+	if (rc < 0) {
+		rx_fail(r, rc, "sending: %s", strerror(-rc));
+		goto out;
+	}
+	if (r->j_idx || r->j_off)
+		log_info("%s: resuming at entry %llu, byte %llu", r->slot.key,
+			 (unsigned long long)r->j_idx, (unsigned long long)r->j_off);
+	rc = mf_reader_open(&r->mr, r->st_fd, "offer", MF_COMPLETE);
+	if (rc < 0 || (rc = rx_next_entry(r)) < 0) {
+		rx_fail(r, rc, "the offer: %s", strerror(-rc));
+		goto out;
+	}
+	for (;;) {
+		rc = r->x->ops->recv(r->x, &m);
+		if (rc < 0) {
+			rx_fail(r, rc, "receiving: %s", rc == -ENOTCONN ? "the sender closed" :
+			     rc == -EBADMSG ? "a frame failed its seal or is malformed (altered "
+			     "on the way?)" : strerror(-rc));
+			goto out;
+		}
+		if (m.type == MSG_END) {
+			msg_free(&m);
+			break;
+		}
+		rc = m.type == MSG_DATA ? rx_on_data(r, &m) :
+			rx_fail(r, -EPROTO, "unexpected frame type %u", m.type);
+		msg_free(&m);
+		if (rc < 0)
+			goto out;
+	}
+	if ((rc = rx_advance_to(r, UINT64_MAX, 0)) < 0 || (rc = rx_publish(r)) < 0)
+		goto out;
+	msg_init(&m, MSG_DONE);
+	msg_put_u64(&m, K_CODE, 0);
+	msg_put_str(&m, K_ROOT, "");
+	rc = r->x->ops->send(r->x, &m);
+	msg_free(&m);
+	log_info("%s: received and published (%llu bytes received, %llu from local copies)",
+		 r->slot.key, (unsigned long long)r->slot.got, (unsigned long long)r->slot.local);
+out:
+	close_transfer(r);
+	rx_unregister(r);
+	return rc;
+}
+
+static void *rx_main(void *arg)
+{
+	struct rx *r = arg;
+	char why[512];
+	int rc;
+
+	rc = peer_handshake(&r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
+			    r->peer, sizeof(r->peer), why, sizeof(why));
+	pthread_mutex_lock(&repl.lock);
+	repl.handshaking--;
+	pthread_mutex_unlock(&repl.lock);
+	if (rc < 0) {
+		log_warn("peer %s refused: %s", r->x->peer, why);
+		goto out;
+	}
+	pthread_mutex_lock(&repl.lock);
+	r->link.x = r->x;
+	r->link.next = repl.rx_conns;
+	repl.rx_conns = &r->link;
+	if (repl.stopping)
+		r->x->ops->shutdown(r->x);
+	pthread_mutex_unlock(&repl.lock);
+	log_info("peer %s (%s): connected", r->peer, r->x->peer);
+	for (;;) {
+		struct msg m;
+
+		/* Between offers a sender may idle for long: keepalive, not a
+		 * timeout, tells a dead one. */
+		r->x->ops->set_timeout(r->x, 0);
+		rc = r->x->ops->recv(r->x, &m);
+		if (rc == -EBADMSG)     /* news; a close or a stop between offers is not */
+			log_warn("peer %s (%s): a frame failed its seal or is malformed (altered "
+				 "on the way?); closing", r->peer, r->x->peer);
+		if (rc < 0)
+			break;
+		if (m.type == MSG_HOLD_REQ || m.type == MSG_FETCH_REQ) {
+			rc = m.type == MSG_HOLD_REQ ? repl_serve_hold(r->x, r->peer, &m)
+						    : repl_serve_fetch(r->x, r->peer, &m);
+			msg_free(&m);
+			if (rc < 0)
+				break;
+			continue;
+		}
+		if (m.type != MSG_OFFER) {
+			log_warn("peer %s: frame type %u where an offer, a question or a fetch is "
+				 "due; closing", r->peer, (unsigned)m.type);
+			msg_free(&m);
+			peer_send_error(r->x, EPROTO, "expected an offer, a question or a fetch");
+			break;
+		}
+		r->why[0] = '\0';
+		rc = serve_offer(r, &m);
+		msg_free(&m);
+		if (rc == -ENOSPC) {
+			/* Keeping the partial copy for a resume would keep the disk
+			 * full for every other transfer too. */
+			log_warn("%s: replica_root is full: dropping the partial copy",
+				 r->slot.key);
+			rx_drop_incoming(r);
+		}
+		if (rc < 0) {
+			log_warn("from %s: %s", r->peer, r->why);
+			peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
+			break;
+		}
+	}
+	pthread_mutex_lock(&repl.lock);
+	for (struct rx_link **pp = &repl.rx_conns; *pp; pp = &(*pp)->next)
+		if (*pp == &r->link) {
+			*pp = r->link.next;
+			break;
+		}
+	pthread_mutex_unlock(&repl.lock);
+out:
+	r->x->ops->close(r->x);
+	for (int i = 0; i < WQ_DEPTH; i++)
+		free(r->wq.buf[i]);
+	io_uring_queue_exit(&r->wq.ring);
+	XXH3_freeState(r->whole);
+	XXH3_freeState(r->chunk);
+	close(r->rr_fd);
+	free(r);
+	codec_thread_end();
+	pthread_mutex_lock(&repl.lock);
+	repl.receivers--;
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+	return NULL;
+}
+
+/* Connections that have not proven the key cost a thread and buffers for up
+ * to REPL_HANDSHAKE_MS each: without a cap, anyone who can reach the port
+ * could make the daemon allocate without end. Proven peers are few (a
+ * sender, and a question or restore now and then, per node). */
+static bool rx_admit(const struct xport *x)
+{
+	static uint64_t said_ns;
+	unsigned most = 4 * (unsigned)repl.hosts.n + 16;
+	bool ok;
+
+	pthread_mutex_lock(&repl.lock);
+	ok = repl.handshaking < RX_MAX_HANDSHAKING && repl.receivers < most && !repl.stopping;
+	if (ok) {
+		repl.handshaking++;
+		repl.receivers++;
+	}
+	pthread_mutex_unlock(&repl.lock);
+	if (!ok && !repl.stopping && repl_now_ns() - said_ns > 1000000000ull) {
+		said_ns = repl_now_ns();
+		log_warn("refusing a peer connection from %s: %s", x->peer,
+			 repl.receivers >= most ? "too many peer connections" :
+			 "too many connections still proving the cluster key");
+	}
+	return ok;
+}
+
+int repl_recv_spawn(struct xport *x)
+{
+	struct rx *r = calloc(1, sizeof(*r));
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc = -ENOMEM;
+
+	if (!r)
+		goto out_close;
+	if (!rx_admit(x)) {
+		free(r);
+		x->ops->close(x);
+		return -EBUSY;
+	}
+	r->x = x;
+	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
+	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	r->whole = XXH3_createState();
+	r->chunk = XXH3_createState();
+	for (int i = 0; i < WQ_DEPTH; i++)
+		if (!(r->wq.buf[i] = malloc(REPL_PIECE)))
+			goto out_free;
+	if (r->rr_fd < 0 || !r->whole || !r->chunk)
+		goto out_free;
+	rc = io_uring_queue_init(WQ_DEPTH * 2, &r->wq.ring, 0);
+	if (rc < 0)
+		goto out_free;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = -pthread_create(&t, &attr, rx_main, r);
+	pthread_attr_destroy(&attr);
+	if (rc == 0)
+		return 0;
+	io_uring_queue_exit(&r->wq.ring);
+out_free:
+	for (int i = 0; i < WQ_DEPTH; i++)
+		free(r->wq.buf[i]);
+	XXH3_freeState(r->whole);
+	XXH3_freeState(r->chunk);
+	if (r->rr_fd >= 0)
+		close(r->rr_fd);
+	free(r);
+	pthread_mutex_lock(&repl.lock);
+	repl.handshaking--;
+	repl.receivers--;
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+out_close:
+	x->ops->close(x);
+	log_warn("cannot serve a peer: %s", strerror(-rc));
+	return rc;
+}
+
+void repl_recv_status(struct msg *m)
+{
+	for (struct rx_slot *s = repl.rx; s; s = s->next) {
+		char v[1024];
+
+		snprintf(v, sizeof(v), "%s: %llu bytes so far, %llu more from local copies", s->key,
+			 (unsigned long long)s->got, (unsigned long long)s->local);
+		msg_put_str(m, K_NAME, "receiving");
+		msg_put_str(m, K_VALUE, v);
+	}
+}
+
+void repl_recv_wait(void)
+{
+	pthread_mutex_lock(&repl.lock);
+	while (repl.receivers) {
+		struct timespec ts;
+
+		/* Idle connections too: a receiver waits for offers forever. A
+		 * thread still in its handshake times out within 10 s. */
+		for (struct rx_link *l = repl.rx_conns; l; l = l->next)
+			l->x->ops->shutdown(l->x);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
+	}
+	pthread_mutex_unlock(&repl.lock);
+}

@@ -1,0 +1,96 @@
+/* The receiver's private parts, shared by its two files: repl_recv.c (the
+ * connection: admission, the handshake, offers one after another, status)
+ * and repl_build.c (the copy being built: the cursor over the offer,
+ * writes, held chunks, the journal, publication). The design is in
+ * repl_recv.c's opening comment. */
+#ifndef STAGE_REPL_RX_H
+#define STAGE_REPL_RX_H
+
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <xxhash.h>
+
+#include "common/manifest.h"
+#include "daemon/repl/repl_have.h"
+#include "daemon/repl/repl_impl.h"
+
+#define WQ_DEPTH 4
+#define SYNC_EVERY (64ull << 20)   /* a big file is journaled this often */
+#define INCOMING ".incoming"
+#define RX_MAX_HANDSHAKING 16      /* connections not yet authenticated, at once */
+
+struct rx_slot {                   /* a transfer in progress, in repl.rx */
+	char key[3 * (CKPT_NAME_MAX + 1)];   /* ORIGIN/JOB/STEP */
+	struct xport *x;
+	uint64_t got, local;           /* bytes received; copied from local copies */
+	struct rx_slot *next;
+};
+
+struct rx_link {                   /* every receiver connection, in repl.rx_conns */
+	struct xport *x;
+	struct rx_link *next;
+};
+
+struct wq {                        /* writes in flight */
+	struct io_uring ring;
+	uint8_t *buf[WQ_DEPTH];        /* REPL_PIECE each */
+	uint32_t len[WQ_DEPTH];
+	bool busy[WQ_DEPTH];
+	unsigned inflight;
+	int err;                       /* first failed write, sticky */
+};
+
+struct rx {
+	struct xport *x;
+	char peer[AUTH_NAME_MAX + 1];  /* proven name of the sender */
+	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	digest_t root;
+	struct rx_slot slot;
+	struct rx_link link;
+	struct wq wq;
+	int rr_fd;                     /* replica_root */
+	int in_fd;                     /* .incoming/ORIGIN/JOB/STEP */
+	int st_fd;                     /* its .stage */
+	FILE *journal;
+	uint64_t j_idx, j_off;         /* resume point */
+	uint64_t chunk_size;
+	/* the cursor over the offer */
+	struct mf_reader *mr;
+	struct mf_entry ce;            /* entry at index ci, valid when have_ce */
+	bool have_ce;
+	uint64_t ci;
+	uint64_t gbase;                /* chunk number of ce's first chunk (repl_have.h) */
+	/* chunks held here already: not sent, copied from src */
+	struct have *have;             /* NULL: everything is sent */
+	int src_fd;                    /* the local copy being read, or -1 */
+	const char *src_path;          /* its path beneath replica_root (have's) */
+	/* the file being written */
+	int fd;
+	uint64_t expect;               /* next offset due */
+	uint64_t synced;               /* offset journaled */
+	XXH3_state_t *whole, *chunk;
+	uint64_t chunk_fill, chunk_no;
+	uint64_t bad_chunk;            /* the first chunk feed() found wrong */
+	char why[1024];
+};
+
+/* Records the first reason (r->why) and returns err. */
+int rx_fail(struct rx *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Waits for every write in flight: 0 or the first failure. */
+int rx_wq_drain(struct wq *q);
+/* The cursor to the next entry of the offer (the first, at the start). */
+int rx_next_entry(struct rx *r);
+/* The cursor to entry idx (byte off of it), making what it passes. */
+int rx_advance_to(struct rx *r, uint64_t idx, uint64_t off);
+/* One MSG_DATA piece. */
+int rx_on_data(struct rx *r, const struct msg *m);
+/* The offer's manifest, size bytes, into .incoming (resume point read). */
+int rx_take_offer(struct rx *r, uint64_t size);
+/* Everything durable, the manifest, the rename into place, retention. */
+int rx_publish(struct rx *r);
+/* The offer stored in .incoming is not needed. */
+void rx_drop_incoming(struct rx *r);
+
+#endif

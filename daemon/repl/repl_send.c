@@ -1,0 +1,719 @@
+/* The sender of one partner: takes the oldest copy pending for it, offers
+ * the checkpoint, and streams what the receiver wants, piece by piece.
+ *
+ * Per copy:  OFFER, MANIFEST...  ->  <- WANT (resume point, or "have it",
+ *                                             and the chunks held there)
+ *            DATA(file, offset, chunk frame)...  END  ->  <- DONE
+ *
+ * Chunks the receiver says it holds (K_HELD, repl_have.h) are left out: the
+ * pieces of a file go as runs of the chunks it lacks.
+ *
+ * The connection stays open between copies. When it breaks, the copy goes
+ * back to PENDING and the sender reconnects with backoff; the receiver's
+ * WANT then says where to resume. A receiver that refuses (MSG_ERROR) costs
+ * the copy a try; after REPL_MAX_TRIES it is FAILED.
+ *
+ * Reads run REPL_DEPTH pieces ahead on the sender's own io_uring, so the
+ * disk, the codec and the socket overlap. compress = auto compresses or not
+ * by window of pieces, whichever is measured to deliver more (zpolicy.h).
+ */
+#include "daemon/repl/repl_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/manifest.h"
+#include "daemon/net/peer.h"
+#include "daemon/repl/repl_have.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/repl/zpolicy.h"
+
+#define REPL_DEPTH 4
+#define BACKOFF_MIN_MS 200
+#define BACKOFF_MAX_MS 5000
+#define HELD_COPY_RATE (20ull << 20)    /* bytes/s: the slowest local copy waited for */
+
+struct rdahead {                    /* pieces of one file read ahead, in order */
+	struct io_uring ring;
+	uint8_t *buf[REPL_DEPTH];       /* REPL_PIECE each, owned */
+	int res[REPL_DEPTH];            /* bytes read or -errno; INT32_MIN while in flight */
+	uint64_t off[REPL_DEPTH];
+	unsigned head, n;               /* oldest slot, slots in flight or ready */
+	int fd;                         /* the file, borrowed */
+	uint64_t next, end;             /* next offset to read, end of the range */
+};
+
+struct sender {
+	struct partner *p;
+	const struct host *h;
+	struct xport *x;                /* NULL while disconnected */
+	struct rdahead rd;
+	uint8_t *frame;                 /* one encoded piece */
+	size_t frame_cap;
+	struct zpolicy z;
+	unsigned backoff_ms;
+	unsigned lost;                  /* copies lost mid-way in a row */
+	uint64_t tokens_t;              /* rate cap: time (ns) the bucket is drained to */
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void rd_submit(struct rdahead *rd)
+{
+	while (rd->n < REPL_DEPTH && rd->next < rd->end) {
+		unsigned s = (rd->head + rd->n) % REPL_DEPTH;
+		uint64_t len = rd->end - rd->next < REPL_PIECE ? rd->end - rd->next : REPL_PIECE;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&rd->ring);
+
+		if (!sqe)
+			break;
+		io_uring_prep_read(sqe, rd->fd, rd->buf[s], (unsigned)len, rd->next);
+		io_uring_sqe_set_data64(sqe, s);
+		rd->res[s] = INT32_MIN;
+		rd->off[s] = rd->next;
+		rd->next += len;
+		rd->n++;
+	}
+	io_uring_submit(&rd->ring);
+}
+
+static void rd_start(struct rdahead *rd, int fd, uint64_t off, uint64_t end)
+{
+	rd->fd = fd;
+	rd->next = off;
+	rd->end = end;
+	rd->head = rd->n = 0;
+	rd_submit(rd);
+}
+
+/* The next piece in order: 0 with *p, *len, or -errno. */
+static int rd_next(struct rdahead *rd, uint8_t **p, size_t *len, uint64_t *off)
+{
+	while (rd->res[rd->head] == INT32_MIN) {
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_wait_cqe(&rd->ring, &cqe);
+
+		if (rc < 0)
+			return rc;
+		rd->res[io_uring_cqe_get_data64(cqe)] = cqe->res;
+		io_uring_cqe_seen(&rd->ring, cqe);
+	}
+	if (rd->res[rd->head] < 0)
+		return rd->res[rd->head];
+	*p = rd->buf[rd->head];
+	*len = (size_t)rd->res[rd->head];
+	*off = rd->off[rd->head];
+	if (*len == 0)
+		return -ESTALE;         /* shorter than its manifest says */
+	return 0;
+}
+
+/* Frees the head slot for the next read ahead. */
+static void rd_release(struct rdahead *rd, size_t used, size_t len)
+{
+	rd->head = (rd->head + 1) % REPL_DEPTH;
+	rd->n--;
+	if (used < len)
+		rd->next = rd->end;    /* a short read: stop; the caller fails */
+	rd_submit(rd);
+}
+
+/* Waits out what the kernel still holds, so the file can be closed. */
+static void rd_drain(struct rdahead *rd)
+{
+	while (rd->n) {
+		if (rd->res[rd->head] == INT32_MIN) {
+			struct io_uring_cqe *cqe;
+
+			if (io_uring_wait_cqe(&rd->ring, &cqe) < 0)
+				return;
+			rd->res[io_uring_cqe_get_data64(cqe)] = cqe->res;
+			io_uring_cqe_seen(&rd->ring, cqe);
+			continue;
+		}
+		rd->head = (rd->head + 1) % REPL_DEPTH;
+		rd->n--;
+	}
+}
+
+static uint64_t queued(struct xport *x)
+{
+	return x->ops->queued ? x->ops->queued(x) : 0;
+}
+
+static void rate_wait(struct sender *s, size_t bytes)
+{
+	uint64_t rate = repl.cfg->rate, now = mono_ns();
+	uint64_t cost;
+
+	if (!rate)
+		return;
+	cost = (uint64_t)((double)bytes * 1e9 / (double)rate);
+	if (s->tokens_t < now)
+		s->tokens_t = now;
+	s->tokens_t += cost;
+	/* Allow a burst of a few pieces, then sleep to stay under the cap. */
+	if (s->tokens_t > now + 50000000ull) {
+		uint64_t d = s->tokens_t - now - 50000000ull;
+		struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
+				       .tv_nsec = (long)(d % 1000000000ull) };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void set_sent(struct sender *s, const char *job, const char *step, uint64_t seq,
+		     uint64_t sent, uint64_t total)
+{
+	struct record *r;
+
+	pthread_mutex_lock(&repl.lock);
+	r = repl_rec_find(job, step);
+	if (r && r->seq == seq) {
+		size_t i = (size_t)(s->p - repl.partners);
+
+		r->copies[i].sent = sent;
+		r->copies[i].total = total;
+	}
+	pthread_mutex_unlock(&repl.lock);
+}
+
+static int expect(struct xport *x, struct msg *m, uint16_t type, char *why, size_t whylen)
+{
+	int rc = x->ops->recv(x, m);
+
+	if (rc < 0) {
+		snprintf(why, whylen, "%s", rc == -ENOTCONN ? "the peer closed the connection" :
+			 strerror(-rc));
+		return rc == -ENOTCONN ? -ECONNRESET : rc;
+	}
+	if (m->type == MSG_ERROR) {
+		char t[PEER_TEXT_MAX + 1];
+
+		peer_error_of(m, t);
+		snprintf(why, whylen, "refused: %s", t);
+		msg_free(m);
+		return -EREMOTEIO;
+	}
+	if (m->type != type) {
+		snprintf(why, whylen, "unexpected frame type %u", m->type);
+		msg_free(m);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* One copy being sent. */
+struct out {
+	const char *job, *step;
+	uint64_t seq, total;
+	int step_fd;
+	uint64_t sent;                  /* bytes of the checkpoint done: sent or held */
+	uint64_t held;                  /* of which the receiver held */
+	uint64_t raw;                   /* raw bytes sent in pieces */
+	uint64_t gap;                   /* held bytes since the last piece sent */
+	const uint8_t *bits;            /* K_HELD, or NULL */
+	size_t nbits;
+	uint64_t chunk;                 /* the manifest's chunk size */
+};
+
+/* A timeout of base ms plus the time the receiver may take to copy `held`
+ * bytes from its own disk at a slow HELD_COPY_RATE. */
+static int held_ms(uint64_t held, int base)
+{
+	uint64_t ms = (uint64_t)base + held / (HELD_COPY_RATE / 1000);
+
+	return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* A send failed. A receiver that refuses while pieces stream (a full disk,
+ * a damaged piece) sends MSG_ERROR and closes, which this end sees as a
+ * broken pipe: its last words, when there are any, tell a refusal (which
+ * costs the copy a try) from a lost connection (which costs nothing). */
+static int send_failed(struct sender *s, int rc, char *why, size_t whylen)
+{
+	struct msg m;
+
+	if (s->x->ops->recv_last && s->x->ops->recv_last(s->x, &m, 1000) == 0) {
+		if (m.type == MSG_ERROR) {
+			char t[PEER_TEXT_MAX + 1];
+
+			peer_error_of(&m, t);
+			snprintf(why, whylen, "refused: %s", t);
+			msg_free(&m);
+			return -EREMOTEIO;
+		}
+		msg_free(&m);
+	}
+	snprintf(why, whylen, "sending: %s", strerror(-rc));
+	return rc;
+}
+
+/* Sends bytes [off, end) of an open file, piece by piece. */
+static int send_range(struct sender *s, struct out *o, int fd, uint64_t idx,
+		      const struct mf_entry *e, uint64_t off, uint64_t end,
+		      struct codec_params *cp, char *why, size_t whylen)
+{
+	int rc = 0;
+
+	rd_start(&s->rd, fd, off, end);
+	while (off < end) {
+		uint8_t *p;
+		size_t len, flen;
+		uint64_t at;
+		const struct codec_ops *want;
+		struct msg m;
+
+		rc = rd_next(&s->rd, &p, &len, &at);
+		if (rc < 0) {
+			snprintf(why, whylen, "reading %s: %s", e->path, strerror(-rc));
+			rc = -ESTALE;
+			break;
+		}
+		/* A file whose first chunks are held starts mid-way: no header
+		 * to read the dtype from, so the trial on this piece decides. */
+		if (cp->dtype == CODEC_DT_COUNT)
+			cp->dtype = codec_detect_dtype(p, len, at == 0 ? e->size : len);
+		want = zp_pick(&s->z, mono_ns(), queued(s->x));
+		rc = codec_chunk_encode(p, len, want, cp, s->frame, s->frame_cap, &flen);
+		if (rc < 0) {
+			snprintf(why, whylen, "encoding %s: %s", e->path, strerror(-rc));
+			break;
+		}
+		rate_wait(s, flen);
+		if (o->gap) {
+			/* The receiver copies the held bytes before it reads this
+			 * piece: the send may wait that long, and the window that
+			 * spans it measures the receiver's disk, not the path. */
+			s->x->ops->set_timeout(s->x, held_ms(o->gap, REPL_IO_MS));
+			zp_gap(&s->z);
+		}
+		msg_init(&m, MSG_DATA);
+		msg_put_u64(&m, K_FILE, idx);
+		msg_put_u64(&m, K_OFFSET, at);
+		rc = s->x->ops->send_tail(s->x, &m, K_DATA, s->frame, flen);
+		msg_free(&m);
+		if (o->gap) {
+			s->x->ops->set_timeout(s->x, REPL_IO_MS);
+			o->gap = 0;
+		}
+		rd_release(&s->rd, len, len);
+		if (rc < 0) {
+			rc = send_failed(s, rc, why, whylen);
+			break;
+		}
+		zp_sent(&s->z, len, flen, mono_ns(), queued(s->x));
+		off = at + len;
+		o->sent += len;
+		o->raw += len;
+		pthread_mutex_lock(&repl.lock);
+		s->p->raw += len;
+		s->p->wire += flen;
+		s->p->codec = codec_by_id(s->frame[0]) ? codec_by_id(s->frame[0])->name : "?";
+		pthread_mutex_unlock(&repl.lock);
+		set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
+	}
+	rd_drain(&s->rd);
+	return rc;
+}
+
+/* Where chunk k of e ends. */
+static uint64_t chunk_end(const struct out *o, const struct mf_entry *e, uint64_t k)
+{
+	return e->nchunks && (k + 1) * o->chunk < e->size ? (k + 1) * o->chunk : e->size;
+}
+
+/* Sends file idx (whose first chunk has number g) from byte off: the runs
+ * of chunks the receiver does not hold. */
+static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct mf_entry *e,
+		     uint64_t g, uint64_t off, char *why, size_t whylen)
+{
+	const char *base;
+	int dir_fd, fd = -1, rc = 0;
+	struct stat st;
+	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+
+	while (rc == 0 && off < e->size) {
+		uint64_t k = e->nchunks ? off / o->chunk : 0, end = chunk_end(o, e, k);
+
+		if (have_bit(o->bits, o->nbits, g + k)) {
+			o->held += end - off;
+			o->sent += end - off;
+			o->gap += end - off;
+			off = end;
+			continue;
+		}
+		while (end < e->size && !have_bit(o->bits, o->nbits, g + end / o->chunk))
+			end = chunk_end(o, e, end / o->chunk);
+		if (fd < 0) {
+			dir_fd = treeops_open_parent(o->step_fd, e->path, &base);
+			if (dir_fd < 0) {
+				snprintf(why, whylen, "%s: %s", e->path, strerror(-dir_fd));
+				return -ESTALE;
+			}
+			fd = openat(dir_fd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			close(dir_fd);
+			if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size != e->size) {
+				snprintf(why, whylen, "%s changed or vanished since it was committed",
+					 e->path);
+				if (fd >= 0)
+					close(fd);
+				return -ESTALE;
+			}
+		}
+		rc = send_range(s, o, fd, idx, e, off, end, &cp, why, whylen);
+		off = end;
+	}
+	if (fd >= 0)
+		close(fd);
+	set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
+	return rc;
+}
+
+/* One copy: 0 confirmed; -EREMOTEIO refused (why); -ESTALE the checkpoint
+ * changed (why); other -errno: the connection failed (why). */
+static int send_copy(struct sender *s, const char *job, const char *step, uint64_t seq,
+		     digest_t root, uint64_t total, char *why, size_t whylen)
+{
+	char rel[2 * CKPT_NAME_MAX + 2], hex[DIGEST_HEX_LEN + 1];
+	struct mf_reader *mr = NULL;
+	struct mf_entry e;
+	struct msg m;
+	uint64_t code = 0, want_idx = 0, want_off = 0, idx = 0, g = 0, mf_size;
+	int root_fd, step_fd, mf_fd, rc;
+	struct stat st;
+	uint8_t *slice, *bits = NULL;
+	const uint8_t *hb;
+	size_t hn;
+	struct out o = { .job = job, .step = step, .seq = seq, .total = total };
+
+	snprintf(rel, sizeof(rel), "%s/%s", job, step);
+	root_fd = open(repl.cfg->ckpt_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	step_fd = root_fd < 0 ? -errno : treeops_open_beneath(root_fd, rel);
+	if (root_fd >= 0)
+		close(root_fd);
+	if (step_fd < 0) {
+		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, rel, strerror(-step_fd));
+		return -ESTALE;
+	}
+	mf_fd = openat(step_fd, MF_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (mf_fd < 0 || fstat(mf_fd, &st) < 0) {
+		snprintf(why, whylen, "%s/%s/%s: %s", repl.cfg->ckpt_root, rel, MF_NAME,
+			 strerror(errno));
+		rc = -ESTALE;
+		goto out_close_step;
+	}
+	mf_size = (uint64_t)st.st_size;
+	digest_to_hex(root, hex);
+	msg_init(&m, MSG_OFFER);
+	msg_put_str(&m, K_ORIGIN, repl.cfg->name);
+	msg_put_str(&m, K_JOB, job);
+	msg_put_str(&m, K_STEP, step);
+	msg_put_str(&m, K_ROOT, hex);
+	msg_put_u64(&m, K_SIZE, mf_size);
+	rc = s->x->ops->send(s->x, &m);
+	msg_free(&m);
+	slice = malloc(REPL_MF_SLICE);
+	for (uint64_t at = 0; rc == 0 && at < mf_size; ) {
+		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)at) : -1;
+
+		if (n <= 0) {
+			snprintf(why, whylen, "reading the manifest of %s: %s", rel,
+				 n < 0 ? strerror(errno) : "it shrank");
+			rc = -ESTALE;
+			break;
+		}
+		msg_init(&m, MSG_MANIFEST);
+		msg_put_u64(&m, K_OFFSET, at);
+		rc = s->x->ops->send_tail(s->x, &m, K_DATA, slice, (size_t)n);
+		msg_free(&m);
+		at += (uint64_t)n;
+	}
+	free(slice);
+	if (rc < 0) {
+		if (rc != -ESTALE)
+			snprintf(why, whylen, "sending the offer: %s", strerror(-rc));
+		goto out_close_mf;
+	}
+	s->x->ops->set_timeout(s->x, REPL_FINISH_MS);
+	rc = expect(s->x, &m, MSG_WANT, why, whylen);
+	if (rc < 0)
+		goto out_close_mf;
+	msg_get_u64(&m, K_CODE, &code);
+	msg_get_u64(&m, K_FILE, &want_idx);
+	msg_get_u64(&m, K_OFFSET, &want_off);
+	if (msg_get_bytes(&m, K_HELD, &hb, &hn) == 0 && hn && (bits = malloc(hn))) {
+		memcpy(bits, hb, hn);
+		o.bits = bits;
+		o.nbits = hn;
+	}
+	msg_free(&m);
+	s->x->ops->set_timeout(s->x, REPL_IO_MS);
+	if (code == 1) {
+		rc = 0;         /* it already holds this very checkpoint */
+		goto out_close_mf;
+	}
+	rc = mf_reader_open(&mr, step_fd, MF_NAME, MF_COMPLETE);
+	if (rc < 0) {
+		snprintf(why, whylen, "the manifest of %s: %s", rel, strerror(-rc));
+		rc = -ESTALE;
+		goto out_close_mf;
+	}
+	o.step_fd = step_fd;
+	while ((rc = mf_reader_next(mr, &e)) == 1) {
+		o.chunk = mf_reader_chunk_size(mr);
+		if (idx >= want_idx && e.type == MF_FILE && e.size > 0) {
+			uint64_t off = idx == want_idx ? want_off : 0;
+
+			o.sent += off < e.size ? off : e.size;  /* durable there already */
+			rc = send_file(s, &o, idx, &e, g, off, why, whylen);
+		} else if (e.type == MF_FILE) {
+			o.sent += e.size;
+		}
+		if (e.type == MF_FILE && e.size > 0)
+			g += e.nchunks ? e.nchunks : 1;
+		mf_entry_free(&e);
+		idx++;
+		if (rc < 0)
+			break;
+		if (repl.stopping) {
+			rc = -ECANCELED;
+			snprintf(why, whylen, "the daemon is stopping");
+			break;
+		}
+	}
+	if (rc < 0 && rc != -ECANCELED && why[0] == '\0')
+		snprintf(why, whylen, "the manifest of %s: %s", rel, mf_reader_why(mr));
+	mf_reader_close(mr);
+	if (rc < 0)
+		goto out_close_mf;
+	zp_pause(&s->z, mono_ns(), queued(s->x));
+	msg_init(&m, MSG_END);
+	rc = s->x->ops->send(s->x, &m);
+	msg_free(&m);
+	if (rc < 0) {
+		rc = send_failed(s, rc, why, whylen);
+		goto out_close_mf;
+	}
+	s->x->ops->set_timeout(s->x, held_ms(o.gap, REPL_FINISH_MS));
+	rc = expect(s->x, &m, MSG_DONE, why, whylen);
+	s->x->ops->set_timeout(s->x, REPL_IO_MS);
+	if (rc == 0) {
+		code = 1;
+		msg_get_u64(&m, K_CODE, &code);
+		if (code != 0) {
+			char text[PEER_TEXT_MAX + 1];
+
+			peer_error_of(&m, text);
+			snprintf(why, whylen, "refused: %s", text);
+			rc = -EREMOTEIO;
+		}
+		msg_free(&m);
+	}
+	if (rc == 0) {
+		log_info("%s/%s to %s: %llu bytes sent, %llu held there already", job, step,
+			 s->h->name, (unsigned long long)o.raw, (unsigned long long)o.held);
+		pthread_mutex_lock(&repl.lock);
+		s->p->held += o.held;
+		pthread_mutex_unlock(&repl.lock);
+	}
+out_close_mf:
+	free(bits);
+	if (mf_fd >= 0)
+		close(mf_fd);
+out_close_step:
+	close(step_fd);
+	return rc;
+}
+
+static void disconnect(struct sender *s)
+{
+	if (!s->x)
+		return;
+	zp_drop(&s->z);         /* a window cut by a failure measures nothing */
+	pthread_mutex_lock(&repl.lock);
+	s->p->x = NULL;
+	pthread_mutex_unlock(&repl.lock);
+	s->x->ops->close(s->x);
+	s->x = NULL;
+}
+
+/* Connects and authenticates, or records why not and sleeps the backoff
+ * (waking early when the daemon stops). */
+static int connect_peer(struct sender *s)
+{
+	char why[512], name[AUTH_NAME_MAX + 1];
+	struct xport *x;
+	int rc;
+
+	rc = repl_connect(s->h, REPL_HANDSHAKE_MS, &x, why, sizeof(why));
+	if (rc == 0) {
+		rc = peer_handshake(&x, &repl.key, repl.cfg->name, &repl.hosts, s->h->name,
+				    REPL_HANDSHAKE_MS, name, sizeof(name), why, sizeof(why));
+		if (rc < 0)
+			x->ops->close(x);
+	}
+	pthread_mutex_lock(&repl.lock);
+	if (rc == 0) {
+		x->ops->set_timeout(x, REPL_IO_MS);
+		s->x = x;
+		s->p->x = x;
+		if (s->p->state != PEER_UP)
+			log_info("peer %s: up (%s, %s)", s->h->name, x->ops->name, x->peer);
+		s->p->state = PEER_UP;
+		s->backoff_ms = 0;
+		if (repl.stopping)
+			x->ops->shutdown(x);
+	} else {
+		struct timespec ts;
+		uint64_t d;
+
+		if (s->p->state != PEER_DOWN || strcmp(s->p->why, why) != 0)
+			log_warn("peer %s: %s", s->h->name, why);
+		s->p->state = PEER_DOWN;
+		snprintf(s->p->why, sizeof(s->p->why), "%s", why);
+		s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
+		if (s->backoff_ms > BACKOFF_MAX_MS)
+			s->backoff_ms = BACKOFF_MAX_MS;
+		s->p->retry_at_ns = repl_now_ns() + (uint64_t)s->backoff_ms * 1000000ull;
+		d = s->p->retry_at_ns;
+		ts.tv_sec = (time_t)(d / 1000000000ull);
+		ts.tv_nsec = (long)(d % 1000000000ull);
+		while (!repl.stopping && repl_now_ns() < d)
+			if (pthread_cond_timedwait(&repl.cond, &repl.lock, &ts) == ETIMEDOUT)
+				break;
+	}
+	pthread_mutex_unlock(&repl.lock);
+	return rc;
+}
+
+/* After a refusal (a full disk, a damaged piece) or a connection lost
+ * mid-copy, a pause before the next try: 0.2 s << tries, at most 6.4 s.
+ * Under lock; the daemon's stop cuts it short. */
+static void retry_pause(unsigned tries)
+{
+	uint64_t d = repl_now_ns() + (200000000ull << (tries < 5 ? tries : 5));
+	struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
+			       .tv_nsec = (long)(d % 1000000000ull) };
+
+	while (!repl.stopping && repl_now_ns() < d)
+		if (pthread_cond_timedwait(&repl.cond, &repl.lock, &ts) == ETIMEDOUT)
+			break;
+}
+
+/* The oldest copy this partner still needs: under lock. */
+static struct record *next_copy(size_t i)
+{
+	for (struct record *r = repl.records; r; r = r->next)
+		if (r->state == R_READY && r->copies[i].state == C_PENDING)
+			return r;
+	return NULL;
+}
+
+void *repl_send_main(void *arg)
+{
+	struct partner *p = arg;
+	size_t i = (size_t)(p - repl.partners);
+	struct sender s = { .p = p, .h = &repl.hosts.v[p->host] };
+	int rc, crc;
+
+	zp_init(&s.z, repl.cfg->compress);
+	s.frame_cap = codec_chunk_bound(REPL_PIECE);
+	s.frame = malloc(s.frame_cap);
+	rc = io_uring_queue_init(REPL_DEPTH * 2, &s.rd.ring, 0);
+	for (int k = 0; k < REPL_DEPTH; k++) {
+		s.rd.buf[k] = malloc(REPL_PIECE);
+		if (!s.rd.buf[k])
+			rc = -ENOMEM;
+	}
+	if (rc < 0 || !s.frame) {
+		log_err("sender to %s: cannot start: %s", s.h->name, strerror(rc < 0 ? -rc : ENOMEM));
+		goto out_free;
+	}
+	pthread_mutex_lock(&repl.lock);
+	while (!repl.stopping) {
+		char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[1024] = "";
+		struct record *r = next_copy(i);
+		uint64_t seq, total;
+		digest_t root;
+
+		if (!r) {
+			pthread_cond_wait(&repl.cond, &repl.lock);
+			continue;
+		}
+		strcpy(job, r->job);
+		strcpy(step, r->step);
+		seq = r->seq;
+		root = r->root;
+		total = r->bytes;
+		r->copies[i].state = C_SENDING;
+		r->copies[i].sent = 0;
+		r->copies[i].total = total;
+		pthread_mutex_unlock(&repl.lock);
+
+		crc = rc = s.x ? 0 : connect_peer(&s);
+		if (rc == 0) {
+			rc = send_copy(&s, job, step, seq, root, total, why, sizeof(why));
+			/* A failure may leave either side mid-offer: start afresh. */
+			if (rc < 0)
+				disconnect(&s);
+		}
+		pthread_mutex_lock(&repl.lock);
+		r = repl_rec_find(job, step);
+		if (!r || r->seq != seq || r->copies[i].state != C_SENDING)
+			continue;       /* committed again or dropped meanwhile */
+		if (rc == 0) {
+			r->copies[i].state = C_CONFIRMED;
+			r->copies[i].why[0] = '\0';
+			r->copies[i].tries = 0;
+			s.lost = 0;
+			log_info("%s/%s: confirmed on %s", job, step, s.h->name);
+			repl_rec_save(r);
+		} else if (rc == -EREMOTEIO || rc == -ESTALE) {
+			snprintf(r->copies[i].why, sizeof(r->copies[i].why), "%s", why);
+			log_warn("%s/%s to %s: %s", job, step, s.h->name, why);
+			r->copies[i].state = rc == -ESTALE || ++r->copies[i].tries >= REPL_MAX_TRIES ?
+				C_FAILED : C_PENDING;
+			if (r->copies[i].state == C_PENDING)
+				retry_pause(r->copies[i].tries);
+		} else {
+			r->copies[i].state = C_PENDING;
+			if (why[0] && p->state == PEER_UP) {
+				log_warn("%s/%s to %s: %s; will resume", job, step, s.h->name, why);
+				p->state = PEER_DOWN;
+				snprintf(p->why, sizeof(p->why), "%s", why);
+			}
+			/* A receiver that refuses mid-stream just closes, which
+			 * looks the same from here: without a pause, a refusal
+			 * that repeats would be a busy loop. */
+			if (crc == 0 && !repl.stopping)
+				retry_pause(s.lost < 5 ? s.lost++ : 5);
+		}
+		pthread_cond_broadcast(&repl.cond);
+	}
+	pthread_mutex_unlock(&repl.lock);
+out_free:
+	disconnect(&s);
+	for (int k = 0; k < REPL_DEPTH; k++)
+		free(s.rd.buf[k]);
+	if (rc != -ENOMEM)
+		io_uring_queue_exit(&s.rd.ring);
+	free(s.frame);
+	codec_thread_end();
+	return NULL;
+}
