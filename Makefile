@@ -44,7 +44,7 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 BIN := $(BUILD)/bin/staged $(BUILD)/bin/stage
 
-.PHONY: all check unit integration demo deps help clean bench-smoke fuzz fuzz-smoke
+.PHONY: all check unit calls integration demo deps help clean bench-smoke fuzz fuzz-smoke
 all: $(BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -78,6 +78,11 @@ $(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(BUILD)/libdaemon.a $(BUILD)/libcl
 
 deps:
 	@tools/install-deps
+
+# The calls between files, from the objects: no circle, folders call down
+# (the layers are written in tools/check-calls and docs/ARCHITECTURE.md).
+calls: all
+	@tools/check-calls $(BUILD)
 
 unit: $(UNIT_BIN)
 	@tools/run-unit $(UNIT_BIN)
@@ -139,7 +144,7 @@ $(BUILD)/tests/vgshim.so: tests/tools/vgshim.c
 
 # `make check` installs what is missing, builds, and runs every test.
 check: deps
-	@$(MAKE) --no-print-directory all unit
+	@$(MAKE) --no-print-directory all unit calls
 	@$(MAKE) --no-print-directory integration
 
 demo: deps
@@ -184,6 +189,7 @@ help:
 	@echo "make check        install missing dependencies, build, run unit and integration tests"
 	@echo "make demo         install missing dependencies, build, show a pull and a verify"
 	@echo "make unit         build and run the cmocka unit tests"
+	@echo "make calls        check the calls between files: no circle, each folder calls only down"
 	@echo "make integration  run the pytest integration tests (real daemons)"
 	@echo "make valgrind     plain build in build-vg; integration tests with daemons and clients under memcheck"
 	@echo "make deps         apt-get what the build, tests and benchmarks need"

@@ -3,9 +3,7 @@
 #include <string.h>
 
 #include "common/codec.h"
-#include "common/codec_chunk.h"
 #include "common/codec_float.h"
-#include "common/codec_zs.h"
 
 static size_t none_bound(size_t n)
 {
@@ -67,27 +65,4 @@ const struct codec_ops *codec_find(const char *name)
 const struct codec_ops *codec_by_id(unsigned id)
 {
 	return id < CODEC_COUNT ? table[id] : NULL;
-}
-
-const char *codec_dtype_name(enum codec_dtype dt)
-{
-	static const char *const names[CODEC_DT_COUNT] = { "bytes", "bf16", "f16", "f32" };
-
-	return (unsigned)dt < CODEC_DT_COUNT ? names[dt] : "?";
-}
-
-size_t codec_dtype_size(enum codec_dtype dt)
-{
-	static const size_t sizes[CODEC_DT_COUNT] = { 1, 2, 2, 4 };
-
-	return (unsigned)dt < CODEC_DT_COUNT ? sizes[dt] : 1;
-}
-
-void codec_thread_end(void)
-{
-	codec_chunk_enc_thread_end();
-	codec_float_enc_thread_end();
-	codec_float_dec_thread_end();
-	codec_zs_c_thread_end();
-	codec_zs_d_thread_end();
 }

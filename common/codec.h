@@ -62,7 +62,11 @@ void codec_thread_end(void);
 const struct codec_ops *codec_find(const char *name);
 const struct codec_ops *codec_by_id(unsigned id);
 const char *codec_dtype_name(enum codec_dtype dt);
-size_t codec_dtype_size(enum codec_dtype dt);
+/* Inline: the codecs call it, and they sit below the table's file. */
+static inline size_t codec_dtype_size(enum codec_dtype dt)
+{
+	return dt == CODEC_DT_F32 ? 4 : dt == CODEC_DT_BF16 || dt == CODEC_DT_F16 ? 2 : 1;
+}
 
 /* ---- chunk frame (codec_chunk_enc.c, codec_chunk_dec.c) ---- */
 

@@ -138,3 +138,10 @@ enum codec_dtype codec_detect_dtype(const void *buf, size_t n, uint64_t file_siz
 	free(out);
 	return best;
 }
+
+const char *codec_dtype_name(enum codec_dtype dt)
+{
+	static const char *const names[CODEC_DT_COUNT] = { "bytes", "bf16", "f16", "f32" };
+
+	return (unsigned)dt < CODEC_DT_COUNT ? names[dt] : "?";
+}

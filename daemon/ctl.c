@@ -1,3 +1,4 @@
+#include "daemon/cluster/cluster.h"
 #include "daemon/ctl.h"
 
 #include <errno.h>

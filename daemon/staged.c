@@ -23,6 +23,8 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/version.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/cluster/hold.h"
 #include "daemon/ctl.h"
 #include "daemon/job/job.h"
 #include "daemon/repl/repl.h"
@@ -258,6 +260,9 @@ int main(int argc, char **argv)
 		ret = 1;
 		goto out_unlisten;
 	}
+	/* What a holder answers on a peer's connection (daemon/cluster/). */
+	repl_recv_serve(MSG_HOLD_REQ, hold_serve);
+	repl_recv_serve(MSG_FETCH_REQ, repl_fetch_serve);
 	ret = repl_open(&d.cfg, why, sizeof(why));
 	if (ret < 0) {
 		log_err("%s", why);

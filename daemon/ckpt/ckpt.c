@@ -396,3 +396,42 @@ out_close_step:
 	close(b.step_fd);
 	return rc;
 }
+
+int ckpt_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk,
+		       char *why, size_t whylen)
+{
+	struct mf_reader *mr;
+	struct mf_entry e;
+	int rc = mf_reader_open(&mr, dirfd, name, MF_COMPLETE);
+
+	if (rc < 0) {
+		if (why)
+			snprintf(why, whylen, "%s: %s", name, strerror(-rc));
+		return rc;
+	}
+	while ((rc = mf_reader_next(mr, &e)) == 1)
+		mf_entry_free(&e);
+	if (rc == 0) {
+		*root = mf_reader_root(mr);
+		if (chunk)
+			*chunk = mf_reader_chunk_size(mr);
+	} else if (why) {
+		snprintf(why, whylen, "%s", mf_reader_why(mr));
+	}
+	mf_reader_close(mr);
+	return rc;
+}
+
+int ckpt_get_name(const struct msg *m, uint16_t key, char out[CKPT_NAME_MAX + 1])
+{
+	char *s = NULL;
+	const char *w;
+	int rc = msg_get_str(m, key, &s);
+
+	if (rc == 0 && (strlen(s) > CKPT_NAME_MAX || config_check_name(s, &w) < 0))
+		rc = -EINVAL;
+	if (rc == 0)
+		strcpy(out, s);
+	free(s);
+	return rc;
+}

@@ -13,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/digest.h"
+#include "common/proto.h"
 
 #define CKPT_NAME_MAX 255
 
@@ -39,5 +40,15 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 /* Natural order of step names: runs of digits compare as numbers, so
  * step-9 < step-10 < step-100. <0, 0, >0. */
 int ckpt_step_cmp(const char *a, const char *b);
+
+/* The root (and chunk size, if chunk is not NULL) of the complete manifest
+ * at dirfd/name: 0, or -errno (-EBADMSG: damaged), with why (if not NULL)
+ * naming the line and the rule it broke. */
+int ckpt_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk,
+		       char *why, size_t whylen);
+
+/* A node, job or step name field of a peer's frame: 0, -EINVAL (not a valid
+ * name), -ENOENT (no such field). */
+int ckpt_get_name(const struct msg *m, uint16_t key, char out[CKPT_NAME_MAX + 1]);
 
 #endif

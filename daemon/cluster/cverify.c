@@ -14,6 +14,7 @@
  * be asked leaves its copies unknown, so the step cannot verify; the result
  * says what the other nodes' copies still allow.
  */
+#include "daemon/cluster/cluster.h"
 #include "daemon/cluster/cverify.h"
 
 #include <errno.h>

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "daemon/cluster/cluster.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/job/job.h"
 

@@ -12,11 +12,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/ckpt/ckpt.h"
 #include "daemon/job/job.h"
 #include "daemon/fs/treeops.h"
+#include "daemon/net/peer.h"
 #include "daemon/pull/verify.h"
+#include "daemon/repl/repl_impl.h"
 
 struct texts {
 	struct hold_cell *c;
@@ -162,4 +165,33 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	if (d)
 		closedir(d);
 	return m->err;
+}
+
+/* MSG_HOLD_REQ from a peer: answered on its connection, which stays open. */
+int hold_serve(struct xport *x, const char *peer, const struct msg *req)
+{
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	uint64_t flags = 0;
+	struct msg m;
+	int rc;
+
+	if (ckpt_get_name(req, K_JOB, job) < 0 || ckpt_get_name(req, K_STEP, step) < 0) {
+		log_warn("question from %s refused: no valid job or step name", peer);
+		peer_send_error(x, EBADMSG, "%s: a malformed question", repl.cfg->name);
+		return -EBADMSG;
+	}
+	msg_get_u64(req, K_FLAGS, &flags);
+	log_info("%s asks what this node holds of %s/%s%s", peer, job, step,
+		 flags & REQ_DEEP ? " (deep)" : "");
+	msg_init(&m, MSG_HOLD);
+	rc = hold_survey(repl.cfg, repl.cfg->name, job, step, flags & REQ_DEEP, &m);
+	if (rc == 0) {
+		rc = x->ops->send(x, &m);
+	} else {
+		log_warn("question from %s about %s/%s not answered: %s", peer, job, step,
+			 strerror(-rc));
+		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, strerror(-rc));
+	}
+	msg_free(&m);
+	return rc;
 }

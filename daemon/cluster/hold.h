@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/copygroup.h"
 #include "common/proto.h"
+#include "common/xport.h"
 
 /* Appends this node's copy groups to m. self: this node's name. 0 or -errno
  * (-ENOMEM). A copy that cannot be read is a group with its reason, not an
@@ -26,5 +27,10 @@
 int hold_survey(const struct stage_config *cfg, const char *self, const char *job,
 		const char *step, bool deep, struct msg *m);
 
+
+/* MSG_HOLD_REQ from a peer (repl_recv_serve): answered with MSG_HOLD on its
+ * connection, which stays open. 0 to go on, -errno to close it (a refusal
+ * has been sent). */
+int hold_serve(struct xport *x, const char *peer, const struct msg *req);
 
 #endif

@@ -1,10 +1,11 @@
 /* Asking the other nodes: what they hold of a step (verify --cluster,
  * restore), over a fresh authenticated connection per question, all nodes
- * at once on a thread each. And the answering side, MSG_HOLD_REQ.
+ * at once on a thread each. The answering side is hold.c's hold_serve.
  *
  * A fresh connection rather than a partner's sender connection: the
  * question goes to every node (not only partners), and must not wait
  * behind a checkpoint being sent. */
+#include "daemon/cluster/cluster.h"
 #include "daemon/repl/repl_impl.h"
 
 #include <errno.h>
@@ -17,54 +18,8 @@
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 
-#define ASK_CONNECT_MS 3000
 #define ASK_FAST_MS 30000          /* a fast survey reads manifests only */
 #define ASK_DEEP_MS (6 * 3600 * 1000)  /* a deep one reads every byte held */
-
-int repl_dial(size_t host, int io_ms, struct xport **out, char *why, size_t whylen)
-{
-	const struct host *h = &repl.hosts.v[host];
-	char name[AUTH_NAME_MAX + 1];
-	struct xport *x;
-	int rc;
-
-	rc = repl_connect(h, ASK_CONNECT_MS, &x, why, whylen);
-	if (rc < 0)
-		return rc;
-	rc = peer_handshake(&x, &repl.key, repl.cfg->name, &repl.hosts, h->name, REPL_HANDSHAKE_MS,
-			    name, sizeof(name), why, whylen);
-	if (rc < 0) {
-		x->ops->close(x);
-		return rc;
-	}
-	x->ops->set_timeout(x, io_ms);
-	*out = x;
-	return 0;
-}
-
-int repl_get_name(const struct msg *m, uint16_t key, char *out)
-{
-	char *s = NULL;
-	const char *w;
-	int rc = msg_get_str(m, key, &s);
-
-	if (rc == 0 && (strlen(s) > CKPT_NAME_MAX || config_check_name(s, &w) < 0))
-		rc = -EINVAL;
-	if (rc == 0)
-		strcpy(out, s);
-	free(s);
-	return rc;
-}
-
-/* A peer's MSG_ERROR as text in why. */
-int repl_peer_error(const struct msg *m, const char *node, char *why, size_t whylen)
-{
-	char text[PEER_TEXT_MAX + 1];
-	int err = peer_error_of(m, text);
-
-	snprintf(why, whylen, "%s refused: %s", node, text);
-	return err;
-}
 
 struct ask {
 	size_t host;
@@ -96,8 +51,8 @@ static void *ask_main(void *arg)
 	size_t groups;
 	int rc;
 
-	rc = repl_dial(a->host, a->deep ? ASK_DEEP_MS : ASK_FAST_MS, &x, ans->why,
-		       sizeof(ans->why));
+	rc = repl_dial(a->host, REPL_CONNECT_MS, a->deep ? ASK_DEEP_MS : ASK_FAST_MS, &x,
+		       ans->why, sizeof(ans->why));
 	if (rc < 0)
 		goto out;
 	msg_init(&m, MSG_HOLD_REQ);
@@ -113,7 +68,7 @@ static void *ask_main(void *arg)
 			 rc == -ENOTCONN ? "closed the connection (an older version?)" :
 			 strerror(-rc));
 	} else if (m.type == MSG_ERROR) {
-		rc = repl_peer_error(&m, repl.hosts.v[a->host].name, ans->why, sizeof(ans->why));
+		rc = peer_refused(&m, repl.hosts.v[a->host].name, ans->why, sizeof(ans->why));
 		msg_free(&m);
 	} else if (m.type == MSG_HOLD && (groups = count_groups(&m)) > HOSTS_MAX_NODES) {
 		/* One group per origin held, and origins are node names: more
@@ -219,38 +174,4 @@ size_t repl_placement(const char *origin, const char **holders, size_t cap)
 		holders[i] = repl.hosts.v[idx[i]].name;
 	free(idx);
 	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap;
-}
-
-const char *repl_self_name(void)
-{
-	return repl.cfg->name;
-}
-
-/* MSG_HOLD_REQ from a peer: answered on its connection, which stays open. */
-int repl_serve_hold(struct xport *x, const char *peer, const struct msg *req)
-{
-	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
-	uint64_t flags = 0;
-	struct msg m;
-	int rc;
-
-	if (repl_get_name(req, K_JOB, job) < 0 || repl_get_name(req, K_STEP, step) < 0) {
-		log_warn("question from %s refused: no valid job or step name", peer);
-		peer_send_error(x, EBADMSG, "%s: a malformed question", repl.cfg->name);
-		return -EBADMSG;
-	}
-	msg_get_u64(req, K_FLAGS, &flags);
-	log_info("%s asks what this node holds of %s/%s%s", peer, job, step,
-		 flags & REQ_DEEP ? " (deep)" : "");
-	msg_init(&m, MSG_HOLD);
-	rc = hold_survey(repl.cfg, repl.cfg->name, job, step, flags & REQ_DEEP, &m);
-	if (rc == 0) {
-		rc = x->ops->send(x, &m);
-	} else {
-		log_warn("question from %s about %s/%s not answered: %s", peer, job, step,
-			 strerror(-rc));
-		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, strerror(-rc));
-	}
-	msg_free(&m);
-	return rc;
 }

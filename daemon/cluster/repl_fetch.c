@@ -9,6 +9,7 @@
  * never mixes two commits of a step. Paths are opened beneath the copy with
  * no symlink on the way and never inside .stage.
  */
+#include "daemon/cluster/cluster.h"
 #include "daemon/repl/repl_impl.h"
 
 #include <errno.h>
@@ -70,7 +71,7 @@ static int copy_root(int step_fd, digest_t *root)
 		*root = seen.root;
 		return 0;
 	}
-	rc = repl_manifest_root(step_fd, MF_NAME, root, NULL);
+	rc = ckpt_manifest_root(step_fd, MF_NAME, root, NULL, NULL, 0);
 	seen.valid = rc == 0;
 	seen.dev = st.st_dev;
 	seen.ino = st.st_ino;
@@ -225,7 +226,7 @@ out_free:
 	return rc;
 }
 
-int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
+int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	char rel[3 * (CKPT_NAME_MAX + 1)], why[1024] = "", *hex = NULL, *path = NULL;
@@ -236,8 +237,8 @@ int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req)
 	int prc = msg_get_str(req, K_PATH, &path);
 	const char *bad = NULL;   /* what is wrong, in our words: a peer's bytes are not logged */
 
-	if (repl_get_name(req, K_ORIGIN, origin) < 0 || repl_get_name(req, K_JOB, job) < 0 ||
-	    repl_get_name(req, K_STEP, step) < 0)
+	if (ckpt_get_name(req, K_ORIGIN, origin) < 0 || ckpt_get_name(req, K_JOB, job) < 0 ||
+	    ckpt_get_name(req, K_STEP, step) < 0)
 		bad = "no valid origin, job or step name";
 	else if (msg_get_str(req, K_ROOT, &hex) < 0 || digest_from_hex(hex, strlen(hex), &want) < 0)
 		bad = "no valid root";

@@ -25,6 +25,7 @@
  * wrong (a file cut off mid-rebuild starts over). While it runs the watcher
  * does not commit the step.
  */
+#include "daemon/cluster/cluster.h"
 #include "daemon/repl/repl_impl.h"
 
 #include <dirent.h>
@@ -41,6 +42,7 @@
 #include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/ckpt/ckpt.h"
+#include "daemon/net/peer.h"
 #include "daemon/fs/cursor.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/repl/repl.h"
@@ -125,7 +127,7 @@ static int fetch_next_end(struct restore *r, struct msg *m, uint16_t type, uint6
 		return rc;
 	}
 	if (m->type == MSG_ERROR) {
-		rc = repl_peer_error(m, r->holder, r->why, sizeof(r->why));
+		rc = peer_refused(m, r->holder, r->why, sizeof(r->why));
 		msg_free(m);
 		return rc;
 	}
@@ -201,7 +203,7 @@ static int fetch_manifest(struct restore *r)
 	close(fd);
 	if (rc < 0)
 		return rc;
-	rc = repl_manifest_root(r->stage_fd, MF_FETCHED, &got, NULL);
+	rc = ckpt_manifest_root(r->stage_fd, MF_FETCHED, &got, NULL, NULL, 0);
 	if (rc < 0 || !digest_eq(got, r->root)) {
 		snprintf(r->why, sizeof(r->why), "the manifest %s sent %s", r->holder,
 			 rc < 0 ? "does not read (damaged on the way?)" :
@@ -727,13 +729,13 @@ static void run(struct restore *r, const char *from)
 			   *r->why ? r->why : strerror(-rc));
 		goto out;
 	}
-	have_local = repl_manifest_root(r->stage_fd, "manifest", &local_root, NULL) == 0;
+	have_local = ckpt_manifest_root(r->stage_fd, "manifest", &local_root, NULL, NULL, 0) == 0;
 	if (choose(r, ans, nans, have_local, local_root, from != NULL) < 0) {
 		job_result(r->j, 1, NULL, NULL, "cannot restore %s: %s", r->path, r->why);
 		goto out;
 	}
-	rc = repl_dial((size_t)hosts_find(&repl.hosts, r->holder), REPL_IO_MS, &r->x, r->why,
-		       sizeof(r->why));
+	rc = repl_dial((size_t)hosts_find(&repl.hosts, r->holder), REPL_CONNECT_MS, REPL_IO_MS,
+		       &r->x, r->why, sizeof(r->why));
 	if (rc == 0 && (!have_local || !digest_eq(local_root, r->root))) {
 		mf = MF_FETCHED;
 		rc = fetch_manifest(r);

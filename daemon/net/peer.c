@@ -274,3 +274,12 @@ void peer_send_error(struct xport *x, int err, const char *fmt, ...)
 	(void)x->ops->send(x, &m);
 	msg_free(&m);
 }
+
+int peer_refused(const struct msg *m, const char *node, char *why, size_t whylen)
+{
+	char text[PEER_TEXT_MAX + 1];
+	int err = peer_error_of(m, text);
+
+	snprintf(why, whylen, "%s refused: %s", node, text);
+	return err;
+}

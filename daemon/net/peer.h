@@ -42,6 +42,8 @@ int peer_handshake(struct xport **x, const struct auth_key *key, const char *my_
 /* A peer's MSG_ERROR: its -errno (EPROTO when absent or out of range) and
  * its text, made safe, in text. */
 int peer_error_of(const struct msg *m, char text[PEER_TEXT_MAX + 1]);
+/* The same as "NODE refused: TEXT" in why; returns its -errno. */
+int peer_refused(const struct msg *m, const char *node, char *why, size_t whylen);
 
 /* Sends MSG_ERROR (K_ERRNO, K_TEXT) and ignores a failure to: the
  * connection is about to close anyway. */

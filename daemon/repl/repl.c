@@ -30,17 +30,6 @@
 
 #define QUIET_MS 2000      /* after a marker: writers finishing other files */
 
-struct repl repl = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-		     .stop_fd = -1 };
-
-uint64_t repl_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Whether JOB/STEP is being restored, or a restore of it was cut off (its
  * mark is still there). Under lock. */
 static bool restore_pending(const char *job, const char *step)
@@ -363,7 +352,7 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 	}
 	/* Every node checks its transport (transport = rdma without a device
 	 * is an error even alone); only a node with peers listens. */
-	rc = repl_net_open(cfg, repl.cluster && repl.hosts.n > 1, why, whylen);
+	rc = net_open(cfg, repl.cluster && repl.hosts.n > 1, why, whylen);
 	if (rc < 0)
 		goto out_close_cluster;
 	repl_rec_load_all();
@@ -408,7 +397,7 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 			o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", i ? ", " : "",
 					      repl.hosts.v[repl.partners[i].host].name);
 		log_info("cluster of %zu nodes; partners: %s; peers on %s", repl.hosts.n,
-			 o ? list : "none", repl_listen_fd() >= 0 ? cfg->listen : "(none)");
+			 o ? list : "none", net_listen_fd() >= 0 ? cfg->listen : "(none)");
 	}
 	return 0;
 out_stop_watcher:
@@ -429,7 +418,7 @@ out_close_watch:
 	if (w)
 		watch_close(w);
 out_unlisten:
-	repl_net_close();
+	net_close();
 out_close_cluster:
 	close_cluster();
 	return rc;
@@ -457,7 +446,7 @@ void repl_close(void)
 	}
 	if (repl.stop_fd >= 0)
 		close(repl.stop_fd);
-	repl_net_close();
+	net_close();
 	repl_recv_wait();
 	while (repl.records) {
 		struct record *r = repl.records;
@@ -655,7 +644,7 @@ void repl_status(struct msg *m)
 	}
 	if (repl.cluster) {
 		if (repl.hosts.n > 1)
-			repl_net_status(m);
+			net_status(m);
 		else {
 			msg_put_str(m, K_NAME, "transport");
 			msg_put_str(m, K_VALUE, "none (one node)");
@@ -763,4 +752,14 @@ void repl_ls(struct msg *m)
 	}
 	pthread_mutex_unlock(&repl.lock);
 	ls_held(m);
+}
+
+int repl_listen_fd(void)
+{
+	return net_listen_fd();
+}
+
+void repl_accept(void)
+{
+	net_accept(repl_recv_spawn);
 }

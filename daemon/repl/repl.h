@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "common/digest.h"
 #include "common/proto.h"
+#include "common/xport.h"
 #include "daemon/job/job.h"
 
 /* Loads the hosts file and key (a missing hosts file at the configured
@@ -31,6 +32,12 @@ void repl_close(void);
 int repl_listen_fd(void);
 void repl_accept(void);
 
+/* A request a peer may send on its connection between offers (MSG_HOLD_REQ,
+ * MSG_FETCH_REQ), and who serves it: set before repl_open. The server
+ * returns 0 to go on, -errno to close the connection (a refusal sent). */
+typedef int repl_serve_fn(struct xport *x, const char *peer, const struct msg *req);
+int repl_recv_serve(uint16_t type, repl_serve_fn *serve);
+
 /* Serves MSG_COMMIT_REQ (sends the result). */
 void repl_commit_run(struct job *j, const char *path);
 /* K_NAME/K_VALUE pairs for `stage status` (peers, transfers). */
@@ -38,33 +45,12 @@ void repl_status(struct msg *m);
 /* K_NAME/K_VALUE pairs for `stage ls`, one per checkpoint. */
 void repl_ls(struct msg *m);
 
-/* One node's answer in a survey (repl_ask.c). */
-struct hold_cell;
-struct repl_answer {
-	const char *node;          /* its name in the hosts file, borrowed */
-	int err;                   /* 0: it answered; else -errno and why */
-	char why[512];
-	struct hold_cell *cells;   /* its copy groups (daemon/cluster/hold.h), holder = node */
-	size_t ncells;
-};
-/* Asks every node (this one answers in place; with `only`, just that node)
- * what it holds of JOB/STEP, all at once. *ans: one answer per node in hosts
- * file order, *n of them (a single node: one). 0, -ENOENT (`only` is not a
- * node of the hosts file) or -ENOMEM. */
-int repl_survey(const char *job, const char *step, bool deep, const char *only,
-		struct repl_answer **ans, size_t *n);
-void repl_answers_free(struct repl_answer *a, size_t n);
-/* Where placement puts ORIGIN's copies: up to cap node names, in order. */
-size_t repl_placement(const char *origin, const char **holders, size_t cap);
-const char *repl_self_name(void);
-
 /* A restore under way (or interrupted) leaves DIR/.stage/RESTORE_MARK until
  * the step is whole again; no commit of the step is made while it is there. */
 #define RESTORE_MARK "restoring"
 
-/* Serves MSG_RESTORE_REQ (repl_restore.c; sends the result). from: the
- * node to restore from (--from), or NULL for the best copy. */
-void repl_restore_run(struct job *j, const char *path, const char *from);
+/* This node's name in the cluster. */
+const char *repl_self_name(void);
 /* A restored step of this node: its record says committed with this root,
  * and the partners are offered it again (those holding it answer "have it"). */
 void repl_restored(const char *job, const char *step, digest_t root, uint64_t files,

@@ -435,39 +435,6 @@ int rx_on_data(struct rx *r, const struct msg *m)
 
 /* ---- offer, publication ---- */
 
-/* repl_manifest_root, saying in WHY (if not NULL) which line broke which
- * rule when the manifest does not read. */
-static int manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk,
-			 char *why, size_t whylen)
-{
-	struct mf_reader *mr;
-	struct mf_entry e;
-	int rc = mf_reader_open(&mr, dirfd, name, MF_COMPLETE);
-
-	if (rc < 0) {
-		if (why)
-			snprintf(why, whylen, "%s: %s", name, strerror(-rc));
-		return rc;
-	}
-	while ((rc = mf_reader_next(mr, &e)) == 1)
-		mf_entry_free(&e);
-	if (rc == 0) {
-		*root = mf_reader_root(mr);
-		if (chunk)
-			*chunk = mf_reader_chunk_size(mr);
-	} else if (why) {
-		snprintf(why, whylen, "%s", mf_reader_why(mr));
-	}
-	mf_reader_close(mr);
-	return rc;
-}
-
-/* The root of a complete manifest at dirfd/name, or -errno. */
-int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk)
-{
-	return manifest_root(dirfd, name, root, chunk, NULL, 0);
-}
-
 static int open_dir(int at, const char *rel, bool create)
 {
 	char path[4096];
@@ -548,7 +515,7 @@ static int take_manifest(struct rx *r, uint64_t size)
 	if (rc < 0)
 		return rx_fail(r, rc, "offer: %s", strerror(-rc));
 	/* The refusal names the line and the rule a peer's manifest broke. */
-	rc = manifest_root(r->st_fd, "offer.new", &root, &r->chunk_size, why, sizeof(why));
+	rc = ckpt_manifest_root(r->st_fd, "offer.new", &root, &r->chunk_size, why, sizeof(why));
 	if (rc == -EBADMSG)
 		return rx_fail(r, rc, "the offered manifest of %s/%s does not read: %s",
 			       r->job, r->step, why);
@@ -588,7 +555,7 @@ int rx_take_offer(struct rx *r, uint64_t size)
 		return rc;
 	}
 	/* Same offer as the one in .incoming: keep what is there. */
-	if (repl_manifest_root(r->st_fd, "offer", &old, NULL) == 0 && digest_eq(old, r->root)) {
+	if (ckpt_manifest_root(r->st_fd, "offer", &old, NULL, NULL, 0) == 0 && digest_eq(old, r->root)) {
 		read_journal(r);
 	} else {
 		DIR *d;

@@ -30,12 +30,14 @@
 #include "common/hosts.h"
 #include "daemon/ckpt/ckpt.h"
 #include "common/xport.h"
+#include "daemon/net/net.h"
 
 #define REPL_PIECE (1u << 20)          /* raw bytes per MSG_DATA */
 #define REPL_MAX_TRIES 5
 #define REPL_MF_SLICE (256u << 10)     /* manifest bytes per MSG_MANIFEST */
 #define REPL_MF_MAX (256ull << 20)     /* largest manifest a receiver accepts */
 #define REPL_HANDSHAKE_MS 10000
+#define REPL_CONNECT_MS 3000           /* a question or a restore dials within this */
 #define REPL_IO_MS 60000               /* a peer silent this long is gone */
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
 
@@ -112,9 +114,14 @@ struct restoring {                    /* the watcher leaves these steps alone */
 int repl_restore_begin(const char *job, const char *step);
 void repl_restore_end(const char *job, const char *step);
 
+/* repl_state.c: the state, the clock, this node's name, and dialing:
+ * connects to node `host` (within connect_ms) and authenticates; io_ms is
+ * the connection's timeout afterwards. 0 or -errno with why. */
 extern struct repl repl;
 
 uint64_t repl_now_ns(void);
+int repl_dial(size_t host, int connect_ms, int io_ms, struct xport **x, char *why,
+	      size_t whylen);
 /* Records in state_dir/commits/JOB/STEP (repl_rec.c). */
 int repl_rec_save(const struct record *r);
 void repl_rec_remove(const char *job, const char *step);
@@ -134,31 +141,6 @@ void repl_recv_status(struct msg *m);
 /* Waits for every receiver to end (after the listener is closed). */
 void repl_recv_wait(void);
 
-/* The root (and chunk size, if chunk) of the complete manifest at
- * dirfd/name, or -errno (-EBADMSG: damaged). */
-int repl_manifest_root(int dirfd, const char *name, digest_t *root, uint64_t *chunk);
 
-/* repl_net.c: the transports this node uses (transport = auto: each one
- * available, in order; TCP last), their listeners when listen. 0, or
- * -errno with why (a named transport that is not available). */
-int repl_net_open(const struct stage_config *cfg, bool listen, char *why, size_t whylen);
-void repl_net_close(void);
-/* Connects to h with the first transport that answers. */
-int repl_connect(const struct host *h, int timeout_ms, struct xport **x, char *why,
-		 size_t whylen);
-/* The `transport` line of stage status. Under lock. */
-void repl_net_status(struct msg *m);
-
-/* repl_ask.c: connects to node `host` and authenticates; io_ms is the
- * connection's timeout afterwards. 0 or -errno with why. */
-int repl_dial(size_t host, int io_ms, struct xport **x, char *why, size_t whylen);
-/* A node, job or step name field: 0, -EINVAL (not a valid name), -ENOENT. */
-int repl_get_name(const struct msg *m, uint16_t key, char *out);
-/* A peer's MSG_ERROR as "NODE refused: TEXT" in why; returns its -errno. */
-int repl_peer_error(const struct msg *m, const char *node, char *why, size_t whylen);
-/* Serve one request on a receiver connection: 0 to go on, -errno to close
- * it (a refusal has been sent). */
-int repl_serve_hold(struct xport *x, const char *peer, const struct msg *req);
-int repl_serve_fetch(struct xport *x, const char *peer, const struct msg *req);
 
 #endif

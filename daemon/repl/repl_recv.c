@@ -28,8 +28,9 @@
  * (exchanged with an older copy of the same step, which is then removed),
  * old steps beyond `keep` are removed, and DONE is sent.
  *
- * The same connection also carries questions (MSG_HOLD_REQ, repl_ask.c)
- * and restores' fetches (MSG_FETCH_REQ, repl_fetch.c) between offers.
+ * The same connection also carries requests between offers: questions
+ * (MSG_HOLD_REQ) and restores' fetches (MSG_FETCH_REQ), served by whoever
+ * registered for them (repl_recv_serve; the daemon's main does).
  *
  * Anything wrong (a bad digest, a frame out of order, a full disk) is a
  * MSG_ERROR and the end of the connection; the journal keeps the last
@@ -48,6 +49,30 @@
 #include "common/codec.h"
 #include "common/log.h"
 #include "daemon/net/peer.h"
+#include "daemon/repl/repl.h"
+
+/* Requests other than offers, by frame type: set before the listener opens
+ * (repl_recv_serve), read-only afterwards. */
+static struct { uint16_t type; repl_serve_fn *serve; } requests[4];
+
+int repl_recv_serve(uint16_t type, repl_serve_fn *serve)
+{
+	for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]); i++)
+		if (!requests[i].serve || requests[i].type == type) {
+			requests[i].type = type;
+			requests[i].serve = serve;
+			return 0;
+		}
+	return -ENOSPC;
+}
+
+static repl_serve_fn *served(uint16_t type)
+{
+	for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]) && requests[i].serve; i++)
+		if (requests[i].type == type)
+			return requests[i].serve;
+	return NULL;
+}
 
 static void rx_register(struct rx *r)
 {
@@ -136,9 +161,9 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	struct msg m;
 	int rc;
 
-	if (repl_get_name(offer, K_ORIGIN, r->origin) < 0 ||
-	    repl_get_name(offer, K_JOB, r->job) < 0 ||
-	    repl_get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
+	if (ckpt_get_name(offer, K_ORIGIN, r->origin) < 0 ||
+	    ckpt_get_name(offer, K_JOB, r->job) < 0 ||
+	    ckpt_get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
 	    digest_from_hex(hex, strlen(hex), &r->root) < 0 ||
 	    msg_get_u64(offer, K_SIZE, &size) < 0) {
 		free(hex);
@@ -161,7 +186,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		goto out;
 	snprintf(rel, sizeof(rel), "%s/%s/%s/%s", r->origin, r->job, r->step, MF_NAME);
 	msg_init(&m, MSG_WANT);
-	if (repl_manifest_root(r->rr_fd, rel, &have, NULL) == 0 && digest_eq(have, r->root)) {
+	if (ckpt_manifest_root(r->rr_fd, rel, &have, NULL, NULL, 0) == 0 && digest_eq(have, r->root)) {
 		msg_put_u64(&m, K_CODE, 1);
 		rc = r->x->ops->send(r->x, &m);
 		msg_free(&m);
@@ -250,6 +275,7 @@ static void *rx_main(void *arg)
 	pthread_mutex_unlock(&repl.lock);
 	log_info("peer %s (%s): connected", r->peer, r->x->peer);
 	for (;;) {
+		repl_serve_fn *serve;
 		struct msg m;
 
 		/* Between offers a sender may idle for long: keepalive, not a
@@ -261,9 +287,8 @@ static void *rx_main(void *arg)
 				 "on the way?); closing", r->peer, r->x->peer);
 		if (rc < 0)
 			break;
-		if (m.type == MSG_HOLD_REQ || m.type == MSG_FETCH_REQ) {
-			rc = m.type == MSG_HOLD_REQ ? repl_serve_hold(r->x, r->peer, &m)
-						    : repl_serve_fetch(r->x, r->peer, &m);
+		if ((serve = served(m.type)) != NULL) {
+			rc = serve(r->x, r->peer, &m);
 			msg_free(&m);
 			if (rc < 0)
 				break;

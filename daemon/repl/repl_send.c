@@ -557,20 +557,13 @@ static void disconnect(struct sender *s)
  * (waking early when the daemon stops). */
 static int connect_peer(struct sender *s)
 {
-	char why[512], name[AUTH_NAME_MAX + 1];
+	char why[512];
 	struct xport *x;
 	int rc;
 
-	rc = repl_connect(s->h, REPL_HANDSHAKE_MS, &x, why, sizeof(why));
-	if (rc == 0) {
-		rc = peer_handshake(&x, &repl.key, repl.cfg->name, &repl.hosts, s->h->name,
-				    REPL_HANDSHAKE_MS, name, sizeof(name), why, sizeof(why));
-		if (rc < 0)
-			x->ops->close(x);
-	}
+	rc = repl_dial(s->p->host, REPL_HANDSHAKE_MS, REPL_IO_MS, &x, why, sizeof(why));
 	pthread_mutex_lock(&repl.lock);
 	if (rc == 0) {
-		x->ops->set_timeout(x, REPL_IO_MS);
 		s->x = x;
 		s->p->x = x;
 		if (s->p->state != PEER_UP)

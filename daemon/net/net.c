@@ -1,5 +1,5 @@
 /* Which transports this node speaks, their listeners, and connecting to a
- * peer (repl_impl.h).
+ * peer (net.h).
  *
  * The transports are a table in order of preference (xport.h); none of
  * this knows what they are. transport = auto uses every one whose
@@ -9,7 +9,7 @@
  * Each used transport listens on node.listen; with more than one, their
  * fds go into an epoll set, so the daemon's event loop still polls one fd.
  */
-#include "daemon/repl/repl_impl.h"
+#include "daemon/net/net.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "daemon/repl/repl.h"
 
 static const struct xport_ops *const all[] = { &xport_rdma_ops, &xport_tcp_ops };
 #define NX (sizeof(all) / sizeof(all[0]))
@@ -94,7 +93,7 @@ static int listen_all(const struct stage_config *cfg, char *why, size_t whylen)
 	return 0;
 }
 
-int repl_net_open(const struct stage_config *cfg, bool listen, char *why, size_t whylen)
+int net_open(const struct stage_config *cfg, bool listen, char *why, size_t whylen)
 {
 	net.nuse = net.nl = 0;
 	net.epfd = -1;
@@ -122,7 +121,7 @@ int repl_net_open(const struct stage_config *cfg, bool listen, char *why, size_t
 	return listen ? listen_all(cfg, why, whylen) : 0;
 }
 
-void repl_net_close(void)
+void net_close(void)
 {
 	if (net.epfd >= 0)
 		close(net.epfd);
@@ -132,22 +131,22 @@ void repl_net_close(void)
 	net.nl = 0;
 }
 
-int repl_listen_fd(void)
+int net_listen_fd(void)
 {
 	return net.nl > 1 ? net.epfd : net.nl ? net.fd[0] : -1;
 }
 
-void repl_accept(void)
+void net_accept(int (*serve)(struct xport *x))
 {
 	for (size_t i = 0; i < net.nl; i++) {
 		struct xport *x;
 
 		while (net.use[i]->accept(net.l[i], &x) == 0)
-			repl_recv_spawn(x);
+			serve(x);
 	}
 }
 
-int repl_connect(const struct host *h, int timeout_ms, struct xport **x, char *why,
+int net_connect(const struct host *h, int timeout_ms, struct xport **x, char *why,
 		 size_t whylen)
 {
 	char w[512] = "";
@@ -164,7 +163,7 @@ int repl_connect(const struct host *h, int timeout_ms, struct xport **x, char *w
 	return rc;
 }
 
-void repl_net_status(struct msg *m)
+void net_status(struct msg *m)
 {
 	char v[1024];
 	size_t o = 0;

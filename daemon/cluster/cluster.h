@@ -1,0 +1,43 @@
+/* Asking the cluster (daemon/cluster/): what every node holds of a step,
+ * verify --cluster (cverify.h), restore, and the holder's side of it. Above
+ * replication: it uses the cluster replication knows (repl.h), never the
+ * reverse; what a holder serves reaches it through repl_recv_serve.
+ */
+#ifndef STAGE_CLUSTER_H
+#define STAGE_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/proto.h"
+#include "common/xport.h"
+#include "daemon/job/job.h"
+
+/* One node's answer in a survey (repl_ask.c). */
+struct hold_cell;
+struct repl_answer {
+	const char *node;          /* its name in the hosts file, borrowed */
+	int err;                   /* 0: it answered; else -errno and why */
+	char why[512];
+	struct hold_cell *cells;   /* its copy groups (daemon/cluster/hold.h), holder = node */
+	size_t ncells;
+};
+/* Asks every node (this one answers in place; with `only`, just that node)
+ * what it holds of JOB/STEP, all at once. *ans: one answer per node in hosts
+ * file order, *n of them (a single node: one). 0, -ENOENT (`only` is not a
+ * node of the hosts file) or -ENOMEM. */
+int repl_survey(const char *job, const char *step, bool deep, const char *only,
+		struct repl_answer **ans, size_t *n);
+void repl_answers_free(struct repl_answer *a, size_t n);
+/* Where placement puts ORIGIN's copies: up to cap node names, in order. */
+size_t repl_placement(const char *origin, const char **holders, size_t cap);
+
+/* Serves MSG_RESTORE_REQ (repl_restore.c; sends the result). from: the
+ * node to restore from (--from), or NULL for the best copy. */
+void repl_restore_run(struct job *j, const char *path, const char *from);
+/* MSG_FETCH_REQ from a peer (repl_fetch.c): the manifest or a byte range of
+ * the copy this node holds of the peer's own checkpoint. 0 to go on, -errno
+ * to close the connection (a refusal has been sent). */
+int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req);
+
+#endif
