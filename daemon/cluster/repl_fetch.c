@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +25,9 @@
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/manifest.h"
-#include "daemon/job/job.h"
 #include "daemon/net/peer.h"
+#include "daemon/engine/psend.h"
 #include "daemon/fs/treeops.h"
-#include "daemon/engine/uio.h"
 
 /* A relative path a manifest could hold: no empty, "." or ".." component,
  * not absolute, not under .stage. */
@@ -129,48 +129,69 @@ out:
 	return rc;
 }
 
-/* `rate` caps a restore served as it caps each sender: training shares the
- * link. Sleeps until `sent` bytes since t0 are within the rate. */
-static void pace(uint64_t t0, uint64_t sent)
+/* Each receiver thread that serves fetches keeps one piece sender (read
+ * ahead, the rate cap) for the life of its connection: a restore asks for
+ * many ranges, and the cap holds across them. Freed when the thread ends. */
+static pthread_key_t ps_key;
+static pthread_once_t ps_once = PTHREAD_ONCE_INIT;
+
+static void ps_free(void *p)
 {
-	uint64_t due, now;
+	psend_close(p);
+	free(p);
+}
 
-	if (!repl.cfg->rate)
-		return;
-	due = t0 + (uint64_t)((double)sent / (double)repl.cfg->rate * 1e9);
-	now = job_now_ns();
-	if (due > now) {
-		struct timespec ts = { .tv_sec = (time_t)((due - now) / 1000000000ull),
-				       .tv_nsec = (long)((due - now) % 1000000000ull) };
+static void ps_key_make(void)
+{
+	pthread_key_create(&ps_key, ps_free);
+}
 
-		nanosleep(&ts, NULL);
+static int thread_psend(struct psend **out)
+{
+	struct psend *ps;
+	int rc;
+
+	pthread_once(&ps_once, ps_key_make);
+	ps = pthread_getspecific(ps_key);
+	if (!ps) {
+		ps = malloc(sizeof(*ps));
+		if (!ps)
+			return -ENOMEM;
+		rc = psend_open(ps, repl.cfg->rate);
+		if (rc < 0) {
+			free(ps);
+			return rc;
+		}
+		pthread_setspecific(ps_key, ps);
 	}
+	*out = ps;
+	return 0;
+}
+
+/* A restore asks for the codec the holder's config names (auto: raw; the
+ * origin is usually a node of the same fabric, and restore time is what
+ * counts). */
+static const struct codec_ops *fetch_codec(void *arg)
+{
+	return repl.cfg->compress == CFG_COMPRESS_ZSTD ? &codec_zstd_ops :
+	       repl.cfg->compress == CFG_COMPRESS_FLOAT ? &codec_float_ops : &codec_none_ops;
 }
 
 static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t off,
 		      uint64_t size, char *why, size_t whylen)
 {
-	const struct codec_ops *want = repl.cfg->compress == CFG_COMPRESS_ZSTD ? &codec_zstd_ops :
-				       repl.cfg->compress == CFG_COMPRESS_FLOAT ? &codec_float_ops :
-				       &codec_none_ops;
+	const struct psend_hooks h = { .pick = fetch_codec };
 	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
-	size_t cap = codec_chunk_bound(REPL_PIECE);
-	uint8_t *buf = malloc(REPL_PIECE), *frame = malloc(cap);
-	struct io_uring ring;
+	struct psend *ps;
 	const char *base;
 	struct stat st;
 	struct msg m;
-	uint64_t t0, sent = 0;
 	int dir_fd, fd = -1, rc;
 
-	if (!buf || !frame) {
-		rc = -ENOMEM;
-		goto out_free;
-	}
-	rc = uio_init(&ring);
+	rc = thread_psend(&ps);
 	if (rc < 0) {
-		snprintf(why, whylen, "io_uring: %s", strerror(-rc));
-		goto out_free;
+		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
+		return rc;
 	}
 	dir_fd = treeops_open_parent(step_fd, rel, &base);
 	if (dir_fd >= 0) {
@@ -182,47 +203,18 @@ static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t of
 		rc = fd < 0 && dir_fd < 0 ? dir_fd : fd < 0 ? -errno : -ERANGE;
 		snprintf(why, whylen, "%s: %s", rel, rc == -ERANGE ?
 			 "not a file of that size here" : strerror(-rc));
-		goto out_ring;
+		goto out;
 	}
-	t0 = job_now_ns();
-	while (size) {
-		size_t len = size < REPL_PIECE ? (size_t)size : REPL_PIECE, flen;
-		ssize_t n = uio_pread(&ring, fd, buf, len, off);
-
-		if (n != (ssize_t)len) {
-			rc = n < 0 ? (int)n : -ERANGE;
-			snprintf(why, whylen, "reading %s: %s", rel,
-				 n < 0 ? strerror(-rc) : "it shrank");
-			goto out_ring;
-		}
-		if (cp.dtype == CODEC_DT_COUNT)
-			cp.dtype = codec_detect_dtype(buf, len, (uint64_t)st.st_size);
-		rc = codec_chunk_encode(buf, len, want, &cp, frame, cap, &flen);
-		if (rc < 0) {
-			snprintf(why, whylen, "encoding %s: %s", rel, strerror(-rc));
-			goto out_ring;
-		}
-		msg_init(&m, MSG_DATA);
-		msg_put_u64(&m, K_OFFSET, off);
-		rc = x->ops->send_tail(x, &m, K_DATA, frame, flen);
+	rc = psend_range(ps, x, fd, (uint64_t)st.st_size, PSEND_NO_FILE, off, off + size, &cp,
+			 &h, rel, why, whylen);
+	if (rc == 0) {
+		msg_init(&m, MSG_END);
+		rc = x->ops->send(x, &m);
 		msg_free(&m);
-		if (rc < 0)
-			goto out_ring;
-		off += len;
-		size -= len;
-		sent += flen;
-		pace(t0, sent);
 	}
-	msg_init(&m, MSG_END);
-	rc = x->ops->send(x, &m);
-	msg_free(&m);
-out_ring:
+out:
 	if (fd >= 0)
 		close(fd);
-	io_uring_queue_exit(&ring);
-out_free:
-	free(buf);
-	free(frame);
 	return rc;
 }
 

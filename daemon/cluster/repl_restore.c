@@ -53,6 +53,7 @@
 
 #define MF_FETCHED "restore.manifest"
 #define TMP_DIR "tmp"
+#define WRITEBACK_EVERY (16u << 20)   /* bytes fetched between writeback kicks */
 
 struct bad {                       /* a finding of the local verify */
 	char *rel;
@@ -213,24 +214,30 @@ static int fetch_manifest(struct restore *r)
 	return 0;
 }
 
-/* Fetches [off, off+len) of e into fd, feeding the hashes. */
-static int fetch_range(struct restore *r, const struct mf_entry *e, int fd, uint64_t off,
-		       uint64_t len, XXH3_state_t *whole, XXH3_state_t *chunk)
+/* Fetches chunks [first, last) of e into fd in one request, feeding the
+ * whole-file hash and checking each chunk against the manifest as its last
+ * byte arrives: one round trip for a run of missing chunks, not one each. */
+static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64_t chunk_size,
+		     uint64_t first, uint64_t last, XXH3_state_t *whole, XXH3_state_t *chunk)
 {
-	uint64_t next = off;
+	uint64_t off = first * chunk_size, end = last * chunk_size, next = off, c = first;
+	uint64_t synced = off;
 	struct msg m;
 	int rc;
 
+	if (end > e->size || !e->nchunks)
+		end = e->size;
 	fetch_req(r, &m);
 	msg_put_str(&m, K_PATH, e->path);
 	msg_put_u64(&m, K_OFFSET, off);
-	msg_put_u64(&m, K_SIZE, len);
+	msg_put_u64(&m, K_SIZE, end - off);
 	rc = r->x->ops->send(r->x, &m);
 	msg_free(&m);
 	if (rc < 0) {
 		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
 		return rc;
 	}
+	XXH3_128bits_reset(chunk);
 	while ((rc = fetch_next(r, &m, MSG_DATA)) == 1) {
 		const uint8_t *p;
 		size_t n, raw = 0, used;
@@ -240,7 +247,7 @@ static int fetch_range(struct restore *r, const struct mf_entry *e, int fd, uint
 		     msg_get_bytes(&m, K_DATA, &p, &n) < 0 ? -EPROTO :
 		     codec_chunk_decode(p, n, r->raw, REPL_PIECE, &raw, &used);
 		msg_free(&m);
-		if (rc == 0 && (used != n || raw == 0 || next + raw > off + len))
+		if (rc == 0 && (used != n || raw == 0 || next + raw > end))
 			rc = -EPROTO;
 		if (rc < 0) {
 			snprintf(r->why, sizeof(r->why), "%s: a bad piece of %s at byte %llu (%s)",
@@ -248,7 +255,25 @@ static int fetch_range(struct restore *r, const struct mf_entry *e, int fd, uint
 			return rc;
 		}
 		XXH3_128bits_update(whole, r->raw, raw);
-		XXH3_128bits_update(chunk, r->raw, raw);
+		/* A piece may end chunks (several, when chunks are smaller). */
+		for (size_t k = 0; k < raw;) {
+			uint64_t cend = e->nchunks ? (c + 1) * chunk_size : e->size;
+			size_t take = cend - (next + k) < raw - k ? (size_t)(cend - (next + k)) : raw - k;
+			digest_t want = e->nchunks ? e->chunks[c] : e->digest;
+
+			XXH3_128bits_update(chunk, r->raw + k, take);
+			k += take;
+			if (next + k == (cend < e->size ? cend : e->size)) {
+				if (!digest_eq(XXH3_128bits_digest(chunk), want)) {
+					snprintf(r->why, sizeof(r->why), "chunk %llu of %s from %s "
+						 "does not match the manifest",
+						 (unsigned long long)c, e->path, r->holder);
+					return -EBADMSG;
+				}
+				XXH3_128bits_reset(chunk);
+				c++;
+			}
+		}
 		rc = uio_pwrite(&r->ring, fd, r->raw, raw, next);
 		if (rc < 0) {
 			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
@@ -256,12 +281,20 @@ static int fetch_range(struct restore *r, const struct mf_entry *e, int fd, uint
 		}
 		next += raw;
 		r->bytes_fetched += raw;
+		/* Start the disk on what has landed while the next pieces come,
+		 * so that the file's fdatasync finds little left to write. */
+		if (next - synced >= WRITEBACK_EVERY) {
+			uio_writeback(&r->ring, fd, synced, next - synced);
+			synced = next;
+		}
 	}
-	if (rc == 0 && next != off + len) {
+	if (rc == 0 && next != end) {
 		snprintf(r->why, sizeof(r->why), "%s sent %llu of %llu bytes of %s", r->holder,
-			 (unsigned long long)(next - off), (unsigned long long)len, e->path);
+			 (unsigned long long)(next - off), (unsigned long long)(end - off), e->path);
 		rc = -EPROTO;
 	}
+	if (rc == 0)
+		r->chunks_fetched += c - first;
 	return rc;
 }
 
@@ -348,6 +381,7 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 	char tmp[64];
 	struct stat st;
 	const char *what;
+	uint64_t intact_next = UINT64_MAX;     /* a chunk found intact while looking ahead */
 	int lfd, fd, rc = 0;
 
 	if (!whole || !chunk) {
@@ -371,32 +405,44 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		goto out_local;
 	}
 	XXH3_128bits_reset(whole);
-	for (uint64_t i = 0; i < n && rc == 0 && e->size; i++) {
-		uint64_t off = i * chunk_size;
+	for (uint64_t i = 0; i < n && rc == 0 && e->size;) {
+		uint64_t off = i * chunk_size, k;
 		uint64_t len = e->size - off < chunk_size ? e->size - off : chunk_size;
 		digest_t want = e->nchunks ? e->chunks[i] : e->digest;
 
-		XXH3_128bits_reset(chunk);
 		/* An intact local chunk is read twice (judged, then copied, the
 		 * second time from the page cache): a chunk may be far larger than
 		 * the piece buffer, and the whole-file hash must not take in bytes
 		 * that turn out bad. */
-		if (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
-		    local_intact(r, lfd, off, len, want)) {
+		if (intact_next == i || (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
+					 local_intact(r, lfd, off, len, want))) {
+			XXH3_128bits_reset(chunk);
 			rc = keep_range(r, lfd, fd, off, len, whole, chunk);
 			if (rc < 0)
 				snprintf(r->why, sizeof(r->why), "copying %s: %s", e->path,
 					 strerror(-rc));
+			else if (!digest_eq(XXH3_128bits_digest(chunk), want)) {
+				snprintf(r->why, sizeof(r->why), "%s: chunk %llu changed while it "
+					 "was copied", e->path, (unsigned long long)i);
+				rc = -EBADMSG;
+			}
 			r->chunks_kept++;
-		} else {
-			rc = fetch_range(r, e, fd, off, len, whole, chunk);
-			r->chunks_fetched++;
+			i++;
+			continue;
 		}
-		if (rc == 0 && !digest_eq(XXH3_128bits_digest(chunk), want)) {
-			snprintf(r->why, sizeof(r->why), "chunk %llu of %s from %s does not match "
-				 "the manifest", (unsigned long long)i, e->path, r->holder);
-			rc = -EBADMSG;
+		/* The run of chunks to fetch: up to the next intact local one. */
+		for (k = i + 1; k < n; k++) {
+			uint64_t ko = k * chunk_size;
+			uint64_t kl = e->size - ko < chunk_size ? e->size - ko : chunk_size;
+
+			if (lfd >= 0 && (uint64_t)st.st_size >= ko + kl &&
+			    local_intact(r, lfd, ko, kl, e->chunks[k])) {
+				intact_next = k;
+				break;
+			}
 		}
+		rc = fetch_run(r, e, fd, chunk_size, i, k, whole, chunk);
+		i = k;
 	}
 	if (rc == 0 && !digest_eq(XXH3_128bits_digest(whole), e->digest)) {
 		snprintf(r->why, sizeof(r->why), "%s: the rebuilt file does not match its digest",

@@ -29,10 +29,11 @@
 #include "common/digest.h"
 #include "common/hosts.h"
 #include "daemon/ckpt/ckpt.h"
+#include "daemon/engine/psend.h"
 #include "common/xport.h"
 #include "daemon/net/net.h"
 
-#define REPL_PIECE (1u << 20)          /* raw bytes per MSG_DATA */
+#define REPL_PIECE PSEND_PIECE         /* raw bytes per MSG_DATA */
 #define REPL_MAX_TRIES 5
 #define REPL_MF_SLICE (256u << 10)     /* manifest bytes per MSG_MANIFEST */
 #define REPL_MF_MAX (256ull << 20)     /* largest manifest a receiver accepts */

@@ -13,8 +13,9 @@
  * WANT then says where to resume. A receiver that refuses (MSG_ERROR) costs
  * the copy a try; after REPL_MAX_TRIES it is FAILED.
  *
- * Reads run REPL_DEPTH pieces ahead on the sender's own io_uring, so the
- * disk, the codec and the socket overlap. compress = auto compresses or not
+ * Pieces go through the piece sender (daemon/engine/psend.h), which reads
+ * ahead on the sender's own io_uring, so the disk, the codec and the socket
+ * overlap. compress = auto compresses or not
  * by window of pieces, whichever is measured to deliver more (zpolicy.h).
  */
 #include "daemon/repl/repl_impl.h"
@@ -36,33 +37,20 @@
 #include "daemon/repl/repl_have.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/repl/zpolicy.h"
+#include "daemon/engine/psend.h"
 
-#define REPL_DEPTH 4
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
 #define HELD_COPY_RATE (20ull << 20)    /* bytes/s: the slowest local copy waited for */
-
-struct rdahead {                    /* pieces of one file read ahead, in order */
-	struct io_uring ring;
-	uint8_t *buf[REPL_DEPTH];       /* REPL_PIECE each, owned */
-	int res[REPL_DEPTH];            /* bytes read or -errno; INT32_MIN while in flight */
-	uint64_t off[REPL_DEPTH];
-	unsigned head, n;               /* oldest slot, slots in flight or ready */
-	int fd;                         /* the file, borrowed */
-	uint64_t next, end;             /* next offset to read, end of the range */
-};
 
 struct sender {
 	struct partner *p;
 	const struct host *h;
 	struct xport *x;                /* NULL while disconnected */
-	struct rdahead rd;
-	uint8_t *frame;                 /* one encoded piece */
-	size_t frame_cap;
+	struct psend ps;                /* reads ahead, encodes, caps the rate */
 	struct zpolicy z;
 	unsigned backoff_ms;
 	unsigned lost;                  /* copies lost mid-way in a row */
-	uint64_t tokens_t;              /* rate cap: time (ns) the bucket is drained to */
 };
 
 static uint64_t mono_ns(void)
@@ -73,108 +61,9 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void rd_submit(struct rdahead *rd)
-{
-	while (rd->n < REPL_DEPTH && rd->next < rd->end) {
-		unsigned s = (rd->head + rd->n) % REPL_DEPTH;
-		uint64_t len = rd->end - rd->next < REPL_PIECE ? rd->end - rd->next : REPL_PIECE;
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&rd->ring);
-
-		if (!sqe)
-			break;
-		io_uring_prep_read(sqe, rd->fd, rd->buf[s], (unsigned)len, rd->next);
-		io_uring_sqe_set_data64(sqe, s);
-		rd->res[s] = INT32_MIN;
-		rd->off[s] = rd->next;
-		rd->next += len;
-		rd->n++;
-	}
-	io_uring_submit(&rd->ring);
-}
-
-static void rd_start(struct rdahead *rd, int fd, uint64_t off, uint64_t end)
-{
-	rd->fd = fd;
-	rd->next = off;
-	rd->end = end;
-	rd->head = rd->n = 0;
-	rd_submit(rd);
-}
-
-/* The next piece in order: 0 with *p, *len, or -errno. */
-static int rd_next(struct rdahead *rd, uint8_t **p, size_t *len, uint64_t *off)
-{
-	while (rd->res[rd->head] == INT32_MIN) {
-		struct io_uring_cqe *cqe;
-		int rc = io_uring_wait_cqe(&rd->ring, &cqe);
-
-		if (rc < 0)
-			return rc;
-		rd->res[io_uring_cqe_get_data64(cqe)] = cqe->res;
-		io_uring_cqe_seen(&rd->ring, cqe);
-	}
-	if (rd->res[rd->head] < 0)
-		return rd->res[rd->head];
-	*p = rd->buf[rd->head];
-	*len = (size_t)rd->res[rd->head];
-	*off = rd->off[rd->head];
-	if (*len == 0)
-		return -ESTALE;         /* shorter than its manifest says */
-	return 0;
-}
-
-/* Frees the head slot for the next read ahead. */
-static void rd_release(struct rdahead *rd, size_t used, size_t len)
-{
-	rd->head = (rd->head + 1) % REPL_DEPTH;
-	rd->n--;
-	if (used < len)
-		rd->next = rd->end;    /* a short read: stop; the caller fails */
-	rd_submit(rd);
-}
-
-/* Waits out what the kernel still holds, so the file can be closed. */
-static void rd_drain(struct rdahead *rd)
-{
-	while (rd->n) {
-		if (rd->res[rd->head] == INT32_MIN) {
-			struct io_uring_cqe *cqe;
-
-			if (io_uring_wait_cqe(&rd->ring, &cqe) < 0)
-				return;
-			rd->res[io_uring_cqe_get_data64(cqe)] = cqe->res;
-			io_uring_cqe_seen(&rd->ring, cqe);
-			continue;
-		}
-		rd->head = (rd->head + 1) % REPL_DEPTH;
-		rd->n--;
-	}
-}
-
 static uint64_t queued(struct xport *x)
 {
 	return x->ops->queued ? x->ops->queued(x) : 0;
-}
-
-static void rate_wait(struct sender *s, size_t bytes)
-{
-	uint64_t rate = repl.cfg->rate, now = mono_ns();
-	uint64_t cost;
-
-	if (!rate)
-		return;
-	cost = (uint64_t)((double)bytes * 1e9 / (double)rate);
-	if (s->tokens_t < now)
-		s->tokens_t = now;
-	s->tokens_t += cost;
-	/* Allow a burst of a few pieces, then sleep to stay under the cap. */
-	if (s->tokens_t > now + 50000000ull) {
-		uint64_t d = s->tokens_t - now - 50000000ull;
-		struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
-				       .tv_nsec = (long)(d % 1000000000ull) };
-
-		nanosleep(&ts, NULL);
-	}
 }
 
 static void set_sent(struct sender *s, const char *job, const char *step, uint64_t seq,
@@ -264,71 +153,72 @@ static int send_failed(struct sender *s, int rc, char *why, size_t whylen)
 	return rc;
 }
 
+/* What the sender adds to each piece (psend_hooks). */
+struct piece_ctx {
+	struct sender *s;
+	struct out *o;
+};
+
+static const struct codec_ops *piece_pick(void *arg)
+{
+	struct piece_ctx *c = arg;
+
+	return zp_pick(&c->s->z, mono_ns(), queued(c->s->x));
+}
+
+static void piece_before(void *arg)
+{
+	struct piece_ctx *c = arg;
+
+	if (c->o->gap) {
+		/* The receiver copies the held bytes before it reads this
+		 * piece: the send may wait that long, and the window that
+		 * spans it measures the receiver's disk, not the path. */
+		c->s->x->ops->set_timeout(c->s->x, held_ms(c->o->gap, REPL_IO_MS));
+		zp_gap(&c->s->z);
+	}
+}
+
+static void piece_after(void *arg, int rc)
+{
+	struct piece_ctx *c = arg;
+
+	if (c->o->gap) {
+		c->s->x->ops->set_timeout(c->s->x, REPL_IO_MS);
+		c->o->gap = 0;
+	}
+}
+
+static void piece_sent(void *arg, uint64_t at, size_t len, size_t flen, unsigned codec)
+{
+	struct piece_ctx *c = arg;
+	struct sender *s = c->s;
+	struct out *o = c->o;
+
+	zp_sent(&s->z, len, flen, mono_ns(), queued(s->x));
+	o->sent += len;
+	o->raw += len;
+	pthread_mutex_lock(&repl.lock);
+	s->p->raw += len;
+	s->p->wire += flen;
+	s->p->codec = codec_by_id(codec) ? codec_by_id(codec)->name : "?";
+	pthread_mutex_unlock(&repl.lock);
+	set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
+}
+
 /* Sends bytes [off, end) of an open file, piece by piece. */
 static int send_range(struct sender *s, struct out *o, int fd, uint64_t idx,
 		      const struct mf_entry *e, uint64_t off, uint64_t end,
 		      struct codec_params *cp, char *why, size_t whylen)
 {
-	int rc = 0;
+	struct piece_ctx c = { .s = s, .o = o };
+	const struct psend_hooks h = { .pick = piece_pick, .before = piece_before,
+				       .after = piece_after, .sent = piece_sent, .arg = &c };
+	int rc = psend_range(&s->ps, s->x, fd, e->size, idx, off, end, cp, &h, e->path, why,
+			     whylen);
 
-	rd_start(&s->rd, fd, off, end);
-	while (off < end) {
-		uint8_t *p;
-		size_t len, flen;
-		uint64_t at;
-		const struct codec_ops *want;
-		struct msg m;
-
-		rc = rd_next(&s->rd, &p, &len, &at);
-		if (rc < 0) {
-			snprintf(why, whylen, "reading %s: %s", e->path, strerror(-rc));
-			rc = -ESTALE;
-			break;
-		}
-		/* A file whose first chunks are held starts mid-way: no header
-		 * to read the dtype from, so the trial on this piece decides. */
-		if (cp->dtype == CODEC_DT_COUNT)
-			cp->dtype = codec_detect_dtype(p, len, at == 0 ? e->size : len);
-		want = zp_pick(&s->z, mono_ns(), queued(s->x));
-		rc = codec_chunk_encode(p, len, want, cp, s->frame, s->frame_cap, &flen);
-		if (rc < 0) {
-			snprintf(why, whylen, "encoding %s: %s", e->path, strerror(-rc));
-			break;
-		}
-		rate_wait(s, flen);
-		if (o->gap) {
-			/* The receiver copies the held bytes before it reads this
-			 * piece: the send may wait that long, and the window that
-			 * spans it measures the receiver's disk, not the path. */
-			s->x->ops->set_timeout(s->x, held_ms(o->gap, REPL_IO_MS));
-			zp_gap(&s->z);
-		}
-		msg_init(&m, MSG_DATA);
-		msg_put_u64(&m, K_FILE, idx);
-		msg_put_u64(&m, K_OFFSET, at);
-		rc = s->x->ops->send_tail(s->x, &m, K_DATA, s->frame, flen);
-		msg_free(&m);
-		if (o->gap) {
-			s->x->ops->set_timeout(s->x, REPL_IO_MS);
-			o->gap = 0;
-		}
-		rd_release(&s->rd, len, len);
-		if (rc < 0) {
-			rc = send_failed(s, rc, why, whylen);
-			break;
-		}
-		zp_sent(&s->z, len, flen, mono_ns(), queued(s->x));
-		off = at + len;
-		o->sent += len;
-		o->raw += len;
-		pthread_mutex_lock(&repl.lock);
-		s->p->raw += len;
-		s->p->wire += flen;
-		s->p->codec = codec_by_id(s->frame[0]) ? codec_by_id(s->frame[0])->name : "?";
-		pthread_mutex_unlock(&repl.lock);
-		set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
-	}
-	rd_drain(&s->rd);
+	if (rc < 0 && !*why)
+		rc = send_failed(s, rc, why, whylen);
 	return rc;
 }
 
@@ -626,17 +516,10 @@ void *repl_send_main(void *arg)
 	int rc, crc;
 
 	zp_init(&s.z, repl.cfg->compress);
-	s.frame_cap = codec_chunk_bound(REPL_PIECE);
-	s.frame = malloc(s.frame_cap);
-	rc = io_uring_queue_init(REPL_DEPTH * 2, &s.rd.ring, 0);
-	for (int k = 0; k < REPL_DEPTH; k++) {
-		s.rd.buf[k] = malloc(REPL_PIECE);
-		if (!s.rd.buf[k])
-			rc = -ENOMEM;
-	}
-	if (rc < 0 || !s.frame) {
-		log_err("sender to %s: cannot start: %s", s.h->name, strerror(rc < 0 ? -rc : ENOMEM));
-		goto out_free;
+	rc = psend_open(&s.ps, repl.cfg->rate);
+	if (rc < 0) {
+		log_err("sender to %s: cannot start: %s", s.h->name, strerror(-rc));
+		goto out;
 	}
 	pthread_mutex_lock(&repl.lock);
 	while (!repl.stopping) {
@@ -700,13 +583,9 @@ void *repl_send_main(void *arg)
 		pthread_cond_broadcast(&repl.cond);
 	}
 	pthread_mutex_unlock(&repl.lock);
-out_free:
 	disconnect(&s);
-	for (int k = 0; k < REPL_DEPTH; k++)
-		free(s.rd.buf[k]);
-	if (rc != -ENOMEM)
-		io_uring_queue_exit(&s.rd.ring);
-	free(s.frame);
+	psend_close(&s.ps);
+out:
 	codec_thread_end();
 	return NULL;
 }

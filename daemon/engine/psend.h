@@ -1,0 +1,68 @@
+/* The piece sender: bytes of a file to a peer, as MSG_DATA frames each
+ * carrying one codec chunk frame (its XXH3-64 inside), read ahead on
+ * io_uring so that the disk, the codec and the connection overlap, under
+ * one rate cap. Replication's sender and the holder's side of a restore both
+ * send through it; what differs between them (which codec each piece goes
+ * as, what is counted where) comes in through struct psend_hooks.
+ *
+ * One psend per thread that sends: psend_open and psend_close are mirrors;
+ * nothing in it is shared. The rate cap is a token bucket over wire bytes
+ * that lasts across ranges, so a restore made of many small fetches is held
+ * to the cap as a whole.
+ */
+#ifndef STAGE_PSEND_H
+#define STAGE_PSEND_H
+
+#include <liburing.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/codec.h"
+#include "common/xport.h"
+
+#define PSEND_PIECE (1u << 20)          /* raw bytes per MSG_DATA */
+#define PSEND_DEPTH 8                   /* pieces read ahead */
+#define PSEND_NO_FILE UINT64_MAX        /* no K_FILE field in the frames */
+
+struct psend {
+	struct io_uring ring;           /* reads only; PSEND_DEPTH entries */
+	uint8_t *buf[PSEND_DEPTH];      /* PSEND_PIECE each, owned */
+	int res[PSEND_DEPTH];           /* bytes read or -errno; INT32_MIN in flight */
+	uint64_t off[PSEND_DEPTH];      /* file offset of each slot's read */
+	unsigned head, n;               /* oldest slot; slots in flight or ready */
+	int fd;                         /* the file of the range, borrowed */
+	uint64_t next, end;             /* next offset to read; end of the range */
+	uint8_t *frame;                 /* one encoded piece, owned */
+	size_t frame_cap;
+	uint64_t rate;                  /* bytes/s on the wire, 0: no cap */
+	uint64_t tokens_t;              /* monotonic ns the bucket is drained to */
+};
+
+/* What a caller adds to each piece. Any hook may be NULL. */
+struct psend_hooks {
+	/* The codec this piece goes as (NULL hook: codec_none). */
+	const struct codec_ops *(*pick)(void *arg);
+	/* Just before the frame is sent, and just after (rc: the send's). */
+	void (*before)(void *arg);
+	void (*after)(void *arg, int rc);
+	/* A piece was sent: its offset, raw length, wire length, codec id. */
+	void (*sent)(void *arg, uint64_t at, size_t raw, size_t wire, unsigned codec);
+	void *arg;
+};
+
+/* 0 or -errno. rate: bytes per second on the wire, 0 for none. */
+int psend_open(struct psend *ps, uint64_t rate);
+void psend_close(struct psend *ps);
+
+/* Sends bytes [off, end) of fd (a file of size bytes, for the dtype guess)
+ * as MSG_DATA frames with K_FILE idx (unless PSEND_NO_FILE), K_OFFSET and
+ * K_DATA. cp->dtype CODEC_DT_COUNT means "not known yet": the first piece
+ * decides and cp keeps it for the next range of the same file. Returns 0;
+ * -ESTALE when the file cannot be read as far as the range says (why says
+ * so); the codec's -errno (why); or the transport's -errno from a send,
+ * with why empty, for the caller to read (a refusal, a lost connection). */
+int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64_t idx,
+		uint64_t off, uint64_t end, struct codec_params *cp, const struct psend_hooks *h,
+		const char *name, char *why, size_t whylen);
+
+#endif
