@@ -15,12 +15,15 @@ import ctypes
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -125,6 +128,17 @@ def cpu_s(pid):
         return None
 
 
+def cpu_split(pid):
+    """(utime, stime) of a process (all its threads), in seconds; (None, None) if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        tck = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tck, int(fields[12]) / tck
+    except (OSError, IndexError, ValueError):
+        return None, None
+
+
 def status_kb(pid, keys=("VmHWM", "VmRSS")):
     """Fields of /proc/PID/status, in kB ({} if the process is gone)."""
     vals = {}
@@ -166,6 +180,26 @@ def proc_io(pid):
     except (OSError, ValueError):
         pass
     return r, w
+
+
+def psi_io():
+    """/proc/pressure/io's "some" line: (avg10, avg60) in %, or None (no PSI here)."""
+    try:
+        for line in Path("/proc/pressure/io").read_text().splitlines():
+            if line.startswith("some "):
+                kv = dict(x.split("=") for x in line.split()[1:])
+                return float(kv["avg10"]), float(kv["avg60"])
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
+def busy_text():
+    """The load average and I/O pressure now, for a report: how quiet the machine was."""
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    p = psi_io()
+    return f"load average {load}" + (f", I/O pressure (PSI some) avg10 {p[0]:.0f} %, avg60 "
+                                     f"{p[1]:.0f} %" if p else "")
 
 
 # ----------------------------------------------------------------- the page cache
@@ -387,6 +421,107 @@ class Node:
         return lines
 
 
+def make_priv(prefix):
+    """A private directory in /tmp (sun_path is 108 bytes) for the sockets, the hosts file, the
+    key (64 hex digits, 0600) and copies of staged (named bench-daemon: someone's `pkill staged`
+    on a shared machine must not stop these daemons mid-run) and of stage (a rebuild of build/
+    while this runs must not mix two versions in one report). Returns (dir, key file)."""
+    priv = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    shutil.copy2(STAGED, priv / "bench-daemon")
+    shutil.copy2(STAGE, priv / "stage")
+    key = priv / "cluster.key"
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (secrets.token_hex(32) + "\n").encode())
+    os.close(fd)
+    return priv, key
+
+
+def timed_stage(node, args, timeout):
+    """Runs `stage --socket S --json ARGS` against node, timed from just before its start to
+    its exit. Returns {t0, t1, secs, rc, events (each with "_t": when its line was read),
+    result (the result event or None), stderr}. rc < 0: killed after timeout s."""
+    argv = [str(a) for a in (node.stage, "--socket", node.socket, "--json", *args)]
+    events = []
+    t0 = time.time()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            now = time.time()
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            ev["_t"] = now
+            events.append(ev)
+        err = proc.stderr.read()
+        proc.wait()
+        t1 = time.time()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    result = next((e for e in events if e.get("event") == "result"), None)
+    return {"t0": t0, "t1": t1, "secs": t1 - t0, "rc": proc.returncode, "events": events,
+            "result": result, "stderr": err, "argv": argv}
+
+
+class Sampler:
+    """Samples /proc/PID/io (read_bytes, write_bytes) of some processes every `every` s on a
+    thread, from start() to stop(): samples[pid] = [(epoch s, read, written)]."""
+
+    def __init__(self, pids, every=0.01):
+        self.pids, self.every = [p for p in pids if p], every
+        self.samples = {p: [] for p in self.pids}
+        self._stop = threading.Event()
+        self._th = None
+
+    def _take(self):
+        now = time.time()
+        for p in self.pids:
+            r, w = proc_io(p)
+            if r is not None:
+                self.samples[p].append((now, r, w))
+
+    def _loop(self):
+        while not self._stop.wait(self.every):
+            self._take()
+
+    def start(self):
+        self._take()
+        self._th = threading.Thread(target=self._loop, daemon=True)
+        self._th.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._th:
+            self._th.join()
+        self._take()
+        return self
+
+    def delta(self, pid):
+        """(bytes read, bytes written) between the first and the last sample."""
+        v = self.samples.get(pid) or []
+        if len(v) < 2:
+            return None, None
+        return v[-1][1] - v[0][1], v[-1][2] - v[0][2]
+
+    def first_growth(self, pid, after, what, threshold):
+        """When pid's counter (1 read, 2 written) first stood `threshold` bytes above its
+        value at time `after`; None if never."""
+        base = None
+        for t, *c in self.samples.get(pid) or []:
+            if t <= after or base is None:
+                base = c[what - 1]
+            elif c[what - 1] - base >= threshold:
+                return t
+        return None
+
+
 def parse_conf(items):
     """--conf KEY=VALUE (into [transfer]) or SECTION.KEY=VALUE, as {section: {key: value}}."""
     out = {}
@@ -489,6 +624,7 @@ def machine_facts(work, stage_exe, tools=()):
         "disk": disk,
         "scheduler": sched,
         "load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "busy": busy_text(),
     }
     if "iperf3" in tools:
         m["iperf3"] = sh(["iperf3", "--version"]).splitlines()[0] if shutil.which("iperf3") else "?"
