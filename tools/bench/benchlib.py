@@ -182,10 +182,10 @@ def proc_io(pid):
     return r, w
 
 
-def psi_io():
-    """/proc/pressure/io's "some" line: (avg10, avg60) in %, or None (no PSI here)."""
+def psi_io(what="io"):
+    """/proc/pressure/WHAT's "some" line: (avg10, avg60) in %, or None (no PSI here)."""
     try:
-        for line in Path("/proc/pressure/io").read_text().splitlines():
+        for line in Path(f"/proc/pressure/{what}").read_text().splitlines():
             if line.startswith("some "):
                 kv = dict(x.split("=") for x in line.split()[1:])
                 return float(kv["avg10"]), float(kv["avg60"])
@@ -197,9 +197,35 @@ def psi_io():
 def busy_text():
     """The load average and I/O pressure now, for a report: how quiet the machine was."""
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    p = psi_io()
-    return f"load average {load}" + (f", I/O pressure (PSI some) avg10 {p[0]:.0f} %, avg60 "
-                                     f"{p[1]:.0f} %" if p else "")
+    p, c = psi_io(), psi_io("cpu")
+    return (f"load average {load}"
+            + (f", I/O pressure (PSI some) avg10 {p[0]:.0f} %, avg60 {p[1]:.0f} %" if p else "")
+            + (f", CPU pressure avg10 {c[0]:.0f} %, avg60 {c[1]:.0f} %" if c else ""))
+
+
+def page_reporting():
+    """Whether the kernel reports free pages to a hypervisor (virtio-balloon free page
+    reporting): then pages freed (drop_caches, deleted files) go back to the host, and the
+    next page-cache pages cost the guest a host fault each, which makes buffered writes after
+    a cache drop several times more expensive in CPU. A sentence, or "" if not reported."""
+    d = Path("/sys/module/page_reporting/parameters")
+    try:
+        kib = int((d / "reported_kib").read_text())
+    except (OSError, ValueError):
+        return ""
+    return (f"free page reporting to the hypervisor is on ({kib / (1 << 20):,.0f} GiB reported "
+            f"since boot): page-cache pages allocated after a cache drop may each cost a fault "
+            f"in the host (docs/BENCHMARKS.md, tools/bench/trainer)")
+
+
+def schedstat(pid="self"):
+    """(seconds on a CPU, seconds waiting for one on the run queue) of a process's main
+    thread, from /proc/PID/schedstat; (None, None) without schedstats."""
+    try:
+        f = Path(f"/proc/{pid}/schedstat").read_text().split()
+        return int(f[0]) / 1e9, int(f[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None, None
 
 
 # ----------------------------------------------------------------- the page cache
@@ -625,6 +651,7 @@ def machine_facts(work, stage_exe, tools=()):
         "scheduler": sched,
         "load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         "busy": busy_text(),
+        "page_reporting": page_reporting(),
     }
     if "iperf3" in tools:
         m["iperf3"] = sh(["iperf3", "--version"]).splitlines()[0] if shutil.which("iperf3") else "?"
