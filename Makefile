@@ -156,6 +156,8 @@ bench-smoke: $(BIN)
 	@tools/bench/codec --smoke
 	@tools/bench/verify --smoke
 	@tools/bench/replicate --smoke
+	@tools/bench/restore --smoke
+	@tools/bench/trainer --smoke
 
 # libFuzzer targets, one per parser of outside bytes; built with clang.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
