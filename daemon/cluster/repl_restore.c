@@ -67,7 +67,8 @@ struct restore {
 	struct xport *x;
 	struct io_uring ring;
 	int step_fd, stage_fd, tmp_fd;
-	uint8_t *buf, *raw;            /* REPL_PIECE each */
+	uint8_t *buf, *raw;            /* REPL_PIECE each, PSEND_ALIGN-aligned */
+	bool direct;                   /* the file being rebuilt is written with O_DIRECT */
 	struct bad *bad;
 	size_t nbad, capbad;
 	uint64_t files_fixed, chunks_fetched, bytes_fetched, chunks_kept;
@@ -214,6 +215,30 @@ static int fetch_manifest(struct restore *r)
 	return 0;
 }
 
+/* Writes len bytes of buf at off into the file being rebuilt, of size
+ * bytes in the end. With O_DIRECT the offset and length must be whole
+ * blocks, but at the file's end, where the write is padded with zeros (buf
+ * has room: a length that is not whole blocks is shorter than a piece) and
+ * rebuild cuts the file back to its size. Anything else unaligned (a holder
+ * sending odd pieces) turns O_DIRECT off for the rest of the file. */
+static int put(struct restore *r, int fd, uint8_t *buf, size_t len, uint64_t off, uint64_t size)
+{
+	if (r->direct && (off % PSEND_ALIGN || (len % PSEND_ALIGN && off + len != size))) {
+		int fl = fcntl(fd, F_GETFL);
+
+		if (fl >= 0)
+			fcntl(fd, F_SETFL, fl & ~O_DIRECT);
+		r->direct = false;
+	}
+	if (r->direct && len % PSEND_ALIGN) {
+		size_t pad = PSEND_ALIGN - len % PSEND_ALIGN;
+
+		memset(buf + len, 0, pad);
+		len += pad;
+	}
+	return uio_pwrite(&r->ring, fd, buf, len, off);
+}
+
 /* Fetches chunks [first, last) of e into fd in one request, feeding the
  * whole-file hash and checking each chunk against the manifest as its last
  * byte arrives: one round trip for a run of missing chunks, not one each. */
@@ -274,7 +299,7 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64
 				c++;
 			}
 		}
-		rc = uio_pwrite(&r->ring, fd, r->raw, raw, next);
+		rc = put(r, fd, r->raw, raw, next, e->size);
 		if (rc < 0) {
 			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
 			return rc;
@@ -321,7 +346,7 @@ static bool local_intact(struct restore *r, int lfd, uint64_t off, uint64_t len,
 
 /* Copies an intact local range into fd, feeding the hashes. */
 static int keep_range(struct restore *r, int lfd, int fd, uint64_t off, uint64_t len,
-		      XXH3_state_t *whole, XXH3_state_t *chunk)
+		      uint64_t size, XXH3_state_t *whole, XXH3_state_t *chunk)
 {
 	for (uint64_t o = off; o < off + len;) {
 		size_t n = off + len - o < REPL_PIECE ? (size_t)(off + len - o) : REPL_PIECE;
@@ -331,7 +356,7 @@ static int keep_range(struct restore *r, int lfd, int fd, uint64_t off, uint64_t
 			return -EIO;
 		XXH3_128bits_update(whole, r->buf, n);
 		XXH3_128bits_update(chunk, r->buf, n);
-		rc = uio_pwrite(&r->ring, fd, r->buf, n, o);
+		rc = put(r, fd, r->buf, n, o, size);
 		if (rc < 0)
 			return rc;
 		o += n;
@@ -404,6 +429,9 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 			 strerror(errno));
 		goto out_local;
 	}
+	/* Big files go around the page cache, as fio writes (see psend.h);
+	 * EINVAL (a file system without O_DIRECT): through it. */
+	r->direct = e->size >= 2 * REPL_PIECE && fcntl(fd, F_SETFL, O_DIRECT) == 0;
 	XXH3_128bits_reset(whole);
 	for (uint64_t i = 0; i < n && rc == 0 && e->size;) {
 		uint64_t off = i * chunk_size, k;
@@ -417,7 +445,7 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		if (intact_next == i || (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
 					 local_intact(r, lfd, off, len, want))) {
 			XXH3_128bits_reset(chunk);
-			rc = keep_range(r, lfd, fd, off, len, whole, chunk);
+			rc = keep_range(r, lfd, fd, off, len, e->size, whole, chunk);
 			if (rc < 0)
 				snprintf(r->why, sizeof(r->why), "copying %s: %s", e->path,
 					 strerror(-rc));
@@ -443,6 +471,12 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		}
 		rc = fetch_run(r, e, fd, chunk_size, i, k, whole, chunk);
 		i = k;
+	}
+	/* A direct write of the last block went past the end. */
+	if (rc == 0 && r->direct && ftruncate(fd, (off_t)e->size) < 0) {
+		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "%s: truncating to its size: %s", e->path,
+			 strerror(errno));
 	}
 	if (rc == 0 && !digest_eq(XXH3_128bits_digest(whole), e->digest)) {
 		snprintf(r->why, sizeof(r->why), "%s: the rebuilt file does not match its digest",
@@ -897,8 +931,10 @@ void repl_restore_run(struct job *j, const char *path, const char *from)
 			   "a restore of it is already running");
 		return;
 	}
-	r.buf = malloc(REPL_PIECE);
-	r.raw = malloc(REPL_PIECE);
+	if (posix_memalign((void **)&r.buf, PSEND_ALIGN, REPL_PIECE) != 0)
+		r.buf = NULL;
+	if (posix_memalign((void **)&r.raw, PSEND_ALIGN, REPL_PIECE) != 0)
+		r.raw = NULL;
 	rc = r.buf && r.raw ? uio_init(&r.ring) : -ENOMEM;
 	if (rc < 0)
 		job_result(j, 1, NULL, NULL, "restore %s: %s", r.path, strerror(-rc));

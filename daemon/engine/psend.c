@@ -8,6 +8,7 @@
 #include "daemon/engine/psend.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,8 @@ int psend_open(struct psend *ps, uint64_t rate)
 	if (!ps->frame)
 		return -ENOMEM;
 	for (unsigned i = 0; i < PSEND_DEPTH; i++) {
-		ps->buf[i] = malloc(PSEND_PIECE);
-		if (!ps->buf[i]) {
+		if (posix_memalign((void **)&ps->buf[i], PSEND_ALIGN, PSEND_PIECE) != 0) {
+			ps->buf[i] = NULL;
 			rc = -ENOMEM;
 			goto out_free;
 		}
@@ -67,14 +68,17 @@ static void submit(struct psend *ps)
 	while (ps->n < PSEND_DEPTH && ps->next < ps->end) {
 		unsigned s = (ps->head + ps->n) % PSEND_DEPTH;
 		uint64_t len = ps->end - ps->next < PSEND_PIECE ? ps->end - ps->next : PSEND_PIECE;
+		/* A direct read of the range's last piece asks for whole blocks. */
+		uint64_t ask = ps->direct ? (len + PSEND_ALIGN - 1) / PSEND_ALIGN * PSEND_ALIGN : len;
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&ps->ring);
 
 		if (!sqe)
 			break;
-		io_uring_prep_read(sqe, ps->fd, ps->buf[s], (unsigned)len, ps->next);
+		io_uring_prep_read(sqe, ps->fd, ps->buf[s], (unsigned)ask, ps->next);
 		io_uring_sqe_set_data64(sqe, s);
 		ps->res[s] = INT32_MIN;
 		ps->off[s] = ps->next;
+		ps->len[s] = (uint32_t)len;
 		ps->next += len;
 		ps->n++;
 	}
@@ -152,18 +156,21 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		uint64_t off, uint64_t end, struct codec_params *cp, const struct psend_hooks *h,
 		const char *name, char *why, size_t whylen)
 {
-	int rc = 0;
+	int fl = fcntl(fd, F_GETFL), rc = 0;
 
 	*why = '\0';
 	ps->fd = fd;
 	ps->next = off;
 	ps->end = end;
 	ps->head = ps->n = 0;
+	/* EINVAL (a file system without O_DIRECT): read through the cache. */
+	ps->direct = end - off >= 2 * PSEND_PIECE && off % PSEND_ALIGN == 0 && fl >= 0 &&
+		     !(fl & O_DIRECT) && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
 	submit(ps);
 	while (off < end) {
 		const struct codec_ops *want = h->pick ? h->pick(h->arg) : &codec_none_ops;
 		uint8_t *p = ps->buf[ps->head];
-		size_t len, flen;
+		size_t len, flen, asked;
 		uint64_t at;
 		struct msg m;
 
@@ -175,7 +182,8 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 			rc = -ESTALE;
 			break;
 		}
-		len = (size_t)ps->res[ps->head];
+		asked = ps->len[ps->head];
+		len = (size_t)ps->res[ps->head] < asked ? (size_t)ps->res[ps->head] : asked;
 		at = ps->off[ps->head];
 		/* A range that starts mid-file has no header to read the dtype
 		 * from: the trial on this piece decides. */
@@ -200,10 +208,14 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		release(ps);
 		if (rc < 0)
 			break;
-		if (len < PSEND_PIECE && at + len < end) {
-			/* A short read of a buffered file mid-range: read the rest
-			 * in order from here. */
+		if (len < asked) {
+			/* A short read mid-range: read the rest in order from
+			 * here, through the cache (the offset is no longer
+			 * aligned). */
 			drain(ps);
+			if (ps->direct)
+				fcntl(fd, F_SETFL, fl);
+			ps->direct = false;
 			ps->fd = fd;
 			ps->next = at + len;
 			ps->head = ps->n = 0;
@@ -214,5 +226,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		off = at + len;
 	}
 	drain(ps);
+	if (ps->direct)
+		fcntl(fd, F_SETFL, fl);
 	return rc;
 }

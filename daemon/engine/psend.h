@@ -5,6 +5,11 @@
  * send through it; what differs between them (which codec each piece goes
  * as, what is counted where) comes in through struct psend_hooks.
  *
+ * A range of at least two pieces that starts aligned is read with O_DIRECT
+ * (set on the fd for the range, then put back), as fio reads: on these
+ * machines copying through the page cache cost more CPU than the rest of a
+ * restore together, and a holder's copy is cold anyway.
+ *
  * One psend per thread that sends: psend_open and psend_close are mirrors;
  * nothing in it is shared. The rate cap is a token bucket over wire bytes
  * that lasts across ranges, so a restore made of many small fetches is held
@@ -14,6 +19,7 @@
 #define STAGE_PSEND_H
 
 #include <liburing.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,15 +29,18 @@
 #define PSEND_PIECE (1u << 20)          /* raw bytes per MSG_DATA */
 #define PSEND_DEPTH 8                   /* pieces read ahead */
 #define PSEND_NO_FILE UINT64_MAX        /* no K_FILE field in the frames */
+#define PSEND_ALIGN 4096u               /* O_DIRECT's alignment of offsets, lengths, buffers */
 
 struct psend {
 	struct io_uring ring;           /* reads only; PSEND_DEPTH entries */
-	uint8_t *buf[PSEND_DEPTH];      /* PSEND_PIECE each, owned */
+	uint8_t *buf[PSEND_DEPTH];      /* PSEND_PIECE each, PSEND_ALIGN-aligned, owned */
 	int res[PSEND_DEPTH];           /* bytes read or -errno; INT32_MIN in flight */
 	uint64_t off[PSEND_DEPTH];      /* file offset of each slot's read */
+	uint32_t len[PSEND_DEPTH];      /* bytes of the range in it (a direct read asks more) */
 	unsigned head, n;               /* oldest slot; slots in flight or ready */
 	int fd;                         /* the file of the range, borrowed */
 	uint64_t next, end;             /* next offset to read; end of the range */
+	bool direct;                    /* this range reads with O_DIRECT */
 	uint8_t *frame;                 /* one encoded piece, owned */
 	size_t frame_cap;
 	uint64_t rate;                  /* bytes/s on the wire, 0: no cap */
