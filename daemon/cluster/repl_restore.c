@@ -49,11 +49,11 @@
 #include "daemon/fs/roots.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/engine/uio.h"
+#include "daemon/engine/wq.h"
 #include "daemon/pull/verify.h"
 
 #define MF_FETCHED "restore.manifest"
 #define TMP_DIR "tmp"
-#define WRITEBACK_EVERY (16u << 20)   /* bytes fetched between writeback kicks */
 
 struct bad {                       /* a finding of the local verify */
 	char *rel;
@@ -67,8 +67,8 @@ struct restore {
 	struct xport *x;
 	struct io_uring ring;
 	int step_fd, stage_fd, tmp_fd;
-	uint8_t *buf, *raw;            /* REPL_PIECE each, PSEND_ALIGN-aligned */
-	bool direct;                   /* the file being rebuilt is written with O_DIRECT */
+	uint8_t *buf;                  /* REPL_PIECE: local chunks being judged */
+	struct wq wq;                  /* writes of the file being rebuilt */
 	struct bad *bad;
 	size_t nbad, capbad;
 	uint64_t files_fixed, chunks_fetched, bytes_fetched, chunks_kept;
@@ -215,30 +215,6 @@ static int fetch_manifest(struct restore *r)
 	return 0;
 }
 
-/* Writes len bytes of buf at off into the file being rebuilt, of size
- * bytes in the end. With O_DIRECT the offset and length must be whole
- * blocks, but at the file's end, where the write is padded with zeros (buf
- * has room: a length that is not whole blocks is shorter than a piece) and
- * rebuild cuts the file back to its size. Anything else unaligned (a holder
- * sending odd pieces) turns O_DIRECT off for the rest of the file. */
-static int put(struct restore *r, int fd, uint8_t *buf, size_t len, uint64_t off, uint64_t size)
-{
-	if (r->direct && (off % PSEND_ALIGN || (len % PSEND_ALIGN && off + len != size))) {
-		int fl = fcntl(fd, F_GETFL);
-
-		if (fl >= 0)
-			fcntl(fd, F_SETFL, fl & ~O_DIRECT);
-		r->direct = false;
-	}
-	if (r->direct && len % PSEND_ALIGN) {
-		size_t pad = PSEND_ALIGN - len % PSEND_ALIGN;
-
-		memset(buf + len, 0, pad);
-		len += pad;
-	}
-	return uio_pwrite(&r->ring, fd, buf, len, off);
-}
-
 /* Fetches chunks [first, last) of e into fd in one request, feeding the
  * whole-file hash and checking each chunk against the manifest as its last
  * byte arrives: one round trip for a run of missing chunks, not one each. */
@@ -246,7 +222,6 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64
 		     uint64_t first, uint64_t last, XXH3_state_t *whole, XXH3_state_t *chunk)
 {
 	uint64_t off = first * chunk_size, end = last * chunk_size, next = off, c = first;
-	uint64_t synced = off;
 	struct msg m;
 	int rc;
 
@@ -264,13 +239,15 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64
 	}
 	XXH3_128bits_reset(chunk);
 	while ((rc = fetch_next(r, &m, MSG_DATA)) == 1) {
+		int b = wq_buf(&r->wq);
+		uint8_t *raw_buf = r->wq.buf[b];
 		const uint8_t *p;
 		size_t n, raw = 0, used;
 		uint64_t at;
 
 		rc = msg_get_u64(&m, K_OFFSET, &at) < 0 || at != next ||
 		     msg_get_bytes(&m, K_DATA, &p, &n) < 0 ? -EPROTO :
-		     codec_chunk_decode(p, n, r->raw, REPL_PIECE, &raw, &used);
+		     codec_chunk_decode(p, n, raw_buf, WQ_BUF, &raw, &used);
 		msg_free(&m);
 		if (rc == 0 && (used != n || raw == 0 || next + raw > end))
 			rc = -EPROTO;
@@ -279,14 +256,14 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64
 				 r->holder, e->path, (unsigned long long)next, strerror(-rc));
 			return rc;
 		}
-		XXH3_128bits_update(whole, r->raw, raw);
+		XXH3_128bits_update(whole, raw_buf, raw);
 		/* A piece may end chunks (several, when chunks are smaller). */
 		for (size_t k = 0; k < raw;) {
 			uint64_t cend = e->nchunks ? (c + 1) * chunk_size : e->size;
 			size_t take = cend - (next + k) < raw - k ? (size_t)(cend - (next + k)) : raw - k;
 			digest_t want = e->nchunks ? e->chunks[c] : e->digest;
 
-			XXH3_128bits_update(chunk, r->raw + k, take);
+			XXH3_128bits_update(chunk, raw_buf + k, take);
 			k += take;
 			if (next + k == (cend < e->size ? cend : e->size)) {
 				if (!digest_eq(XXH3_128bits_digest(chunk), want)) {
@@ -299,19 +276,13 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64
 				c++;
 			}
 		}
-		rc = put(r, fd, r->raw, raw, next, e->size);
+		rc = wq_write(&r->wq, b, raw, next);
 		if (rc < 0) {
 			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
 			return rc;
 		}
 		next += raw;
 		r->bytes_fetched += raw;
-		/* Start the disk on what has landed while the next pieces come,
-		 * so that the file's fdatasync finds little left to write. */
-		if (next - synced >= WRITEBACK_EVERY) {
-			uio_writeback(&r->ring, fd, synced, next - synced);
-			synced = next;
-		}
 	}
 	if (rc == 0 && next != end) {
 		snprintf(r->why, sizeof(r->why), "%s sent %llu of %llu bytes of %s", r->holder,
@@ -344,19 +315,20 @@ static bool local_intact(struct restore *r, int lfd, uint64_t off, uint64_t len,
 	return ok;
 }
 
-/* Copies an intact local range into fd, feeding the hashes. */
-static int keep_range(struct restore *r, int lfd, int fd, uint64_t off, uint64_t len,
-		      uint64_t size, XXH3_state_t *whole, XXH3_state_t *chunk)
+/* Copies an intact local range into the file being rebuilt, feeding the
+ * hashes. */
+static int keep_range(struct restore *r, int lfd, uint64_t off, uint64_t len,
+		      XXH3_state_t *whole, XXH3_state_t *chunk)
 {
 	for (uint64_t o = off; o < off + len;) {
-		size_t n = off + len - o < REPL_PIECE ? (size_t)(off + len - o) : REPL_PIECE;
-		int rc;
+		size_t n = off + len - o < WQ_BUF ? (size_t)(off + len - o) : WQ_BUF;
+		int b = wq_buf(&r->wq), rc;
 
-		if (uio_pread(&r->ring, lfd, r->buf, n, o) != (ssize_t)n)
+		if (uio_pread(&r->ring, lfd, r->wq.buf[b], n, o) != (ssize_t)n)
 			return -EIO;
-		XXH3_128bits_update(whole, r->buf, n);
-		XXH3_128bits_update(chunk, r->buf, n);
-		rc = put(r, fd, r->buf, n, o, size);
+		XXH3_128bits_update(whole, r->wq.buf[b], n);
+		XXH3_128bits_update(chunk, r->wq.buf[b], n);
+		rc = wq_write(&r->wq, b, n, o);
 		if (rc < 0)
 			return rc;
 		o += n;
@@ -429,9 +401,7 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 			 strerror(errno));
 		goto out_local;
 	}
-	/* Big files go around the page cache, as fio writes (see psend.h);
-	 * EINVAL (a file system without O_DIRECT): through it. */
-	r->direct = e->size >= 2 * REPL_PIECE && fcntl(fd, F_SETFL, O_DIRECT) == 0;
+	wq_begin(&r->wq, fd, e->size, true);
 	XXH3_128bits_reset(whole);
 	for (uint64_t i = 0; i < n && rc == 0 && e->size;) {
 		uint64_t off = i * chunk_size, k;
@@ -445,7 +415,7 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		if (intact_next == i || (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
 					 local_intact(r, lfd, off, len, want))) {
 			XXH3_128bits_reset(chunk);
-			rc = keep_range(r, lfd, fd, off, len, e->size, whole, chunk);
+			rc = keep_range(r, lfd, off, len, whole, chunk);
 			if (rc < 0)
 				snprintf(r->why, sizeof(r->why), "copying %s: %s", e->path,
 					 strerror(-rc));
@@ -472,11 +442,15 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		rc = fetch_run(r, e, fd, chunk_size, i, k, whole, chunk);
 		i = k;
 	}
-	/* A direct write of the last block went past the end. */
-	if (rc == 0 && r->direct && ftruncate(fd, (off_t)e->size) < 0) {
-		rc = -errno;
-		snprintf(r->why, sizeof(r->why), "%s: truncating to its size: %s", e->path,
-			 strerror(errno));
+	/* Every write done (a padded last block cut back), even after a
+	 * failure: the file is closed or unlinked next. */
+	{
+		int wrc = wq_end(&r->wq);
+
+		if (rc == 0 && wrc < 0) {
+			rc = wrc;
+			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
+		}
 	}
 	if (rc == 0 && !digest_eq(XXH3_128bits_digest(whole), e->digest)) {
 		snprintf(r->why, sizeof(r->why), "%s: the rebuilt file does not match its digest",
@@ -931,24 +905,27 @@ void repl_restore_run(struct job *j, const char *path, const char *from)
 			   "a restore of it is already running");
 		return;
 	}
-	if (posix_memalign((void **)&r.buf, PSEND_ALIGN, REPL_PIECE) != 0)
-		r.buf = NULL;
-	if (posix_memalign((void **)&r.raw, PSEND_ALIGN, REPL_PIECE) != 0)
-		r.raw = NULL;
-	rc = r.buf && r.raw ? uio_init(&r.ring) : -ENOMEM;
+	r.buf = malloc(REPL_PIECE);
+	rc = r.buf ? uio_init(&r.ring) : -ENOMEM;
+	if (rc == 0) {
+		rc = wq_open(&r.wq);
+		if (rc < 0)
+			io_uring_queue_exit(&r.ring);
+	}
 	if (rc < 0)
 		job_result(j, 1, NULL, NULL, "restore %s: %s", r.path, strerror(-rc));
 	else
 		run(&r, from);
-	if (rc == 0)
+	if (rc == 0) {
+		wq_close(&r.wq);
 		io_uring_queue_exit(&r.ring);
+	}
 	if (r.x)
 		r.x->ops->close(r.x);
 	for (size_t i = 0; i < r.nbad; i++)
 		free(r.bad[i].rel);
 	free(r.bad);
 	free(r.buf);
-	free(r.raw);
 	if (r.tmp_fd >= 0)
 		close(r.tmp_fd);
 	if (r.stage_fd >= 0)

@@ -1,7 +1,6 @@
 #include "daemon/engine/uio.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 
 int uio_init(struct io_uring *ring)
@@ -65,25 +64,4 @@ int uio_pwrite(struct io_uring *ring, int fd, const void *buf, size_t n, uint64_
 	ssize_t rc = all(ring, fd, (void *)buf, n, off, true);
 
 	return rc < 0 ? (int)rc : (size_t)rc < n ? -ENOSPC : 0;
-}
-
-int uio_writeback(struct io_uring *ring, int fd, uint64_t off, uint64_t len)
-{
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-	struct io_uring_cqe *cqe;
-	int rc;
-
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_sync_file_range(sqe, fd, (unsigned)len, off, SYNC_FILE_RANGE_WRITE);
-	rc = io_uring_submit(ring);
-	if (rc < 0)
-		return rc;
-	while ((rc = io_uring_wait_cqe(ring, &cqe)) == -EINTR)
-		;
-	if (rc < 0)
-		return rc;
-	rc = cqe->res;
-	io_uring_cqe_seen(ring, cqe);
-	return rc;
 }

@@ -17,9 +17,5 @@ int uio_init(struct io_uring *ring);
 ssize_t uio_pread(struct io_uring *ring, int fd, void *buf, size_t n, uint64_t off);
 /* Writes all n bytes at off: 0, or -errno (-ENOSPC for a short write). */
 int uio_pwrite(struct io_uring *ring, int fd, const void *buf, size_t n, uint64_t off);
-/* Starts writeback of [off, off+len) (sync_file_range WRITE): returns once
- * the writes are queued, not done; a later fdatasync finds less to do. 0 or
- * -errno. len must fit in 32 bits. */
-int uio_writeback(struct io_uring *ring, int fd, uint64_t off, uint64_t len);
 
 #endif

@@ -29,43 +29,6 @@ int rx_fail(struct rx *r, int err, const char *fmt, ...)
 	return err;
 }
 
-/* ---- writes ---- */
-
-static void wq_reap(struct wq *q, bool wait)
-{
-	struct io_uring_cqe *cqe;
-
-	while (q->inflight && (wait ? io_uring_wait_cqe(&q->ring, &cqe) :
-			       io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
-		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
-
-		/* A short write to a regular file means the file system is full. */
-		if (cqe->res != (int)q->len[i] && !q->err)
-			q->err = cqe->res < 0 ? cqe->res : -ENOSPC;
-		q->busy[i] = false;
-		q->inflight--;
-		io_uring_cqe_seen(&q->ring, cqe);
-		wait = false;
-	}
-}
-
-static int wq_free_buf(struct wq *q)
-{
-	for (;;) {
-		for (int i = 0; i < WQ_DEPTH; i++)
-			if (!q->busy[i])
-				return i;
-		wq_reap(q, true);
-	}
-}
-
-int rx_wq_drain(struct wq *q)
-{
-	while (q->inflight)
-		wq_reap(q, true);
-	return q->err;
-}
-
 /* ---- the cursor over the offer ---- */
 
 int rx_next_entry(struct rx *r)
@@ -197,7 +160,7 @@ static int open_file(struct rx *r)
 	/* A resumed file: what is already durable is hashed again, so the
 	 * whole-file digest covers every byte, and checked chunk by chunk. */
 	while (r->expect < keep) {
-		int b = wq_free_buf(&r->wq);
+		int b = wq_buf(&r->wq);
 		size_t n = keep - r->expect < REPL_PIECE ? keep - r->expect : REPL_PIECE;
 		ssize_t got = pread(r->fd, r->wq.buf[b], n, (off_t)r->expect);
 
@@ -207,6 +170,8 @@ static int open_file(struct rx *r)
 		r->expect += n;
 	}
 	r->synced = keep;
+	/* Only now: the re-read above went through the cache. */
+	wq_begin(&r->wq, r->fd, r->ce.size, true);
 	if (!ok) {              /* the durable part is not what the journal said */
 		forget_file(r);
 		return rx_fail(r, -EBADMSG, "%s: the resumed part does not match; starting it over",
@@ -218,7 +183,7 @@ static int open_file(struct rx *r)
 static int finish_file(struct rx *r)
 {
 	const char *what;
-	int rc = rx_wq_drain(&r->wq);
+	int rc = wq_end(&r->wq);
 
 	if (rc < 0)
 		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
@@ -247,21 +212,13 @@ static int put_piece(struct rx *r, int b, size_t n)
 
 	if (!feed(r, r->wq.buf[b], n))
 		return -EBADMSG;
-	{
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->wq.ring);
-
-		io_uring_prep_write(sqe, r->fd, r->wq.buf[b], (unsigned)n, r->expect);
-		io_uring_sqe_set_data64(sqe, (uint64_t)b);
-		r->wq.busy[b] = true;
-		r->wq.len[b] = (uint32_t)n;
-		r->wq.inflight++;
-		io_uring_submit(&r->wq.ring);
-	}
-	wq_reap(&r->wq, false);
+	rc = wq_write(&r->wq, b, n, r->expect);
+	if (rc < 0)
+		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
 	r->expect += n;
 	if (r->expect < r->ce.size && r->expect - r->synced >= SYNC_EVERY &&
 	    (!r->ce.nchunks || r->chunk_fill == 0)) {
-		if ((rc = rx_wq_drain(&r->wq)) < 0)
+		if ((rc = wq_drain(&r->wq)) < 0)
 			return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
 		if (fdatasync(r->fd) < 0)
 			return rx_fail(r, -errno, "sync %s: %s", r->ce.path, strerror(errno));
@@ -342,7 +299,7 @@ static int fill_held(struct rx *r, uint64_t upto)
 		n = (upto < end ? upto : end) - r->expect;
 		if (n > REPL_PIECE)
 			n = REPL_PIECE;
-		b = wq_free_buf(&r->wq);
+		b = wq_buf(&r->wq);
 		rc = read_held(r, path, soff + (r->expect - start), r->wq.buf[b], (size_t)n);
 		if (rc < 0)
 			return held_bad(r, k, rc == -ESTALE ? "is shorter than its manifest says" :
@@ -418,7 +375,7 @@ int rx_on_data(struct rx *r, const struct msg *m)
 	if (off != r->expect)
 		return rx_fail(r, -EPROTO, "%s: piece at %llu, expected %llu", r->ce.path,
 			    (unsigned long long)off, (unsigned long long)r->expect);
-	b = wq_free_buf(&r->wq);
+	b = wq_buf(&r->wq);
 	rc = codec_chunk_decode(p, n, r->wq.buf[b], REPL_PIECE, &raw, &used);
 	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
 		return rx_fail(r, -EBADMSG, "%s: the piece at %llu is damaged (digest or length)",

@@ -106,8 +106,7 @@ static void rx_unregister(struct rx *r)
 
 static void close_transfer(struct rx *r)
 {
-	rx_wq_drain(&r->wq);
-	r->wq.err = 0;
+	wq_end(&r->wq);
 	if (r->fd >= 0)
 		close(r->fd);
 	r->fd = -1;
@@ -326,9 +325,7 @@ static void *rx_main(void *arg)
 	pthread_mutex_unlock(&repl.lock);
 out:
 	r->x->ops->close(r->x);
-	for (int i = 0; i < WQ_DEPTH; i++)
-		free(r->wq.buf[i]);
-	io_uring_queue_exit(&r->wq.ring);
+	wq_close(&r->wq);
 	XXH3_freeState(r->whole);
 	XXH3_freeState(r->chunk);
 	close(r->rr_fd);
@@ -386,12 +383,9 @@ int repl_recv_spawn(struct xport *x)
 	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	r->whole = XXH3_createState();
 	r->chunk = XXH3_createState();
-	for (int i = 0; i < WQ_DEPTH; i++)
-		if (!(r->wq.buf[i] = malloc(REPL_PIECE)))
-			goto out_free;
 	if (r->rr_fd < 0 || !r->whole || !r->chunk)
 		goto out_free;
-	rc = io_uring_queue_init(WQ_DEPTH * 2, &r->wq.ring, 0);
+	rc = wq_open(&r->wq);
 	if (rc < 0)
 		goto out_free;
 	pthread_attr_init(&attr);
@@ -400,10 +394,8 @@ int repl_recv_spawn(struct xport *x)
 	pthread_attr_destroy(&attr);
 	if (rc == 0)
 		return 0;
-	io_uring_queue_exit(&r->wq.ring);
+	wq_close(&r->wq);
 out_free:
-	for (int i = 0; i < WQ_DEPTH; i++)
-		free(r->wq.buf[i]);
 	XXH3_freeState(r->whole);
 	XXH3_freeState(r->chunk);
 	if (r->rr_fd >= 0)

@@ -13,10 +13,11 @@
 #include <xxhash.h>
 
 #include "common/manifest.h"
+#include "daemon/engine/wq.h"
 #include "daemon/repl/repl_have.h"
 #include "daemon/repl/repl_impl.h"
 
-#define WQ_DEPTH 4
+_Static_assert(WQ_BUF == REPL_PIECE, "a write buffer holds one piece");
 #define SYNC_EVERY (64ull << 20)   /* a big file is journaled this often */
 #define INCOMING ".incoming"
 #define RX_MAX_HANDSHAKING 16      /* connections not yet authenticated, at once */
@@ -33,15 +34,6 @@ struct rx_link {                   /* every receiver connection, in repl.rx_conn
 	struct rx_link *next;
 };
 
-struct wq {                        /* writes in flight */
-	struct io_uring ring;
-	uint8_t *buf[WQ_DEPTH];        /* REPL_PIECE each */
-	uint32_t len[WQ_DEPTH];
-	bool busy[WQ_DEPTH];
-	unsigned inflight;
-	int err;                       /* first failed write, sticky */
-};
-
 struct rx {
 	struct xport *x;
 	char peer[AUTH_NAME_MAX + 1];  /* proven name of the sender */
@@ -49,7 +41,7 @@ struct rx {
 	digest_t root;
 	struct rx_slot slot;
 	struct rx_link link;
-	struct wq wq;
+	struct wq wq;                  /* writes of the file being built (engine/wq.h) */
 	int rr_fd;                     /* replica_root */
 	int in_fd;                     /* .incoming/ORIGIN/JOB/STEP */
 	int st_fd;                     /* its .stage */
@@ -78,8 +70,6 @@ struct rx {
 
 /* Records the first reason (r->why) and returns err. */
 int rx_fail(struct rx *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Waits for every write in flight: 0 or the first failure. */
-int rx_wq_drain(struct wq *q);
 /* The cursor to the next entry of the offer (the first, at the start). */
 int rx_next_entry(struct rx *r);
 /* The cursor to entry idx (byte off of it), making what it passes. */

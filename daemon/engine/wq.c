@@ -1,0 +1,147 @@
+/* The write queue (wq.h). Between files: fd == -1, inflight == 0, err == 0
+ * and direct == false; wq_begin and wq_end are the transitions. */
+#include "daemon/engine/wq.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int wq_open(struct wq *q)
+{
+	int rc;
+
+	memset(q, 0, sizeof(*q));
+	q->fd = -1;
+	for (unsigned i = 0; i < WQ_DEPTH; i++)
+		if (posix_memalign((void **)&q->buf[i], WQ_ALIGN, WQ_BUF) != 0) {
+			q->buf[i] = NULL;
+			rc = -ENOMEM;
+			goto out_free;
+		}
+	rc = io_uring_queue_init(WQ_DEPTH * 2, &q->ring, 0);
+	if (rc < 0)
+		goto out_free;
+	return 0;
+out_free:
+	for (unsigned i = 0; i < WQ_DEPTH; i++)
+		free(q->buf[i]);
+	return rc;
+}
+
+void wq_close(struct wq *q)
+{
+	wq_drain(q);
+	io_uring_queue_exit(&q->ring);
+	for (unsigned i = 0; i < WQ_DEPTH; i++)
+		free(q->buf[i]);
+}
+
+static void set_direct(struct wq *q, bool on)
+{
+	int fl = fcntl(q->fd, F_GETFL);
+
+	if (fl < 0)
+		return;
+	fl = on ? fl | O_DIRECT : fl & ~O_DIRECT;
+	/* EINVAL for O_DIRECT: a file system without it; write through the cache. */
+	if (fcntl(q->fd, F_SETFL, fl) == 0)
+		q->direct = on;
+}
+
+void wq_begin(struct wq *q, int fd, uint64_t size, bool direct_ok)
+{
+	q->fd = fd;
+	q->size = size;
+	q->err = 0;
+	q->padded = false;
+	q->direct = false;
+	if (direct_ok && size >= 2 * (uint64_t)WQ_BUF)
+		set_direct(q, true);
+}
+
+static void reap(struct wq *q, bool wait)
+{
+	struct io_uring_cqe *cqe;
+
+	while (q->inflight && (wait ? io_uring_wait_cqe(&q->ring, &cqe) :
+			       io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
+		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+
+		/* A short write to a regular file means the file system is full. */
+		if (cqe->res != (int)q->len[i] && !q->err)
+			q->err = cqe->res < 0 ? cqe->res : -ENOSPC;
+		q->busy[i] = false;
+		q->inflight--;
+		io_uring_cqe_seen(&q->ring, cqe);
+		wait = false;
+	}
+}
+
+int wq_buf(struct wq *q)
+{
+	for (;;) {
+		for (int i = 0; i < WQ_DEPTH; i++)
+			if (!q->busy[i])
+				return i;
+		reap(q, true);
+	}
+}
+
+int wq_write(struct wq *q, int b, size_t n, uint64_t off)
+{
+	struct io_uring_sqe *sqe;
+
+	if (q->err)
+		return q->err;
+	if (q->direct && (off % WQ_ALIGN || (n % WQ_ALIGN && off + n != q->size))) {
+		/* Writes already in flight were aligned; the rest go buffered. */
+		while (q->inflight)
+			reap(q, true);
+		set_direct(q, false);
+	}
+	if (q->direct && n % WQ_ALIGN) {
+		size_t pad = WQ_ALIGN - n % WQ_ALIGN;   /* n < WQ_BUF: there is room */
+
+		memset(q->buf[b] + n, 0, pad);
+		n += pad;
+		q->padded = true;
+	}
+	sqe = io_uring_get_sqe(&q->ring);
+	if (!sqe) {
+		reap(q, true);
+		sqe = io_uring_get_sqe(&q->ring);
+		if (!sqe)
+			return -EBUSY;
+	}
+	io_uring_prep_write(sqe, q->fd, q->buf[b], (unsigned)n, off);
+	io_uring_sqe_set_data64(sqe, (uint64_t)b);
+	q->busy[b] = true;
+	q->len[b] = (uint32_t)n;
+	q->inflight++;
+	io_uring_submit(&q->ring);
+	reap(q, false);
+	return 0;
+}
+
+int wq_drain(struct wq *q)
+{
+	while (q->inflight)
+		reap(q, true);
+	return q->err;
+}
+
+int wq_end(struct wq *q)
+{
+	int rc = wq_drain(q);
+
+	if (rc == 0 && q->padded && ftruncate(q->fd, (off_t)q->size) < 0)
+		rc = -errno;
+	if (q->fd >= 0 && q->direct)
+		set_direct(q, false);
+	q->fd = -1;
+	q->err = 0;
+	q->padded = false;
+	return rc;
+}
