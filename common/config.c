@@ -74,6 +74,9 @@ static const char *default_socket(const struct cfg_entry *e, char *buf, size_t l
 static const char *const transport_names[] = {
 	[CFG_TRANSPORT_AUTO] = "auto", [CFG_TRANSPORT_TCP] = "tcp", [CFG_TRANSPORT_RDMA] = "rdma", NULL,
 };
+static const char *const priority_names[] = {
+	[CFG_PRIORITY_LOW] = "low", [CFG_PRIORITY_NORMAL] = "normal", NULL,
+};
 static const char *const compress_names[] = {
 	[CFG_COMPRESS_AUTO] = "auto", [CFG_COMPRESS_OFF] = "off",
 	[CFG_COMPRESS_ZSTD] = "zstd", [CFG_COMPRESS_FLOAT] = "float", NULL,
@@ -146,6 +149,8 @@ static const struct cfg_entry cfg_table[] = {
 	  .def = "4MiB", .doc = "largest single read or write; a power of two" },
 	{ KEY_SIZE("transfer", "chunk_size", chunk_size), .flags = F_POW2, .min = 4 * KiB, .max = GiB,
 	  .def = "4MiB", .doc = "manifest hashing granularity; a power of two" },
+	{ KEY_ENUM("transfer", "priority", priority, priority_names), .def = "low",
+	  .doc = "low | normal: CPU and I/O priority of hashing commits, sending and receiving replicas" },
 };
 
 #define N_ENTRIES (sizeof(cfg_table) / sizeof(cfg_table[0]))

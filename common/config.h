@@ -15,6 +15,7 @@
 
 enum cfg_transport { CFG_TRANSPORT_AUTO, CFG_TRANSPORT_TCP, CFG_TRANSPORT_RDMA };
 enum cfg_compress { CFG_COMPRESS_AUTO, CFG_COMPRESS_OFF, CFG_COMPRESS_ZSTD, CFG_COMPRESS_FLOAT };
+enum cfg_priority { CFG_PRIORITY_LOW, CFG_PRIORITY_NORMAL };
 
 struct stage_config {
 	/* [node] */
@@ -46,6 +47,7 @@ struct stage_config {
 	uint32_t files_in_flight;   /* extension: files open at once per pull */
 	uint64_t io_size;           /* extension: largest single read/write, bytes */
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
+	int priority;               /* extension: enum cfg_priority of replication's threads */
 };
 
 /* Fills every key with its default (strings allocated). 0 or -ENOMEM. */

@@ -95,6 +95,7 @@ static uint64_t commit_locked(const char *job, const char *step)
 
 static void *committer_main(void *arg)
 {
+	repl_background("the committer");
 	pthread_mutex_lock(&repl.lock);
 	while (!repl.stopping) {
 		struct record *r = repl.records;

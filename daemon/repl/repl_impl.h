@@ -123,6 +123,9 @@ extern struct repl repl;
 uint64_t repl_now_ns(void);
 int repl_dial(size_t host, int connect_ms, int io_ms, struct xport **x, char *why,
 	      size_t whylen);
+/* With priority = low, the calling thread's CPU and I/O priority lowered
+ * (what names the thread for the log if that fails). */
+void repl_background(const char *what);
 /* Records in state_dir/commits/JOB/STEP (repl_rec.c). */
 int repl_rec_save(const struct record *r);
 void repl_rec_remove(const char *job, const char *step);

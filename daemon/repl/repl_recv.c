@@ -256,6 +256,7 @@ static void *rx_main(void *arg)
 	char why[512];
 	int rc;
 
+	repl_background("a receiver");
 	rc = peer_handshake(&r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
 			    r->peer, sizeof(r->peer), why, sizeof(why));
 	pthread_mutex_lock(&repl.lock);

@@ -515,6 +515,7 @@ void *repl_send_main(void *arg)
 	struct sender s = { .p = p, .h = &repl.hosts.v[p->host] };
 	int rc, crc;
 
+	repl_background("a sender");
 	zp_init(&s.z, repl.cfg->compress);
 	rc = psend_open(&s.ps, repl.cfg->rate);
 	if (rc < 0) {

@@ -1,12 +1,19 @@
 /* What every part of replication shares and calls, apart from the service
  * that starts them (repl.c): the state (struct repl, repl_impl.h), the
- * clock, this node's name, and dialing another node of the cluster. Kept
+ * clock, this node's name, dialing another node of the cluster, and the
+ * priority of replication's threads. Kept
  * out of repl.c so that the sender, the receiver and the askers call down to
  * it, never back up into the file that starts them. */
 #include "daemon/repl/repl_impl.h"
 
+#include <errno.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "common/log.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 
@@ -46,4 +53,26 @@ int repl_dial(size_t host, int connect_ms, int io_ms, struct xport **out, char *
 	x->ops->set_timeout(x, io_ms);
 	*out = x;
 	return 0;
+}
+
+/* <linux/ioprio.h> is not in every libc's headers; the values are ABI. */
+#define IOPRIO_CLASS_SHIFT 13
+#define IOPRIO_CLASS_BE 2
+#define IOPRIO_WHO_PROCESS 1
+
+void repl_background(const char *what)
+{
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+
+	if (repl.cfg->priority != CFG_PRIORITY_LOW)
+		return;
+	/* The trainer's own saves come first: nice 10 for the CPU, and the
+	 * lowest best-effort level for the disk (not idle, which an always-busy
+	 * disk would starve). Per thread, and inherited by the io_uring
+	 * workers the thread starts later. */
+	if (setpriority(PRIO_PROCESS, (id_t)tid, 10) < 0)
+		log_warn("%s: lowering the CPU priority: %s", what, strerror(errno));
+	if (syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid,
+		    (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | 7) < 0)
+		log_warn("%s: lowering the I/O priority: %s", what, strerror(errno));
 }

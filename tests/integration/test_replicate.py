@@ -598,3 +598,42 @@ def test_full_disk_on_holder(make_cluster):
         if n1.running:
             n1.stop()
         run_cmd("umount", rr, check=False)
+
+
+IOPRIO_LOW = (2 << 13) | 7          # best-effort class, level 7 (ioprio ABI)
+
+
+def thread_priorities(pid):
+    """{tid: (nice, ioprio)} of every thread of pid; ioprio None where the
+    syscall number of this machine is not known here."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+    out = {}
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/stat") as f:
+            s = f.read()
+        nice = int(s[s.rindex(")") + 2:].split()[16])      # field 19
+        io = libc.syscall(nr, 1, int(t)) if nr else None   # IOPRIO_WHO_PROCESS
+        out[int(t)] = (nice, io)
+    return out
+
+
+@pytest.mark.parametrize("priority", ["low", "normal"])
+def test_replication_threads_yield_to_the_trainer(make_cluster, priority):
+    """priority = low (the default): the threads that hash commits, send and
+    receive replicas run at nice 10 and the lowest best-effort I/O level, so
+    a trainer's own saves come first; the main thread keeps its priority.
+    priority = normal lowers nothing."""
+    n0, n1 = cluster(make_cluster, 2, transfer={"priority": priority})
+    commit_wait(n0, rich_tree(ckpt(n0)))         # the sender is up; n1 has a receiver
+    for node in (n0, n1):
+        pr = thread_priorities(node.proc.pid)
+        low = [t for t, (nice, io) in pr.items() if nice == 10]
+        assert pr[node.proc.pid][0] == 0, pr          # the main thread
+        if priority == "low":
+            # n0: committer and sender; n1: its committer and the receiver
+            assert len(low) >= 2, pr
+            assert all(pr[t][1] in (None, IOPRIO_LOW) for t in low), pr
+        else:
+            assert not low and all(io != IOPRIO_LOW for _, io in pr.values()), pr
