@@ -1,5 +1,8 @@
-/* The write queue (wq.h). Between files: fd == -1, inflight == 0, err == 0
- * and direct == false; wq_begin and wq_end are the transitions. */
+/* The write queue (wq.h). Between files: fd == -1, inflight == 0, err == 0,
+ * direct == false and no sync asked or in flight; wq_begin and wq_end are
+ * the transitions. A sync is its own completion (SYNC_TAG), not counted in
+ * inflight; at most one is in flight, and one more may wait (sync_want)
+ * until the writes below its offset are done. */
 #include "daemon/engine/wq.h"
 
 #include <errno.h>
@@ -7,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define SYNC_TAG UINT64_MAX
 
 int wq_open(struct wq *q)
 {
@@ -57,26 +62,68 @@ void wq_begin(struct wq *q, int fd, uint64_t size, bool direct_ok)
 	q->err = 0;
 	q->padded = false;
 	q->direct = false;
+	q->sync_want = q->sync_at = q->durable = 0;
 	if (direct_ok && size >= 2 * (uint64_t)WQ_BUF)
 		set_direct(q, true);
+}
+
+/* Submits the sync asked for once no write below its offset is in flight. */
+static void try_sync(struct wq *q)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!q->sync_want || q->sync_at || q->err)
+		return;
+	for (unsigned i = 0; i < WQ_DEPTH; i++)
+		if (q->busy[i] && q->off[i] < q->sync_want)
+			return;
+	sqe = io_uring_get_sqe(&q->ring);
+	if (!sqe)
+		return;         /* the next reap tries again */
+	io_uring_prep_fsync(sqe, q->fd, IORING_FSYNC_DATASYNC);
+	io_uring_sqe_set_data64(sqe, SYNC_TAG);
+	q->sync_at = q->sync_want;
+	q->sync_want = 0;
+	io_uring_submit(&q->ring);
+}
+
+static bool pending(const struct wq *q)
+{
+	return q->inflight || q->sync_at;
 }
 
 static void reap(struct wq *q, bool wait)
 {
 	struct io_uring_cqe *cqe;
 
-	while (q->inflight && (wait ? io_uring_wait_cqe(&q->ring, &cqe) :
-			       io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
-		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+	while (pending(q) && (wait ? io_uring_wait_cqe(&q->ring, &cqe) :
+			      io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
+		uint64_t tag = io_uring_cqe_get_data64(cqe);
 
-		/* A short write to a regular file means the file system is full. */
-		if (cqe->res != (int)q->len[i] && !q->err)
-			q->err = cqe->res < 0 ? cqe->res : -ENOSPC;
-		q->busy[i] = false;
-		q->inflight--;
+		if (tag == SYNC_TAG) {
+			if (cqe->res < 0 && !q->err)
+				q->err = cqe->res;
+			else if (cqe->res >= 0)
+				q->durable = q->sync_at;
+			q->sync_at = 0;
+		} else {
+			/* A short write to a regular file: the file system is full. */
+			if (cqe->res != (int)q->len[tag] && !q->err)
+				q->err = cqe->res < 0 ? cqe->res : -ENOSPC;
+			q->busy[tag] = false;
+			q->inflight--;
+		}
 		io_uring_cqe_seen(&q->ring, cqe);
 		wait = false;
 	}
+	try_sync(q);
+}
+
+void wq_sync(struct wq *q, uint64_t upto)
+{
+	if (upto > q->durable && upto > q->sync_at)
+		q->sync_want = upto;
+	try_sync(q);
 }
 
 int wq_buf(struct wq *q)
@@ -119,6 +166,7 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 	io_uring_sqe_set_data64(sqe, (uint64_t)b);
 	q->busy[b] = true;
 	q->len[b] = (uint32_t)n;
+	q->off[b] = off;
 	q->inflight++;
 	io_uring_submit(&q->ring);
 	reap(q, false);
@@ -127,7 +175,7 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 
 int wq_drain(struct wq *q)
 {
-	while (q->inflight)
+	while (pending(q))
 		reap(q, true);
 	return q->err;
 }
@@ -143,5 +191,6 @@ int wq_end(struct wq *q)
 	q->fd = -1;
 	q->err = 0;
 	q->padded = false;
+	q->sync_want = q->sync_at = q->durable = 0;
 	return rc;
 }

@@ -10,9 +10,15 @@
  * else a restore does (docs/BENCHMARKS.md, restore). A write that is not
  * aligned (a peer's odd piece) turns O_DIRECT off for the rest of the file.
  *
- * Use: wq_open; per file wq_begin, then wq_buf / fill it / wq_write, as
- * often as needed, then wq_end; wq_close. Errors of writes are sticky: the
- * first one is what wq_drain and wq_end return.
+ * Durability goes through the ring too: wq_sync asks for an fdatasync of
+ * everything written before an offset; it is submitted as soon as the
+ * writes before that offset are done, while later ones go on, and
+ * wq_durable says how far the file is durable once it completes. A
+ * receiver journals that point without ever stopping the stream for it.
+ *
+ * Use: wq_open; per file wq_begin, then wq_buf / fill it / wq_write (and
+ * wq_sync) as often as needed, then wq_end; wq_close. Errors of writes and
+ * syncs are sticky: the first one is what wq_drain and wq_end return.
  */
 #ifndef STAGE_WQ_H
 #define STAGE_WQ_H
@@ -30,6 +36,7 @@ struct wq {
 	struct io_uring ring;
 	uint8_t *buf[WQ_DEPTH];        /* WQ_BUF each, WQ_ALIGN-aligned, owned */
 	uint32_t len[WQ_DEPTH];        /* bytes asked of the write in flight */
+	uint64_t off[WQ_DEPTH];        /* its offset */
 	bool busy[WQ_DEPTH];
 	unsigned inflight;
 	int err;                       /* first failed write, sticky; 0 */
@@ -37,6 +44,9 @@ struct wq {
 	uint64_t size;                 /* its size in the end */
 	bool direct;                   /* written with O_DIRECT */
 	bool padded;                   /* the last block went past size */
+	uint64_t sync_want;            /* a sync asked for, covering [0, this); 0: none */
+	uint64_t sync_at;              /* the sync in flight covers [0, this); 0: none */
+	uint64_t durable;              /* [0, this) made durable by a completed sync */
 };
 
 /* 0 or -errno. */
@@ -51,7 +61,16 @@ int wq_buf(struct wq *q);
 /* Writes n bytes of buffer b at off (the buffer is busy until done). 0, or
  * the sticky error of an earlier write. */
 int wq_write(struct wq *q, int b, size_t n, uint64_t off);
-/* Waits for every write: the sticky error, or 0. */
+/* Asks for [0, upto) to be made durable (fdatasync through the ring, once
+ * every write below upto is done). A later call supersedes an earlier one
+ * not yet submitted. */
+void wq_sync(struct wq *q, uint64_t upto);
+/* How far the file is durable through wq_sync: [0, this). */
+static inline uint64_t wq_durable(const struct wq *q)
+{
+	return q->durable;
+}
+/* Waits for every write and sync: the sticky error, or 0. */
 int wq_drain(struct wq *q);
 /* wq_drain, then the file cut back to its size if a padded block went past
  * it; clears O_DIRECT and the sticky error for the next file. 0 or -errno. */

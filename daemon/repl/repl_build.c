@@ -156,7 +156,7 @@ static int open_file(struct rx *r)
 	XXH3_128bits_reset(r->whole);
 	XXH3_128bits_reset(r->chunk);
 	r->chunk_fill = r->chunk_no = 0;
-	r->expect = r->synced = 0;
+	r->expect = r->synced = r->asked = 0;
 	/* A resumed file: what is already durable is hashed again, so the
 	 * whole-file digest covers every byte, and checked chunk by chunk. */
 	while (r->expect < keep) {
@@ -169,7 +169,7 @@ static int open_file(struct rx *r)
 		ok &= feed(r, r->wq.buf[b], n);
 		r->expect += n;
 	}
-	r->synced = keep;
+	r->synced = r->asked = keep;
 	/* Only now: the re-read above went through the cache. */
 	wq_begin(&r->wq, r->fd, r->ce.size, true);
 	if (!ok) {              /* the durable part is not what the journal said */
@@ -205,7 +205,9 @@ static int finish_file(struct rx *r)
 /* Buffer b holds the next n bytes of the current file: hashed (-EBADMSG,
  * not yet reported, when a chunk does not match), written, and now and then
  * made durable and journaled, only where a chunk ends, so that the journal
- * never vouches for part of a chunk that was not checked. */
+ * never vouches for part of a chunk that was not checked. The sync runs on
+ * the ring while the next pieces come (wq_sync); the journal line is
+ * written once it has completed. */
 static int put_piece(struct rx *r, int b, size_t n)
 {
 	int rc;
@@ -216,14 +218,14 @@ static int put_piece(struct rx *r, int b, size_t n)
 	if (rc < 0)
 		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
 	r->expect += n;
-	if (r->expect < r->ce.size && r->expect - r->synced >= SYNC_EVERY &&
+	if (r->expect < r->ce.size && r->expect - r->asked >= SYNC_EVERY &&
 	    (!r->ce.nchunks || r->chunk_fill == 0)) {
-		if ((rc = wq_drain(&r->wq)) < 0)
-			return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
-		if (fdatasync(r->fd) < 0)
-			return rx_fail(r, -errno, "sync %s: %s", r->ce.path, strerror(errno));
-		r->synced = r->expect;
-		return journal(r, r->ci, r->expect);
+		wq_sync(&r->wq, r->expect);
+		r->asked = r->expect;
+	}
+	if (wq_durable(&r->wq) > r->synced) {
+		r->synced = wq_durable(&r->wq);
+		return journal(r, r->ci, r->synced);
 	}
 	return 0;
 }

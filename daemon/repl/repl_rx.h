@@ -61,7 +61,8 @@ struct rx {
 	/* the file being written */
 	int fd;
 	uint64_t expect;               /* next offset due */
-	uint64_t synced;               /* offset journaled */
+	uint64_t synced;               /* offset journaled (made durable first) */
+	uint64_t asked;                /* offset a sync was last asked for */
 	XXH3_state_t *whole, *chunk;
 	uint64_t chunk_fill, chunk_no;
 	uint64_t bad_chunk;            /* the first chunk feed() found wrong */
