@@ -141,9 +141,11 @@ static void ps_free(void *p)
 	free(p);
 }
 
+static int ps_key_rc;
+
 static void ps_key_make(void)
 {
-	pthread_key_create(&ps_key, ps_free);
+	ps_key_rc = -pthread_key_create(&ps_key, ps_free);
 }
 
 static int thread_psend(struct psend **out)
@@ -152,17 +154,23 @@ static int thread_psend(struct psend **out)
 	int rc;
 
 	pthread_once(&ps_once, ps_key_make);
+	if (ps_key_rc < 0)
+		return ps_key_rc;
 	ps = pthread_getspecific(ps_key);
 	if (!ps) {
 		ps = malloc(sizeof(*ps));
 		if (!ps)
 			return -ENOMEM;
-		rc = psend_open(ps, repl.cfg->rate);
+		rc = psend_open(ps, repl.cfg->rate, true);
 		if (rc < 0) {
 			free(ps);
 			return rc;
 		}
-		pthread_setspecific(ps_key, ps);
+		rc = -pthread_setspecific(ps_key, ps);
+		if (rc < 0) {
+			ps_free(ps);
+			return rc;
+		}
 	}
 	*out = ps;
 	return 0;

@@ -26,13 +26,14 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int psend_open(struct psend *ps, uint64_t rate)
+int psend_open(struct psend *ps, uint64_t rate, bool direct)
 {
 	int rc;
 
 	memset(ps, 0, sizeof(*ps));
 	ps->fd = -1;
 	ps->rate = rate;
+	ps->direct_ok = direct;
 	ps->frame_cap = codec_chunk_bound(PSEND_PIECE);
 	ps->frame = malloc(ps->frame_cap);
 	if (!ps->frame)
@@ -124,8 +125,13 @@ static void drain(struct psend *ps)
 		if (ps->res[ps->head] == INT32_MIN) {
 			int rc = reap(ps);
 
-			if (rc < 0 && rc != -EINTR)
-				return;   /* the ring failed: nothing more will land */
+			if (rc < 0 && rc != -EINTR) {
+				/* The ring failed: nothing more will land, and
+				 * these buffers must not be read into again. */
+				ps->broken = true;
+				ps->n = 0;
+				break;
+			}
 			continue;
 		}
 		release(ps);
@@ -159,12 +165,17 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 	int fl = fcntl(fd, F_GETFL), rc = 0;
 
 	*why = '\0';
+	if (ps->broken) {
+		snprintf(why, whylen, "reading %s: the piece sender's io_uring failed", name);
+		return -EIO;
+	}
 	ps->fd = fd;
 	ps->next = off;
 	ps->end = end;
 	ps->head = ps->n = 0;
 	/* EINVAL (a file system without O_DIRECT): read through the cache. */
-	ps->direct = end - off >= 2 * PSEND_PIECE && off % PSEND_ALIGN == 0 && fl >= 0 &&
+	ps->direct = ps->direct_ok && end - off >= 2 * PSEND_PIECE && off % PSEND_ALIGN == 0 &&
+		     fl >= 0 &&
 		     !(fl & O_DIRECT) && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
 	submit(ps);
 	while (off < end) {
@@ -175,6 +186,19 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		struct msg m;
 
 		rc = head_ready(ps);
+		if (rc == -EINVAL && ps->direct) {
+			/* O_DIRECT accepted by fcntl, refused by the read (an
+			 * alignment this file system wants bigger): from here
+			 * on through the cache. */
+			drain(ps);
+			fcntl(fd, F_SETFL, fl);
+			ps->direct = false;
+			ps->next = off;
+			ps->head = ps->n = 0;
+			ps->fd = fd;
+			submit(ps);
+			continue;
+		}
 		if (rc < 0 || ps->off[ps->head] != off) {
 			snprintf(why, whylen, "reading %s: %s", name,
 				 rc == -ESTALE || rc == 0 ? "it is shorter than its manifest says" :

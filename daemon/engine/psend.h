@@ -5,10 +5,12 @@
  * send through it; what differs between them (which codec each piece goes
  * as, what is counted where) comes in through struct psend_hooks.
  *
- * A range of at least two pieces that starts aligned is read with O_DIRECT
- * (set on the fd for the range, then put back), as fio reads: on these
- * machines copying through the page cache cost more CPU than the rest of a
- * restore together, and a holder's copy is cold anyway.
+ * With direct (the fetch server), a range of at least two pieces that starts
+ * aligned is read with O_DIRECT (set on the fd for the range, then put
+ * back), as fio reads: on these machines filling the page cache cost more
+ * CPU than the rest of a restore together, and a holder's copy is cold
+ * anyway. A read that O_DIRECT refuses (EINVAL) is read again through the
+ * cache.
  *
  * One psend per thread that sends: psend_open and psend_close are mirrors;
  * nothing in it is shared. The rate cap is a token bucket over wire bytes
@@ -41,9 +43,11 @@ struct psend {
 	int fd;                         /* the file of the range, borrowed */
 	uint64_t next, end;             /* next offset to read; end of the range */
 	bool direct;                    /* this range reads with O_DIRECT */
+	bool broken;                    /* the ring failed: every later range fails */
 	uint8_t *frame;                 /* one encoded piece, owned */
 	size_t frame_cap;
 	uint64_t rate;                  /* bytes/s on the wire, 0: no cap */
+	bool direct_ok;                 /* ranges may be read with O_DIRECT */
 	uint64_t tokens_t;              /* monotonic ns the bucket is drained to */
 };
 
@@ -59,8 +63,11 @@ struct psend_hooks {
 	void *arg;
 };
 
-/* 0 or -errno. rate: bytes per second on the wire, 0 for none. */
-int psend_open(struct psend *ps, uint64_t rate);
+/* 0 or -errno. rate: bytes per second on the wire, 0 for none. direct:
+ * read ranges of two pieces or more with O_DIRECT (a holder's cold copy);
+ * not for a file just written, whose pages are likely still cached (the
+ * origin's sender: its step was hashed a moment ago). */
+int psend_open(struct psend *ps, uint64_t rate, bool direct);
 void psend_close(struct psend *ps);
 
 /* Sends bytes [off, end) of fd (a file of size bytes, for the dtype guess)

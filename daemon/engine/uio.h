@@ -1,7 +1,7 @@
 /* Positional reads and writes through an io_uring, one at a time: for the
- * paths where queue depth does not matter (restore's own writes, which the
- * network paces), so that file I/O still goes through io_uring like
- * everywhere else. */
+ * paths where queue depth does not matter (restore's reads of local chunks,
+ * a fetched manifest), so that file I/O still goes through io_uring like
+ * everywhere else. Files being built go through the write queue (wq.h). */
 #ifndef STAGE_UIO_H
 #define STAGE_UIO_H
 

@@ -87,6 +87,22 @@ static void try_sync(struct wq *q)
 	io_uring_submit(&q->ring);
 }
 
+/* O_DIRECT accepted by fcntl and refused by a write (an alignment this file
+ * system wants bigger): the rest of the file, this write first, goes
+ * through the cache. true if resubmitted. */
+static bool resubmit(struct wq *q, unsigned i)
+{
+	struct io_uring_sqe *sqe;
+
+	set_direct(q, false);
+	q->dio[i] = false;
+	if (q->direct || !(sqe = io_uring_get_sqe(&q->ring)))
+		return false;
+	io_uring_prep_write(sqe, q->fd, q->buf[i], q->len[i], q->off[i]);
+	io_uring_sqe_set_data64(sqe, i);
+	return io_uring_submit(&q->ring) >= 0;
+}
+
 static bool pending(const struct wq *q)
 {
 	return q->inflight || q->sync_at;
@@ -96,10 +112,29 @@ static void reap(struct wq *q, bool wait)
 {
 	struct io_uring_cqe *cqe;
 
-	while (pending(q) && (wait ? io_uring_wait_cqe(&q->ring, &cqe) :
-			      io_uring_peek_cqe(&q->ring, &cqe)) == 0) {
-		uint64_t tag = io_uring_cqe_get_data64(cqe);
+	while (pending(q)) {
+		int rc = wait ? io_uring_wait_cqe(&q->ring, &cqe) : io_uring_peek_cqe(&q->ring, &cqe);
+		uint64_t tag;
 
+		if (rc == -EINTR)
+			continue;
+		if (rc == -EAGAIN && !wait)
+			break;
+		if (rc < 0) {
+			/* The ring failed: nothing more completes. Sticky, and
+			 * nothing is waited for again. */
+			if (!q->err)
+				q->err = rc;
+			memset(q->busy, 0, sizeof(q->busy));
+			q->inflight = 0;
+			q->sync_at = q->sync_want = 0;
+			return;
+		}
+		tag = io_uring_cqe_get_data64(cqe);
+		if (tag != SYNC_TAG && cqe->res == -EINVAL && q->dio[tag] && resubmit(q, (unsigned)tag)) {
+			io_uring_cqe_seen(&q->ring, cqe);
+			continue;
+		}
 		if (tag == SYNC_TAG) {
 			if (cqe->res < 0 && !q->err)
 				q->err = cqe->res;
@@ -167,6 +202,7 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 	q->busy[b] = true;
 	q->len[b] = (uint32_t)n;
 	q->off[b] = off;
+	q->dio[b] = q->direct;
 	q->inflight++;
 	io_uring_submit(&q->ring);
 	reap(q, false);

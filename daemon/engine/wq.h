@@ -8,7 +8,8 @@
  * padded and wq_end cuts the file back), as fio writes: on these machines
  * the page-cache copy of a buffered write cost more CPU than everything
  * else a restore does (docs/BENCHMARKS.md, restore). A write that is not
- * aligned (a peer's odd piece) turns O_DIRECT off for the rest of the file.
+ * aligned (a peer's odd piece), or one that O_DIRECT refuses with EINVAL
+ * (resubmitted), turns O_DIRECT off for the rest of the file.
  *
  * Durability goes through the ring too: wq_sync asks for an fdatasync of
  * everything written before an offset; it is submitted as soon as the
@@ -37,6 +38,7 @@ struct wq {
 	uint8_t *buf[WQ_DEPTH];        /* WQ_BUF each, WQ_ALIGN-aligned, owned */
 	uint32_t len[WQ_DEPTH];        /* bytes asked of the write in flight */
 	uint64_t off[WQ_DEPTH];        /* its offset */
+	bool dio[WQ_DEPTH];            /* it was issued with O_DIRECT */
 	bool busy[WQ_DEPTH];
 	unsigned inflight;
 	int err;                       /* first failed write, sticky; 0 */

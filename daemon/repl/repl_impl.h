@@ -115,12 +115,12 @@ struct restoring {                    /* the watcher leaves these steps alone */
 int repl_restore_begin(const char *job, const char *step);
 void repl_restore_end(const char *job, const char *step);
 
-/* repl_state.c: the state, the clock, this node's name, and dialing:
- * connects to node `host` (within connect_ms) and authenticates; io_ms is
- * the connection's timeout afterwards. 0 or -errno with why. */
+/* repl_state.c: the state, the clock, dialing, the threads' priority. */
 extern struct repl repl;
 
 uint64_t repl_now_ns(void);
+/* Connects to node `host` (within connect_ms) and authenticates; io_ms is
+ * the connection's timeout afterwards. 0 or -errno with why. */
 int repl_dial(size_t host, int connect_ms, int io_ms, struct xport **x, char *why,
 	      size_t whylen);
 /* With priority = low, the calling thread's CPU and I/O priority lowered

@@ -160,6 +160,14 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	struct msg m;
 	int rc;
 
+	/* A connection that carries offers replicates: it yields to the
+	 * trainer from now on. Restores' and questions' connections never
+	 * offer, and keep the daemon's priority (a restore is on the job's
+	 * critical path). */
+	if (!r->background) {
+		repl_background("a receiver");
+		r->background = true;
+	}
 	if (ckpt_get_name(offer, K_ORIGIN, r->origin) < 0 ||
 	    ckpt_get_name(offer, K_JOB, r->job) < 0 ||
 	    ckpt_get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
@@ -256,7 +264,6 @@ static void *rx_main(void *arg)
 	char why[512];
 	int rc;
 
-	repl_background("a receiver");
 	rc = peer_handshake(&r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
 			    r->peer, sizeof(r->peer), why, sizeof(why));
 	pthread_mutex_lock(&repl.lock);

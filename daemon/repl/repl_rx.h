@@ -52,6 +52,7 @@ struct rx {
 	struct mf_reader *mr;
 	struct mf_entry ce;            /* entry at index ci, valid when have_ce */
 	bool have_ce;
+	bool background;               /* repl_background called on this thread */
 	uint64_t ci;
 	uint64_t gbase;                /* chunk number of ce's first chunk (repl_have.h) */
 	/* chunks held here already: not sent, copied from src */
