@@ -161,7 +161,7 @@ static int thread_psend(struct psend **out)
 		ps = malloc(sizeof(*ps));
 		if (!ps)
 			return -ENOMEM;
-		rc = psend_open(ps, repl.cfg->rate, true);
+		rc = psend_open(ps, repl.cfg->rate);
 		if (rc < 0) {
 			free(ps);
 			return rc;

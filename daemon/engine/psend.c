@@ -26,14 +26,13 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int psend_open(struct psend *ps, uint64_t rate, bool direct)
+int psend_open(struct psend *ps, uint64_t rate)
 {
 	int rc;
 
 	memset(ps, 0, sizeof(*ps));
 	ps->fd = -1;
 	ps->rate = rate;
-	ps->direct_ok = direct;
 	ps->frame_cap = codec_chunk_bound(PSEND_PIECE);
 	ps->frame = malloc(ps->frame_cap);
 	if (!ps->frame)
@@ -174,8 +173,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 	ps->end = end;
 	ps->head = ps->n = 0;
 	/* EINVAL (a file system without O_DIRECT): read through the cache. */
-	ps->direct = ps->direct_ok && end - off >= 2 * PSEND_PIECE && off % PSEND_ALIGN == 0 &&
-		     fl >= 0 &&
+	ps->direct = end - off >= 2 * PSEND_PIECE && off % PSEND_ALIGN == 0 && fl >= 0 &&
 		     !(fl & O_DIRECT) && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
 	submit(ps);
 	while (off < end) {

@@ -5,12 +5,14 @@
  * send through it; what differs between them (which codec each piece goes
  * as, what is counted where) comes in through struct psend_hooks.
  *
- * With direct (the fetch server), a range of at least two pieces that starts
- * aligned is read with O_DIRECT (set on the fd for the range, then put
- * back), as fio reads: on these machines filling the page cache cost more
- * CPU than the rest of a restore together, and a holder's copy is cold
- * anyway. A read that O_DIRECT refuses (EINVAL) is read again through the
- * cache.
+ * A range of at least two pieces that starts aligned is read with O_DIRECT
+ * (set on the fd for the range, then put back), as fio reads: on these
+ * machines filling the page cache cost more CPU than the rest of a restore
+ * together. The origin's sender reads so too: its commit hashed the step
+ * with O_DIRECT a moment before (which wrote back any dirty pages), and
+ * reading it through the cache cost it twice the CPU and a third more time
+ * (docs/BENCHMARKS.md, replicate). A read that O_DIRECT refuses (EINVAL) is
+ * read again through the cache.
  *
  * One psend per thread that sends: psend_open and psend_close are mirrors;
  * nothing in it is shared. The rate cap is a token bucket over wire bytes
@@ -47,7 +49,6 @@ struct psend {
 	uint8_t *frame;                 /* one encoded piece, owned */
 	size_t frame_cap;
 	uint64_t rate;                  /* bytes/s on the wire, 0: no cap */
-	bool direct_ok;                 /* ranges may be read with O_DIRECT */
 	uint64_t tokens_t;              /* monotonic ns the bucket is drained to */
 };
 
@@ -63,11 +64,8 @@ struct psend_hooks {
 	void *arg;
 };
 
-/* 0 or -errno. rate: bytes per second on the wire, 0 for none. direct:
- * read ranges of two pieces or more with O_DIRECT (a holder's cold copy);
- * not for a file just written, whose pages are likely still cached (the
- * origin's sender: its step was hashed a moment ago). */
-int psend_open(struct psend *ps, uint64_t rate, bool direct);
+/* 0 or -errno. rate: bytes per second on the wire, 0 for none. */
+int psend_open(struct psend *ps, uint64_t rate);
 void psend_close(struct psend *ps);
 
 /* Sends bytes [off, end) of fd (a file of size bytes, for the dtype guess)

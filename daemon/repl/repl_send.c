@@ -517,7 +517,7 @@ void *repl_send_main(void *arg)
 
 	repl_background("a sender");
 	zp_init(&s.z, repl.cfg->compress);
-	rc = psend_open(&s.ps, repl.cfg->rate, false);
+	rc = psend_open(&s.ps, repl.cfg->rate);
 	if (rc < 0) {
 		log_err("sender to %s: cannot start: %s", s.h->name, strerror(-rc));
 		goto out;
