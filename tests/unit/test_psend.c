@@ -1,0 +1,234 @@
+/* The piece sender over a real loopback TCP pair, from real files on the
+ * disk (/var/tmp: O_DIRECT) and on a tmpfs (/dev/shm): every byte of the
+ * range arrives in order, one MSG_DATA per piece whose codec frame decodes
+ * to exactly the file's bytes at its K_OFFSET, with K_FILE only when asked;
+ * a range that starts mid-file; the codec the hook picks is the one used;
+ * the hook sees every piece; the fd's flags are as they were afterwards;
+ * and a file shorter than its range fails with -ESTALE, saying so. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/codec.h"
+#include "common/xport.h"
+#include "daemon/engine/psend.h"
+
+static const struct xport_ops *T = &xport_tcp_ops;
+static const char *const dirs[] = { "/var/tmp", "/dev/shm" };
+
+static void pair(struct xport **c, struct xport **s)
+{
+	struct xport_listener *l;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct pollfd p;
+	struct host h;
+	char why[256] = "";
+	int lfd;
+
+	assert_int_equal(T->listen("127.0.0.1", 0, &l, &lfd, why, sizeof(why)), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&ss, &len), 0);
+	h = (struct host){ .name = "b", .host = "127.0.0.1",
+			   .port = ntohs(((struct sockaddr_in *)&ss)->sin_port) };
+	assert_int_equal(T->connect(&h, 2000, c, why, sizeof(why)), 0);
+	p = (struct pollfd){ .fd = lfd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	assert_int_equal(T->accept(l, s), 0);
+	T->unlisten(l);
+}
+
+static uint8_t *pattern(size_t n, unsigned seed)
+{
+	uint8_t *p = malloc(n ? n : 1);
+
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)((i * 2654435761u + seed) >> 13);
+	return p;
+}
+
+struct job {
+	struct psend *ps;
+	struct xport *x;
+	int fd;
+	uint64_t size, idx, off, end;
+	const struct psend_hooks *h;
+	int rc;
+	char why[256];
+};
+
+static void *send_main(void *arg)
+{
+	struct job *j = arg;
+	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+
+	j->rc = psend_range(j->ps, j->x, j->fd, j->size, j->idx, j->off, j->end, &cp, j->h,
+			    "the file", j->why, sizeof(j->why));
+	/* What was sent still arrives; then the other end reads the end. */
+	j->x->ops->shutdown(j->x);
+	return NULL;
+}
+
+struct seen {
+	uint64_t raw, pieces;
+	const struct codec_ops *pick;
+};
+
+static const struct codec_ops *pick(void *arg)
+{
+	return ((struct seen *)arg)->pick;
+}
+
+static void sent(void *arg, uint64_t at, size_t raw, size_t wire, unsigned codec)
+{
+	struct seen *s = arg;
+
+	s->raw += raw;
+	s->pieces++;
+}
+
+/* Sends [off, end) of a file of `size` bytes made in dir; checks what the
+ * other end gets. Returns psend_range's result. */
+static int run(struct psend *ps, const char *dir, size_t size, uint64_t off, uint64_t end,
+	       uint64_t idx, const struct codec_ops *codec, size_t file_size, char *why)
+{
+	char path[256];
+	uint8_t *p = pattern(size, (unsigned)size), *raw = malloc(PSEND_PIECE);
+	struct seen seen = { .pick = codec };
+	const struct psend_hooks h = { .pick = pick, .sent = sent, .arg = &seen };
+	struct xport *c, *s;
+	struct job j;
+	pthread_t t;
+	uint64_t next = off;
+	int fd, fl;
+
+	snprintf(path, sizeof(path), "%s/test_psend.XXXXXX", dir);
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, file_size), (ssize_t)file_size);
+	fl = fcntl(fd, F_GETFL);
+	pair(&c, &s);
+	j = (struct job){ .ps = ps, .x = c, .fd = fd, .size = size, .idx = idx, .off = off,
+			  .end = end, .h = &h };
+	assert_int_equal(pthread_create(&t, NULL, send_main, &j), 0);
+	while (next < end) {
+		struct msg m;
+		const uint8_t *d;
+		size_t n, got = 0, used;
+		uint64_t at, file;
+
+		if (T->recv(s, &m) < 0)
+			break;          /* the sender stopped early (a short file) */
+		assert_int_equal(m.type, MSG_DATA);
+		assert_int_equal(msg_get_u64(&m, K_OFFSET, &at), 0);
+		assert_int_equal(at, next);
+		if (idx == PSEND_NO_FILE) {
+			assert_int_equal(msg_get_u64(&m, K_FILE, &file), -ENOENT);
+		} else {
+			assert_int_equal(msg_get_u64(&m, K_FILE, &file), 0);
+			assert_int_equal(file, idx);
+		}
+		assert_int_equal(msg_get_bytes(&m, K_DATA, &d, &n), 0);
+		assert_true(n > 0);
+		if (codec != &codec_none_ops || d[0] != CODEC_NONE)
+			assert_int_equal(d[0], codec->id);   /* none, or what was picked */
+		assert_int_equal(codec_chunk_decode(d, n, raw, PSEND_PIECE, &got, &used), 0);
+		assert_int_equal(used, n);
+		assert_true(got > 0 && at + got <= end);
+		assert_memory_equal(raw, p + at, got);
+		next = at + got;
+		msg_free(&m);
+	}
+	pthread_join(t, NULL);
+	if (j.rc == 0) {
+		assert_int_equal(next, end);
+		assert_int_equal(seen.raw, end - off);
+		assert_int_equal(seen.pieces, (end - off + PSEND_PIECE - 1) / PSEND_PIECE);
+	}
+	assert_int_equal(fcntl(fd, F_GETFL), fl);        /* O_DIRECT put back */
+	snprintf(why, 256, "%s", j.why);
+	T->close(c);
+	T->close(s);
+	close(fd);
+	unlink(path);
+	free(p);
+	free(raw);
+	return j.rc;
+}
+
+static void test_ranges(void **state)
+{
+	static const size_t sizes[] = { 1, 4096, PSEND_PIECE, PSEND_PIECE + 5, 2 * PSEND_PIECE,
+					3 * PSEND_PIECE + 4097, 9 * PSEND_PIECE + 1 };
+	struct psend ps;
+	char why[256];
+
+	assert_int_equal(psend_open(&ps, 0), 0);
+	for (size_t d = 0; d < 2; d++)
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			size_t n = sizes[i];
+
+			assert_int_equal(run(&ps, dirs[d], n, 0, n, 7, &codec_none_ops, n, why), 0);
+			/* From a chunk boundary to the end, without K_FILE. */
+			if (n > PSEND_PIECE)
+				assert_int_equal(run(&ps, dirs[d], n, PSEND_PIECE, n, PSEND_NO_FILE,
+						     &codec_none_ops, n, why), 0);
+		}
+	/* An unaligned start reads through the cache. */
+	assert_int_equal(run(&ps, dirs[0], 5 * PSEND_PIECE, 12345, 4 * PSEND_PIECE + 3, 0,
+			     &codec_none_ops, 5 * PSEND_PIECE, why), 0);
+	psend_close(&ps);
+}
+
+static void test_codec_is_the_picked_one(void **state)
+{
+	struct psend ps;
+	char why[256];
+
+	assert_int_equal(psend_open(&ps, 0), 0);
+	/* The pattern compresses: zstd frames, not none. */
+	assert_int_equal(run(&ps, dirs[0], 3 * PSEND_PIECE, 0, 3 * PSEND_PIECE, 1, &codec_zstd_ops,
+			     3 * PSEND_PIECE, why), 0);
+	psend_close(&ps);
+}
+
+static void test_short_file(void **state)
+{
+	struct psend ps;
+	char why[256];
+
+	assert_int_equal(psend_open(&ps, 0), 0);
+	for (size_t d = 0; d < 2; d++) {
+		/* The range says 4 MiB; the file holds 2.5. */
+		assert_int_equal(run(&ps, dirs[d], 4 * PSEND_PIECE, 0, 4 * PSEND_PIECE, 0,
+				     &codec_none_ops, 5 * PSEND_PIECE / 2, why), -ESTALE);
+		assert_non_null(strstr(why, "shorter than its manifest says"));
+		/* The sender is fine for the next range. */
+		assert_int_equal(run(&ps, dirs[d], 3 * PSEND_PIECE, 0, 3 * PSEND_PIECE, 0,
+				     &codec_none_ops, 3 * PSEND_PIECE, why), 0);
+	}
+	psend_close(&ps);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ranges),
+		cmocka_unit_test(test_codec_is_the_picked_one),
+		cmocka_unit_test(test_short_file),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
