@@ -78,6 +78,7 @@ static void *send_main(void *arg)
 			    "the file", j->why, sizeof(j->why));
 	/* What was sent still arrives; then the other end reads the end. */
 	j->x->ops->shutdown(j->x);
+	codec_thread_end();     /* the codecs' scratch of this thread, as the daemon's do */
 	return NULL;
 }
 
