@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/cli_args.h"
 #include "client/cli_codec.h"
+#include "common/clock.h"
 #include "common/codec.h"
 
 #define BENCH_MIN_NS  1000000000ull     /* time each side at least this long */
@@ -140,14 +140,6 @@ static int run_decompress(const char *in_path, const char *out_path)
 	return CLI_EXIT_OK;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int load(const char *path, uint8_t **buf, size_t *n)
 {
 	FILE *f = fopen(path, "rb");
@@ -185,7 +177,7 @@ static int bench_one(const struct codec_ops *c, const uint8_t *raw, size_t n,
 	int rc = 0;
 
 	for (int it = 0; it < BENCH_MAX_ITS && (it == 0 || spent < BENCH_MIN_NS); it++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 
 		total = 0;
 		for (size_t off = 0; off < n; off += CODEC_CHUNK_DEFAULT) {
@@ -197,14 +189,14 @@ static int bench_one(const struct codec_ops *c, const uint8_t *raw, size_t n,
 				return rc;
 			total += len;
 		}
-		uint64_t t = now_ns() - t0;
+		uint64_t t = mono_ns() - t0;
 
 		spent += t;
 		best_c = t < best_c ? t : best_c;
 	}
 	spent = 0;
 	for (int it = 0; it < BENCH_MAX_ITS && (it == 0 || spent < BENCH_MIN_NS); it++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		size_t in_off = 0, out_off = 0, got, used;
 
 		while (in_off < total) {
@@ -215,7 +207,7 @@ static int bench_one(const struct codec_ops *c, const uint8_t *raw, size_t n,
 			in_off += used;
 			out_off += got;
 		}
-		uint64_t t = now_ns() - t0;
+		uint64_t t = mono_ns() - t0;
 
 		spent += t;
 		best_d = t < best_d ? t : best_d;

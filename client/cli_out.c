@@ -11,6 +11,7 @@
 #include "client/cli_cells.h"
 #include "client/cli_fmt.h"
 #include "client/cli_json.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -410,10 +411,7 @@ void cli_out_fail(struct cli_out *o, int code, const char *fmt, ...)
 
 static double monotonic_now(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)mono_ns() / 1e9;
 }
 
 void cli_out_init(struct cli_out *o, FILE *out, FILE *err, bool json, bool progress)

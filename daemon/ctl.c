@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "daemon/cluster/cverify.h"
@@ -101,7 +102,7 @@ int ctl_listen(const struct stage_config *cfg, int *out, char *why, size_t whyle
 		return ret;
 	}
 	chmod(cfg->socket, 0660);
-	started_ns = job_now_ns();
+	started_ns = mono_ns();
 	*out = fd;
 	return 0;
 }
@@ -139,7 +140,7 @@ static void serve_status(const struct stage_config *cfg, int fd)
 	msg_init(&m, MSG_STATUS);
 	put_pair(&m, "node", "%s", cfg->name);
 	put_pair(&m, "daemon", "staged %s, pid %d, up %llu s", STAGE_VERSION, (int)getpid(),
-		 (unsigned long long)((job_now_ns() - started_ns) / 1000000000ull));
+		 (unsigned long long)((mono_ns() - started_ns) / 1000000000ull));
 	put_pair(&m, "socket", "%s", cfg->socket);
 	put_pair(&m, "source_roots", "%s", roots);
 	put_pair(&m, "stage_root", "%s", cfg->stage_root);

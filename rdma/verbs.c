@@ -20,6 +20,7 @@
  * none): docs/PROTOCOL.md and README say so. The logic that can be tested
  * without one is in flow.c, with its unit tests.
  */
+#include "common/clock.h"
 #include "common/xport.h"
 
 #include <arpa/inet.h>
@@ -36,7 +37,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "rdma/flow.h"
@@ -76,14 +76,6 @@ struct rconn {
 	uint32_t freed[R_NSLOTS];
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int nonblock(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
@@ -121,11 +113,11 @@ static int cm_errno(enum rdma_cm_event_type t)
 static int cm_wait(struct rdma_event_channel *ch, enum rdma_cm_event_type want, int timeout_ms,
 		   struct rdma_cm_event **ev)
 {
-	int64_t end = now_ms() + timeout_ms;
+	int64_t end = mono_ms() + timeout_ms;
 
 	for (;;) {
 		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-		int64_t left = end - now_ms();
+		int64_t left = end - mono_ms();
 		int rc;
 
 		if (left <= 0)
@@ -344,7 +336,7 @@ static int wait_event(struct rconn *c, int64_t deadline)
 		return rc < 0 ? rc : 0;
 	if (c->gone || atomic_load(&c->shut))
 		return 0;
-	left = deadline ? (int)(deadline - now_ms()) : -1;
+	left = deadline ? (int)(deadline - mono_ms()) : -1;
 	if (deadline && left <= 0)
 		return -ETIMEDOUT;
 	rc = poll(p, 3, left);
@@ -375,7 +367,7 @@ static int wait_event(struct rconn *c, int64_t deadline)
 
 static int64_t deadline_of(const struct rconn *c)
 {
-	return c->timeout_ms ? now_ms() + c->timeout_ms : 0;
+	return c->timeout_ms ? mono_ms() + c->timeout_ms : 0;
 }
 
 /* ---- sending ---- */
@@ -591,7 +583,7 @@ static void r_close(struct xport *x)
 {
 	struct rconn *c = (struct rconn *)x;
 
-	int64_t end = now_ms() + CLOSE_MS;
+	int64_t end = mono_ms() + CLOSE_MS;
 
 	if (!c)
 		return;

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -62,14 +62,6 @@ struct watch {
 };
 
 static const char *const builtin_markers[] = { ".metadata", "trainer_state.json" };
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static struct wnode **map_slot(const struct watch *w, int wd)
 {
@@ -196,7 +188,7 @@ static const char *step_marker(const struct watch *w, const struct wnode *s)
 /* Something was written in the step: it waits (again) for its quiet time. */
 static void step_activity(struct watch *w, struct wnode *s)
 {
-	s->last_ms = now_ms();
+	s->last_ms = (uint64_t)mono_ms();
 	if (s->pending)
 		return;
 	s->marker = step_marker(w, s);
@@ -612,7 +604,7 @@ int watch_handle(struct watch *w, watch_fn fn, void *arg)
 
 void watch_tick(struct watch *w, watch_fn fn, void *arg)
 {
-	uint64_t now = now_ms();
+	uint64_t now = (uint64_t)mono_ms();
 	struct wnode *s, *nx;
 	char why[NAME_MAX + 16];
 
@@ -634,7 +626,7 @@ void watch_tick(struct watch *w, watch_fn fn, void *arg)
 
 int watch_timeout_ms(const struct watch *w)
 {
-	uint64_t now = now_ms(), best = UINT64_MAX, d;
+	uint64_t now = (uint64_t)mono_ms(), best = UINT64_MAX, d;
 	const struct wnode *s;
 
 	for (s = w->pending; s; s = s->pnext) {

@@ -14,17 +14,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/proto.h"
 
 #define BURST_NS 50000000ull            /* the cap allows a burst of 50 ms */
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int psend_open(struct psend *ps, uint64_t rate)
 {

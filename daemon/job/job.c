@@ -8,20 +8,13 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <errno.h>
-#include <time.h>
+
+#include "common/clock.h"
 
 atomic_bool stage_stopping;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct job *reg_head;
-
-uint64_t job_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config *cfg,
 	       const char *kind, const char *what)
@@ -33,7 +26,7 @@ void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config 
 	snprintf(j->kind, sizeof(j->kind), "%s", kind);
 	snprintf(j->what, sizeof(j->what), "%s", what);
 	atomic_store(&j->phase, "start");
-	j->t_start_ns = job_now_ns();
+	j->t_start_ns = mono_ns();
 	pthread_mutex_lock(&reg_lock);
 	j->next = reg_head;
 	reg_head = j;
@@ -75,7 +68,7 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 	uint8_t hdr[PROTO_HDR_LEN];
 	struct iovec iov[2];
 	size_t total, sent = 0;
-	uint64_t start = job_now_ns();
+	uint64_t start = mono_ns();
 
 	if (j->gone || m->err || j->fd < 0) {
 		msg_free(m);
@@ -107,7 +100,7 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 
 			if (droppable && sent == 0)
 				break;
-			if (atomic_load(&stage_stopping) || job_now_ns() - start > SEND_GIVE_UP_NS) {
+			if (atomic_load(&stage_stopping) || mono_ns() - start > SEND_GIVE_UP_NS) {
 				j->gone = true;
 				break;
 			}
@@ -153,7 +146,7 @@ void job_progress(struct job *j, bool force)
 
 	if (!(j->flags & REQ_PROGRESS))
 		return;
-	now = job_now_ns();
+	now = mono_ns();
 	if (!force && now - j->t_progress_ns < 100000000ull)
 		return;
 	j->t_progress_ns = now;
@@ -174,7 +167,7 @@ bool job_cancelled(struct job *j)
 		return true;
 	if (j->fd < 0)
 		return false;
-	now = job_now_ns();
+	now = mono_ns();
 	if (now - j->t_check_ns < 50000000ull)
 		return false;
 	j->t_check_ns = now;
@@ -203,7 +196,7 @@ void job_result(struct job *j, int code, const char *path, struct msg *m,
 	msg_put_str(m, K_TEXT, text);
 	if (path)
 		msg_put_str(m, K_PATH, path);
-	msg_put_u64(m, K_ELAPSED_NS, job_now_ns() - j->t_start_ns);
+	msg_put_u64(m, K_ELAPSED_NS, mono_ns() - j->t_start_ns);
 	if (code)
 		log_warn("%s %s: %s", j->kind, j->what, text);
 	else

@@ -36,7 +36,6 @@ struct job {
 	struct job *next;                /* registry link, under the registry lock */
 };
 
-uint64_t job_now_ns(void);
 void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config *cfg,
 	       const char *kind, const char *what);
 void job_end(struct job *j);

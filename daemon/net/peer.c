@@ -6,8 +6,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "common/proto.h"
 #include "daemon/net/xport_seal.h"
 
@@ -193,7 +193,7 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 	struct hs h = { .x = x, .initiator = expect != NULL, .who = who,
 			.timeout_ms = timeout_ms, .why = why, .whylen = whylen };
 	const char *name;
-	struct timespec t0;
+	int64_t t0;
 	int rc;
 
 	if (h.initiator)
@@ -212,14 +212,11 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 		return rc;
 	}
 	/* timeout_ms is for the whole handshake: each step gets what is left. */
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = mono_ms();
 	for (int i = 0; i < STEPS && !rc; i++) {
 		const struct step *st = &script[!h.initiator][i];
-		struct timespec t;
-		int64_t spent;
+		int64_t spent = mono_ms() - t0;
 
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		spent = (int64_t)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
 		if (spent >= timeout_ms) {
 			rc = io_error(&h, -ETIMEDOUT);
 			break;

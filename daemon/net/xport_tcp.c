@@ -1,4 +1,5 @@
 /* The TCP transport: frames of common/proto.h on a stream socket. */
+#include "common/clock.h"
 #include "common/xport.h"
 
 #include <errno.h>
@@ -15,7 +16,6 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -227,14 +227,6 @@ static void tcp_unlisten(struct xport_listener *l)
 	free(l);
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* One address: 0 and a blocking connected fd, or -errno. */
 static int connect_one(const struct addrinfo *ai, int64_t deadline, int *out)
 {
@@ -252,7 +244,7 @@ static int connect_one(const struct addrinfo *ai, int64_t deadline, int *out)
 		}
 		pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
 		for (;;) {
-			int64_t left = deadline < 0 ? -1 : deadline - now_ms();
+			int64_t left = deadline < 0 ? -1 : deadline - mono_ms();
 
 			if (deadline >= 0 && left <= 0) {
 				rc = -ETIMEDOUT;
@@ -291,7 +283,7 @@ static int tcp_connect(const struct host *h, int timeout_ms, struct xport **x, c
 	struct addrinfo *res, *ai;
 	struct sockaddr_storage ss;
 	char where[300], msg[128];
-	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : -1;
+	int64_t deadline = timeout_ms > 0 ? mono_ms() + timeout_ms : -1;
 	int fd = -1, rc;
 
 	fmt_hostport(where, sizeof(where), h->host, h->port);
@@ -365,14 +357,6 @@ static int tcp_send_tail(struct xport *x, const struct msg *m, uint16_t key, con
 static int tcp_send(struct xport *x, const struct msg *m)
 {
 	return tcp_send_tail(x, m, 0, NULL, 0);
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* A frame read against one deadline: the timeout is for the whole frame,

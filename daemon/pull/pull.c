@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/manifest.h"
 #include "common/paths.h"
 #include "daemon/engine/copier.h"
@@ -162,10 +163,10 @@ static void retire(struct pull *p)
 		p->head = (p->head + 1) % WINDOW;
 		p->count--;
 	}
-	if (job_now_ns() - p->t_flush_ns > 20000000ull) {
+	if (mono_ns() - p->t_flush_ns > 20000000ull) {
 		/* The journal is what a killed pull resumes from: keep it recent. */
 		mf_writer_flush(p->mw);
-		p->t_flush_ns = job_now_ns();
+		p->t_flush_ns = mono_ns();
 	}
 }
 
@@ -207,7 +208,7 @@ static void on_copied(struct cp_file *cf, void *arg)
 		if (pe->tmp) {
 			pe->st = P_LANDED;
 			if (!p->landed++)
-				p->t_landed_ns = job_now_ns();
+				p->t_landed_ns = mono_ns();
 			if (!cf->synced)
 				p->unsynced++;
 			p->landed_bytes += cf->size;
@@ -280,7 +281,7 @@ static bool batch_due(struct pull *p)
 {
 	return p->landed && (p->landed >= BATCH_FILES || p->landed_bytes >= BATCH_BYTES ||
 			     copier_inflight(p->cp) == 0 ||
-			     job_now_ns() - p->t_landed_ns >= BATCH_NS);
+			     mono_ns() - p->t_landed_ns >= BATCH_NS);
 }
 
 static const struct mf_entry *earlier(struct pull *p, const char *rel)

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/repl/repl_impl.h"
@@ -65,7 +66,7 @@ static struct record *requeue_locked(const char *job, const char *step, bool kee
 	} else if (!(r = repl_rec_new(job, step))) {
 		return NULL;
 	}
-	r->seq = repl_now_ns();
+	r->seq = wall_ns();
 	r->why[0] = '\0';
 	for (pp = &repl.records; *pp; pp = &(*pp)->next)
 		;
@@ -147,7 +148,7 @@ static void on_finished(const char *job, const char *step, const char *why, void
 	 * this very checkpoint, already committed. */
 	uint64_t quiet_ms = strncmp(why, "marker", 6) == 0 ? QUIET_MS :
 			    (uint64_t)repl.cfg->settle * 1000;
-	uint64_t last_write = repl_now_ns() - quiet_ms * 1000000ull;
+	uint64_t last_write = wall_ns() - quiet_ms * 1000000ull;
 	struct record *r;
 
 	pthread_mutex_lock(&repl.lock);
@@ -472,7 +473,6 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 		struct record *r = repl_rec_find(job, step);
 		size_t pending = 0, failed = 0;
 		uint64_t sent = 0;
-		struct timespec ts;
 
 		if (!r) {
 			job_result(j, 1, NULL, NULL, "%s/%s: its record was dropped (keep = %d)",
@@ -522,13 +522,7 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 			break;
 		}
 		pthread_mutex_lock(&repl.lock);
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
+		repl_wait_until(mono_ns() + 200000000ull);
 	}
 	(void)seq;
 	free(noted);
@@ -615,7 +609,7 @@ void repl_status(struct msg *m)
 	for (size_t h = 0; repl.cluster && h < repl.hosts.n; h++) {
 		const struct host *hp = &repl.hosts.v[h];
 		struct partner *p = NULL;
-		uint64_t now = repl_now_ns();
+		uint64_t now = mono_ns();
 
 		if (h == repl.self)
 			continue;

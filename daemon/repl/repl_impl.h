@@ -115,10 +115,11 @@ struct restoring {                    /* the watcher leaves these steps alone */
 int repl_restore_begin(const char *job, const char *step);
 void repl_restore_end(const char *job, const char *step);
 
-/* repl_state.c: the state, the clock, dialing, the threads' priority. */
+/* repl_state.c: the state, dialing, the threads' priority. */
 extern struct repl repl;
-
-uint64_t repl_now_ns(void);
+/* Under repl.lock: waits on repl.cond until woken or until deadline_ns
+ * (mono_ns, common/clock.h). 0 woken (maybe spuriously), or ETIMEDOUT. */
+int repl_wait_until(uint64_t deadline_ns);
 /* Connects to node `host` (within connect_ms) and authenticates; io_ms is
  * the connection's timeout afterwards. 0 or -errno with why. */
 int repl_dial(size_t host, int connect_ms, int io_ms, struct xport **x, char *why,

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/codec.h"
 #include "common/log.h"
 #include "daemon/net/peer.h"
@@ -363,8 +364,8 @@ static bool rx_admit(const struct xport *x)
 		repl.receivers++;
 	}
 	pthread_mutex_unlock(&repl.lock);
-	if (!ok && !repl.stopping && repl_now_ns() - said_ns > 1000000000ull) {
-		said_ns = repl_now_ns();
+	if (!ok && !repl.stopping && mono_ns() - said_ns > 1000000000ull) {
+		said_ns = mono_ns();
 		log_warn("refusing a peer connection from %s: %s", x->peer,
 			 repl.receivers >= most ? "too many peer connections" :
 			 "too many connections still proving the cluster key");
@@ -436,15 +437,11 @@ void repl_recv_wait(void)
 {
 	pthread_mutex_lock(&repl.lock);
 	while (repl.receivers) {
-		struct timespec ts;
-
 		/* Idle connections too: a receiver waits for offers forever. A
 		 * thread still in its handshake times out within 10 s. */
 		for (struct rx_link *l = repl.rx_conns; l; l = l->next)
 			l->x->ops->shutdown(l->x);
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
+		repl_wait_until(mono_ns() + 1000000000ull);
 	}
 	pthread_mutex_unlock(&repl.lock);
 }

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/manifest.h"
@@ -51,14 +52,6 @@ struct sender {
 	unsigned backoff_ms;
 	unsigned lost;                  /* copies lost mid-way in a row */
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t queued(struct xport *x)
 {
@@ -462,7 +455,6 @@ static int connect_peer(struct sender *s)
 		if (repl.stopping)
 			x->ops->shutdown(x);
 	} else {
-		struct timespec ts;
 		uint64_t d;
 
 		if (s->p->state != PEER_DOWN || strcmp(s->p->why, why) != 0)
@@ -472,13 +464,10 @@ static int connect_peer(struct sender *s)
 		s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
 		if (s->backoff_ms > BACKOFF_MAX_MS)
 			s->backoff_ms = BACKOFF_MAX_MS;
-		s->p->retry_at_ns = repl_now_ns() + (uint64_t)s->backoff_ms * 1000000ull;
+		s->p->retry_at_ns = mono_ns() + (uint64_t)s->backoff_ms * 1000000ull;
 		d = s->p->retry_at_ns;
-		ts.tv_sec = (time_t)(d / 1000000000ull);
-		ts.tv_nsec = (long)(d % 1000000000ull);
-		while (!repl.stopping && repl_now_ns() < d)
-			if (pthread_cond_timedwait(&repl.cond, &repl.lock, &ts) == ETIMEDOUT)
-				break;
+		while (!repl.stopping && repl_wait_until(d) != ETIMEDOUT)
+			;
 	}
 	pthread_mutex_unlock(&repl.lock);
 	return rc;
@@ -489,13 +478,10 @@ static int connect_peer(struct sender *s)
  * Under lock; the daemon's stop cuts it short. */
 static void retry_pause(unsigned tries)
 {
-	uint64_t d = repl_now_ns() + (200000000ull << (tries < 5 ? tries : 5));
-	struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
-			       .tv_nsec = (long)(d % 1000000000ull) };
+	uint64_t d = mono_ns() + (200000000ull << (tries < 5 ? tries : 5));
 
-	while (!repl.stopping && repl_now_ns() < d)
-		if (pthread_cond_timedwait(&repl.cond, &repl.lock, &ts) == ETIMEDOUT)
-			break;
+	while (!repl.stopping && repl_wait_until(d) != ETIMEDOUT)
+		;
 }
 
 /* The oldest copy this partner still needs: under lock. */

@@ -7,12 +7,13 @@
 #include "daemon/repl/repl_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
@@ -20,12 +21,21 @@
 struct repl repl = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
 		     .stop_fd = -1 };
 
-uint64_t repl_now_ns(void)
+int repl_wait_until(uint64_t deadline_ns)
 {
+	uint64_t now = mono_ns(), w;
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (now >= deadline_ns)
+		return ETIMEDOUT;
+	/* repl.cond keeps its default clock, the wall clock: the deadline is
+	 * turned into one at each wait, so a clock stepped meanwhile makes one
+	 * wait too short or too long by the step, and the caller's loop on
+	 * the monotonic clock decides. */
+	w = wall_ns() + (deadline_ns - now);
+	ts.tv_sec = (time_t)(w / 1000000000u);
+	ts.tv_nsec = (long)(w % 1000000000u);
+	return pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
 }
 
 const char *repl_self_name(void)
