@@ -91,38 +91,6 @@ static int materialize(struct rx *r)
 
 /* ---- the file being written ---- */
 
-/* Hashes n more bytes of the current file: false when a chunk they complete
- * does not match its manifest digest. */
-static bool feed(struct rx *r, const uint8_t *p, size_t n)
-{
-	bool ok = true;
-
-	XXH3_128bits_update(r->whole, p, n);
-	if (!r->ce.nchunks)
-		return true;
-	while (n) {
-		size_t take = r->chunk_size - r->chunk_fill < n ? r->chunk_size - r->chunk_fill : n;
-
-		XXH3_128bits_update(r->chunk, p, take);
-		r->chunk_fill += take;
-		p += take;
-		n -= take;
-		if (r->chunk_fill == r->chunk_size ||
-		    r->chunk_no * r->chunk_size + r->chunk_fill == r->ce.size) {
-			if ((r->chunk_no >= r->ce.nchunks ||
-			     !digest_eq(XXH3_128bits_digest(r->chunk), r->ce.chunks[r->chunk_no])) &&
-			    ok) {
-				ok = false;
-				r->bad_chunk = r->chunk_no;
-			}
-			r->chunk_no++;
-			r->chunk_fill = 0;
-			XXH3_128bits_reset(r->chunk);
-		}
-	}
-	return ok;
-}
-
 static int journal(struct rx *r, uint64_t idx, uint64_t off)
 {
 	fprintf(r->journal, "%llu %llu\n", (unsigned long long)idx, (unsigned long long)off);
@@ -143,7 +111,7 @@ static int open_file(struct rx *r)
 	const char *base;
 	int dfd = treeops_open_parent(r->in_fd, r->ce.path, &base);
 	uint64_t keep = r->ci == r->j_idx ? r->j_off : 0;
-	bool ok = true;
+	int rc;
 
 	if (dfd < 0)
 		return rx_fail(r, dfd, "%s: %s", r->ce.path, strerror(-dfd));
@@ -153,44 +121,31 @@ static int open_file(struct rx *r)
 		return rx_fail(r, -errno, "create %s: %s", r->ce.path, strerror(errno));
 	if (ftruncate(r->fd, (off_t)keep) < 0)
 		return rx_fail(r, -errno, "truncate %s: %s", r->ce.path, strerror(errno));
-	XXH3_128bits_reset(r->whole);
-	XXH3_128bits_reset(r->chunk);
-	r->chunk_fill = r->chunk_no = 0;
-	r->expect = r->synced = r->asked = 0;
-	/* A resumed file: what is already durable is hashed again, so the
-	 * whole-file digest covers every byte, and checked chunk by chunk. */
-	while (r->expect < keep) {
-		int b = wq_buf(&r->wq);
-		size_t n = keep - r->expect < REPL_PIECE ? keep - r->expect : REPL_PIECE;
-		ssize_t got = pread(r->fd, r->wq.buf[b], n, (off_t)r->expect);
-
-		if (got != (ssize_t)n)
-			return rx_fail(r, got < 0 ? -errno : -EIO, "re-reading %s", r->ce.path);
-		ok &= feed(r, r->wq.buf[b], n);
-		r->expect += n;
-	}
 	r->synced = r->asked = keep;
-	/* Only now: the re-read above went through the cache. */
-	wq_begin(&r->wq, r->fd, r->ce.size, true);
-	if (!ok) {              /* the durable part is not what the journal said */
+	/* A resumed file: what is already durable is read back and checked
+	 * again, so that the whole-file digest covers every byte. */
+	rc = cbuild_begin(&r->cb, &r->ce, r->chunk_size, r->fd, keep, true);
+	if (rc == -EBADMSG) {   /* the durable part is not what the journal said */
 		forget_file(r);
-		return rx_fail(r, -EBADMSG, "%s: the resumed part does not match; starting it over",
-			    r->ce.path);
+		return rx_fail(r, rc, "%s: the resumed part does not match; starting it over",
+			       r->ce.path);
 	}
+	if (rc < 0)
+		return rx_fail(r, rc, "re-reading %s: %s", r->ce.path, strerror(-rc));
 	return 0;
 }
 
 static int finish_file(struct rx *r)
 {
 	const char *what;
-	int rc = wq_end(&r->wq);
+	int rc = cbuild_end(&r->cb);
 
+	if (rc == -EBADMSG) {
+		forget_file(r);
+		return rx_fail(r, rc, "%s does not match its digest", r->ce.path);
+	}
 	if (rc < 0)
 		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
-	if (!digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest)) {
-		forget_file(r);
-		return rx_fail(r, -EBADMSG, "%s does not match its digest", r->ce.path);
-	}
 	rc = treeops_set_meta(r->fd, false, 0, 0, PEER_MODE(r->ce.mode), r->ce.mtime_ns, &what);
 	if (rc == 0 && fdatasync(r->fd) < 0)
 		rc = -errno;
@@ -202,29 +157,32 @@ static int finish_file(struct rx *r)
 	return rc < 0 ? rc : rx_next_entry(r);    /* done with it: the cursor moves on */
 }
 
-/* Buffer b holds the next n bytes of the current file: hashed (-EBADMSG,
+/* Buffer b holds the next n bytes of the current file: checked (-EBADMSG,
  * not yet reported, when a chunk does not match), written, and now and then
  * made durable and journaled, only where a chunk ends, so that the journal
- * never vouches for part of a chunk that was not checked. The sync runs on
- * the ring while the next pieces come (wq_sync); the journal line is
- * written once it has completed. */
+ * never vouches for part of a chunk that was not checked (a file of one
+ * chunk is checked at its end only: it is journaled mid-way, and forgotten
+ * when it fails). The sync runs on the ring while the next pieces come
+ * (wq_sync); the journal line is written once it has completed. */
 static int put_piece(struct rx *r, int b, size_t n)
 {
-	int rc;
+	struct wq *q = &r->cb.wq;
+	int rc = cbuild_put(&r->cb, b, n);
 
-	if (!feed(r, r->wq.buf[b], n))
+	if (rc == -EBADMSG || rc == -EFBIG) {
+		if (!r->ce.nchunks)
+			forget_file(r);
 		return -EBADMSG;
-	rc = wq_write(&r->wq, b, n, r->expect);
+	}
 	if (rc < 0)
 		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
-	r->expect += n;
-	if (r->expect < r->ce.size && r->expect - r->asked >= SYNC_EVERY &&
-	    (!r->ce.nchunks || r->chunk_fill == 0)) {
-		wq_sync(&r->wq, r->expect);
-		r->asked = r->expect;
+	if (!cbuild_done(&r->cb) && r->cb.at - r->asked >= SYNC_EVERY &&
+	    (!r->ce.nchunks || cbuild_checked(&r->cb))) {
+		wq_sync(q, r->cb.at);
+		r->asked = r->cb.at;
 	}
-	if (wq_durable(&r->wq) > r->synced) {
-		r->synced = wq_durable(&r->wq);
+	if (wq_durable(q) > r->synced) {
+		r->synced = wq_durable(q);
 		return journal(r, r->ci, r->synced);
 	}
 	return 0;
@@ -278,7 +236,7 @@ static int read_held(struct rx *r, const char *path, uint64_t off, uint8_t *p, s
 	return got == (ssize_t)n ? 0 : got < 0 ? -errno : -ESTALE;
 }
 
-/* Bytes [expect, upto) of the current file, which the sender left out: from
+/* Bytes [cb.at, upto) of the current file, which the sender left out: from
  * the local copies the plan found, checked like any other bytes. */
 static int fill_held(struct rx *r, uint64_t upto)
 {
@@ -286,23 +244,24 @@ static int fill_held(struct rx *r, uint64_t upto)
 
 	if (r->fd < 0 && (rc = open_file(r)) < 0)
 		return rc;
-	while (r->expect < upto) {
-		uint64_t k = r->ce.nchunks ? r->expect / r->chunk_size : 0;
+	while (r->cb.at < upto) {
+		uint64_t at = r->cb.at, k = r->ce.nchunks ? at / r->chunk_size : 0;
 		uint64_t start = k * r->chunk_size, end = r->ce.size, soff, n;
 		const char *path;
+		uint8_t *p;
 		int b;
 
 		if (r->ce.nchunks && start + r->chunk_size < end)
 			end = start + r->chunk_size;
 		if (have_source(r->have, r->gbase + k, &path, &soff) < 0)
 			return rx_fail(r, -EPROTO, "%s: bytes %llu to %llu were neither sent nor held "
-				    "here", r->ce.path, (unsigned long long)r->expect,
+				    "here", r->ce.path, (unsigned long long)at,
 				    (unsigned long long)upto);
-		n = (upto < end ? upto : end) - r->expect;
+		n = (upto < end ? upto : end) - at;
 		if (n > REPL_PIECE)
 			n = REPL_PIECE;
-		b = wq_buf(&r->wq);
-		rc = read_held(r, path, soff + (r->expect - start), r->wq.buf[b], (size_t)n);
+		b = cbuild_buf(&r->cb, &p);
+		rc = read_held(r, path, soff + (at - start), p, (size_t)n);
 		if (rc < 0)
 			return held_bad(r, k, rc == -ESTALE ? "is shorter than its manifest says" :
 					strerror(-rc));
@@ -313,13 +272,7 @@ static int fill_held(struct rx *r, uint64_t upto)
 			return rc;
 		r->slot.local += n;
 	}
-	if (r->expect == r->ce.size) {
-		/* A file of one chunk has no chunk digest: its own is the check. */
-		if (!r->ce.nchunks && !digest_eq(XXH3_128bits_digest(r->whole), r->ce.digest))
-			return held_bad(r, 0, "does not match its digest");
-		return finish_file(r);
-	}
-	return 0;
+	return cbuild_done(&r->cb) ? finish_file(r) : 0;
 }
 
 /* Moves the cursor to entry idx (and, with a file there, to byte off of
@@ -348,7 +301,7 @@ int rx_advance_to(struct rx *r, uint64_t idx, uint64_t off)
 	if (r->have_ce && r->ci == idx && r->ce.type == MF_FILE && r->ce.size) {
 		if (r->fd < 0 && (rc = open_file(r)) < 0)
 			return rc;
-		if (off > r->expect && off <= r->ce.size)
+		if (off > r->cb.at && off <= r->ce.size)
 			return fill_held(r, off);
 	}
 	return 0;
@@ -358,6 +311,7 @@ int rx_on_data(struct rx *r, const struct msg *m)
 {
 	uint64_t idx, off;
 	const uint8_t *p;
+	uint8_t *buf;
 	size_t n, raw, used;
 	int b, rc;
 
@@ -374,22 +328,22 @@ int rx_on_data(struct rx *r, const struct msg *m)
 	if (!r->have_ce || r->ce.type != MF_FILE || r->ce.size == 0)
 		return rx_fail(r, -EPROTO, "DATA for entry %llu, which is not a file with data",
 			    (unsigned long long)idx);
-	if (off != r->expect)
+	if (off != r->cb.at)
 		return rx_fail(r, -EPROTO, "%s: piece at %llu, expected %llu", r->ce.path,
-			    (unsigned long long)off, (unsigned long long)r->expect);
-	b = wq_buf(&r->wq);
-	rc = codec_chunk_decode(p, n, r->wq.buf[b], REPL_PIECE, &raw, &used);
+			    (unsigned long long)off, (unsigned long long)r->cb.at);
+	b = cbuild_buf(&r->cb, &buf);
+	rc = codec_chunk_decode(p, n, buf, REPL_PIECE, &raw, &used);
 	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
 		return rx_fail(r, -EBADMSG, "%s: the piece at %llu is damaged (digest or length)",
 			    r->ce.path, (unsigned long long)off);
 	rc = put_piece(r, b, raw);
 	if (rc == -EBADMSG)
 		return rx_fail(r, rc, "%s: chunk %llu does not match its digest", r->ce.path,
-			    (unsigned long long)r->bad_chunk);
+			    (unsigned long long)r->cb.bad_chunk);
 	if (rc < 0)
 		return rc;
 	r->slot.got += raw;
-	return r->expect == r->ce.size ? finish_file(r) : 0;
+	return cbuild_done(&r->cb) ? finish_file(r) : 0;
 }
 
 /* ---- offer, publication ---- */

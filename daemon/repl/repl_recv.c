@@ -107,7 +107,7 @@ static void rx_unregister(struct rx *r)
 
 static void close_transfer(struct rx *r)
 {
-	wq_end(&r->wq);
+	cbuild_end(&r->cb);
 	if (r->fd >= 0)
 		close(r->fd);
 	r->fd = -1;
@@ -334,9 +334,7 @@ static void *rx_main(void *arg)
 	pthread_mutex_unlock(&repl.lock);
 out:
 	r->x->ops->close(r->x);
-	wq_close(&r->wq);
-	XXH3_freeState(r->whole);
-	XXH3_freeState(r->chunk);
+	cbuild_close(&r->cb);
 	close(r->rr_fd);
 	free(r);
 	codec_thread_end();
@@ -390,11 +388,9 @@ int repl_recv_spawn(struct xport *x)
 	r->x = x;
 	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
 	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	r->whole = XXH3_createState();
-	r->chunk = XXH3_createState();
-	if (r->rr_fd < 0 || !r->whole || !r->chunk)
+	if (r->rr_fd < 0)
 		goto out_free;
-	rc = wq_open(&r->wq);
+	rc = cbuild_open(&r->cb);
 	if (rc < 0)
 		goto out_free;
 	pthread_attr_init(&attr);
@@ -403,10 +399,8 @@ int repl_recv_spawn(struct xport *x)
 	pthread_attr_destroy(&attr);
 	if (rc == 0)
 		return 0;
-	wq_close(&r->wq);
+	cbuild_close(&r->cb);
 out_free:
-	XXH3_freeState(r->whole);
-	XXH3_freeState(r->chunk);
 	if (r->rr_fd >= 0)
 		close(r->rr_fd);
 	free(r);

@@ -10,10 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <xxhash.h>
 
 #include "common/manifest.h"
-#include "daemon/engine/wq.h"
+#include "daemon/engine/cbuild.h"
 #include "daemon/repl/repl_have.h"
 #include "daemon/repl/repl_impl.h"
 
@@ -41,7 +40,7 @@ struct rx {
 	digest_t root;
 	struct rx_slot slot;
 	struct rx_link link;
-	struct wq wq;                  /* writes of the file being built (engine/wq.h) */
+	struct cbuild cb;              /* the file being built (engine/cbuild.h) */
 	int rr_fd;                     /* replica_root */
 	int in_fd;                     /* .incoming/ORIGIN/JOB/STEP */
 	int st_fd;                     /* its .stage */
@@ -59,14 +58,10 @@ struct rx {
 	struct have *have;             /* NULL: everything is sent */
 	int src_fd;                    /* the local copy being read, or -1 */
 	const char *src_path;          /* its path beneath replica_root (have's) */
-	/* the file being written */
+	/* the file being written (its next offset due is cb.at) */
 	int fd;
-	uint64_t expect;               /* next offset due */
 	uint64_t synced;               /* offset journaled (made durable first) */
 	uint64_t asked;                /* offset a sync was last asked for */
-	XXH3_state_t *whole, *chunk;
-	uint64_t chunk_fill, chunk_no;
-	uint64_t bad_chunk;            /* the first chunk feed() found wrong */
 	char why[1024];
 };
 

@@ -1,0 +1,93 @@
+/* The chunk-checked builder: one file of a manifest written from pieces in
+ * offset order, each chunk's XXH3-128 checked against the manifest as its
+ * last byte arrives and before that byte is written, and the whole file's
+ * digest checked at the end. The writes go through a write queue (wq.h), so
+ * the next piece is received and hashed while the disk writes the last.
+ *
+ * The replication receiver builds every file it receives with it (pieces
+ * from the sender, or from copies held here), restore every file it
+ * rebuilds (pieces fetched from a holder, or intact local chunks). What a
+ * caller does around it is its own: the receiver's journal and publication,
+ * restore's temporary and rename.
+ *
+ * A file of one chunk (nchunks == 0 in the manifest) has no chunk digests:
+ * its one chunk is checked against the file's digest. The piece that
+ * completes a chunk is written only once the chunk matched, so the file
+ * never holds a whole chunk that was not checked; after a failure
+ * (cbuild_put's -EBADMSG, bad_chunk saying which) it holds checked chunks
+ * and part of the bad one, and is to be dropped or resumed from a chunk
+ * boundary.
+ *
+ * Use: cbuild_open; per file cbuild_begin, then cbuild_buf / fill it /
+ * cbuild_put (and cbuild_skip_to, for a repair in place) until done, then
+ * cbuild_end; cbuild_close.
+ */
+#ifndef STAGE_CBUILD_H
+#define STAGE_CBUILD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <xxhash.h>
+
+#include "common/manifest.h"
+#include "daemon/engine/wq.h"
+
+struct cbuild {
+	struct wq wq;                  /* the writes; wq_sync / wq_durable are the caller's */
+	XXH3_state_t *whole, *chunk;
+	const struct mf_entry *e;      /* borrowed, between begin and end */
+	uint64_t chunk_size;
+	uint64_t at;                   /* bytes taken: the offset the next piece is for */
+	uint64_t chunk_no;             /* the chunk being filled */
+	uint64_t chunk_fill;           /* its bytes taken so far */
+	uint64_t bad_chunk;            /* after -EBADMSG: the chunk that failed */
+	bool skipped;                  /* chunks were left as they were: no whole digest */
+};
+
+/* 0 or -errno. */
+int cbuild_open(struct cbuild *b);
+void cbuild_close(struct cbuild *b);
+
+/* Starts building e (chunks of chunk_size) in fd. The first keep bytes are
+ * already in fd (a resumed transfer): they are read back and checked, so
+ * that the whole-file digest covers every byte; -EBADMSG (bad_chunk) when
+ * they do not match, -EIO when fd is shorter. direct_ok as for wq_begin. */
+int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size, int fd,
+		 uint64_t keep, bool direct_ok);
+/* A free buffer (WQ_BUF bytes) for the next piece, and its address. */
+static inline int cbuild_buf(struct cbuild *b, uint8_t **p)
+{
+	int i = wq_buf(&b->wq);
+
+	*p = b->wq.buf[i];
+	return i;
+}
+/* The next n bytes of the file, in buffer i: checked, then written at
+ * b->at. 0; -EBADMSG (nothing written, bad_chunk set) when a chunk they
+ * complete does not match; -EFBIG past the file's size; or a write's
+ * sticky error. */
+int cbuild_put(struct cbuild *b, int i, size_t n);
+/* Leaves the chunks from b->at up to chunk k as they are in the file: a
+ * repair in place writes only the chunks found wrong. Only at a chunk
+ * boundary of a file of chunks, forwards; cbuild_end then checks no
+ * whole-file digest (the chunks left alone were checked by whoever judged
+ * them). 0 or -EINVAL. */
+int cbuild_skip_to(struct cbuild *b, uint64_t k);
+/* Whether everything taken so far is checked: b->at ends a chunk (or the
+ * file has one chunk only, checked at its end: never, before that). */
+static inline bool cbuild_checked(const struct cbuild *b)
+{
+	return b->chunk_fill == 0 && (b->e->nchunks || b->at == b->e->size);
+}
+static inline bool cbuild_done(const struct cbuild *b)
+{
+	return b->at == b->e->size;
+}
+/* Every write done (the padded block cut back); then, once the file is
+ * whole, its digest checked (-EBADMSG). Called after a failure too, or
+ * when no file was begun: it leaves fd fit to close or unlink, and the
+ * builder idle. 0 or -errno. */
+int cbuild_end(struct cbuild *b);
+
+#endif
