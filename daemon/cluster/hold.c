@@ -82,9 +82,10 @@ static bool latest_other(int dirfd, const char *step, char out[CKPT_NAME_MAX + 1
 }
 
 /* One copy: job_dir holds the origin's steps of the job (ckpt_root/JOB or
- * replica_root/ORIGIN/JOB). */
+ * replica_root/ORIGIN/JOB). own: this node's own copy, whose deep verify
+ * leaves its record for a restore here (pull/damage.h). */
 static void survey_copy(const struct stage_config *cfg, const char *origin, const char *label,
-			int job_dir, const char *step, bool deep, struct msg *m)
+			int job_dir, const char *step, bool deep, bool own, struct msg *m)
 {
 	struct hold_cell c = { .origin = (char *)origin, .step = (char *)step };
 	char other[CKPT_NAME_MAX + 1], path[8192];
@@ -109,7 +110,8 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 
 		job_begin(&j, -1, deep ? REQ_DEEP : 0, cfg, "verify", path);
 		rc = verify_tree(&j, path, fd, &(struct verify_opts){ .deep = deep, .bad = on_bad,
-							       .arg = &t, .root = &c.root });
+							       .arg = &t, .root = &c.root,
+							       .record = own });
 		c.has_root = rc >= 0;
 		c.files = atomic_load(&j.files_total);
 		c.bytes = atomic_load(&j.bytes_total);
@@ -147,7 +149,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	snprintf(label, sizeof(label), "%s/%s", cfg->ckpt_root, job);
 	fd = treeops_open_beneath_path(cfg->ckpt_root, job);
 	if (fd >= 0) {
-		survey_copy(cfg, self, label, fd, step, deep, m);
+		survey_copy(cfg, self, label, fd, step, deep, true, m);
 		close(fd);
 	}
 	d = opendir(cfg->replica_root);
@@ -159,7 +161,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 		if (fd < 0)
 			continue;
 		snprintf(label, sizeof(label), "%s/%s/%s", cfg->replica_root, e->d_name, job);
-		survey_copy(cfg, e->d_name, label, fd, step, deep, m);
+		survey_copy(cfg, e->d_name, label, fd, step, deep, false, m);
 		close(fd);
 	}
 	if (d)

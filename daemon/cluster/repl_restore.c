@@ -49,7 +49,8 @@
 #include "daemon/fs/roots.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/engine/uio.h"
-#include "daemon/engine/wq.h"
+#include "daemon/engine/cbuild.h"
+#include "daemon/pull/damage.h"
 #include "daemon/pull/verify.h"
 
 #define MF_FETCHED "restore.manifest"
@@ -58,6 +59,8 @@
 struct bad {                       /* a finding of the local verify */
 	char *rel;
 	bool unexpected;
+	bool damaged;                  /* its bytes: chunks[] are the wrong ones */
+	uint64_t *chunks, nchunks;     /* owned; nchunks 0: the file as a whole */
 };
 
 struct restore {
@@ -68,11 +71,12 @@ struct restore {
 	struct io_uring ring;
 	int step_fd, stage_fd, tmp_fd;
 	uint8_t *buf;                  /* REPL_PIECE: local chunks being judged */
-	struct wq wq;                  /* writes of the file being rebuilt */
+	struct cbuild cb;              /* the file being rebuilt */
 	struct bad *bad;
 	size_t nbad, capbad;
-	uint64_t files_fixed, chunks_fetched, bytes_fetched, chunks_kept;
+	uint64_t files_fixed, files_patched, chunks_fetched, bytes_fetched, chunks_kept;
 	uint64_t displaced;            /* entries of the wrong type moved aside */
+	uint64_t trusted;              /* files the last verify --deep vouched for, not read */
 	bool lost_finding;             /* on_bad could not record one: fail */
 	char path[4096];               /* ckpt_root/JOB/STEP, for messages */
 	char why[8192];
@@ -81,6 +85,7 @@ struct restore {
 static void on_bad(const struct verify_finding *f, void *arg)
 {
 	struct restore *r = arg;
+	struct bad *b;
 
 	if (r->nbad == r->capbad) {
 		size_t cap = r->capbad ? 2 * r->capbad : 64;
@@ -93,9 +98,14 @@ static void on_bad(const struct verify_finding *f, void *arg)
 		r->bad = v;
 		r->capbad = cap;
 	}
-	r->bad[r->nbad].rel = strdup(f->rel);
-	r->bad[r->nbad].unexpected = strcmp(f->kind, "unexpected") == 0;
-	if (r->bad[r->nbad].rel)
+	b = &r->bad[r->nbad];
+	*b = (struct bad){ .rel = strdup(f->rel), .unexpected = strcmp(f->kind, "unexpected") == 0,
+			   .damaged = strcmp(f->kind, "damaged") == 0 };
+	if (b->damaged && f->nbad && (b->chunks = malloc(f->nbad * sizeof(*b->chunks)))) {
+		memcpy(b->chunks, f->bad, f->nbad * sizeof(*b->chunks));
+		b->nchunks = f->nbad;
+	}
+	if (b->rel)     /* without the chunk list, the file is rebuilt whole */
 		r->nbad++;
 	else
 		r->lost_finding = true;
@@ -215,13 +225,13 @@ static int fetch_manifest(struct restore *r)
 	return 0;
 }
 
-/* Fetches chunks [first, last) of e into fd in one request, feeding the
- * whole-file hash and checking each chunk against the manifest as its last
- * byte arrives: one round trip for a run of missing chunks, not one each. */
-static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64_t chunk_size,
-		     uint64_t first, uint64_t last, XXH3_state_t *whole, XXH3_state_t *chunk)
+/* Fetches chunks [first, last) of e in one request into the file being
+ * built, each chunk checked as its last byte arrives: one round trip for a
+ * run of missing chunks, not one each. */
+static int fetch_run(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
+		     uint64_t first, uint64_t last)
 {
-	uint64_t off = first * chunk_size, end = last * chunk_size, next = off, c = first;
+	uint64_t off = first * chunk_size, end = last * chunk_size;
 	struct msg m;
 	int rc;
 
@@ -237,10 +247,10 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64
 		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
 		return rc;
 	}
-	XXH3_128bits_reset(chunk);
 	while ((rc = fetch_next(r, &m, MSG_DATA)) == 1) {
-		int b = wq_buf(&r->wq);
-		uint8_t *raw_buf = r->wq.buf[b];
+		uint64_t next = r->cb.at;
+		uint8_t *raw_buf;
+		int b = cbuild_buf(&r->cb, &raw_buf);
 		const uint8_t *p;
 		size_t n, raw = 0, used;
 		uint64_t at;
@@ -256,41 +266,27 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, int fd, uint64
 				 r->holder, e->path, (unsigned long long)next, strerror(-rc));
 			return rc;
 		}
-		XXH3_128bits_update(whole, raw_buf, raw);
-		/* A piece may end chunks (several, when chunks are smaller). */
-		for (size_t k = 0; k < raw;) {
-			uint64_t cend = e->nchunks ? (c + 1) * chunk_size : e->size;
-			size_t take = cend - (next + k) < raw - k ? (size_t)(cend - (next + k)) : raw - k;
-			digest_t want = e->nchunks ? e->chunks[c] : e->digest;
-
-			XXH3_128bits_update(chunk, raw_buf + k, take);
-			k += take;
-			if (next + k == (cend < e->size ? cend : e->size)) {
-				if (!digest_eq(XXH3_128bits_digest(chunk), want)) {
-					snprintf(r->why, sizeof(r->why), "chunk %llu of %s from %s "
-						 "does not match the manifest",
-						 (unsigned long long)c, e->path, r->holder);
-					return -EBADMSG;
-				}
-				XXH3_128bits_reset(chunk);
-				c++;
-			}
+		rc = cbuild_put(&r->cb, b, raw);
+		if (rc == -EBADMSG) {
+			snprintf(r->why, sizeof(r->why), "chunk %llu of %s from %s does not match "
+				 "the manifest", (unsigned long long)r->cb.bad_chunk, e->path,
+				 r->holder);
+			return rc;
 		}
-		rc = wq_write(&r->wq, b, raw, next);
 		if (rc < 0) {
 			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
 			return rc;
 		}
-		next += raw;
 		r->bytes_fetched += raw;
 	}
-	if (rc == 0 && next != end) {
+	if (rc == 0 && r->cb.at != end) {
 		snprintf(r->why, sizeof(r->why), "%s sent %llu of %llu bytes of %s", r->holder,
-			 (unsigned long long)(next - off), (unsigned long long)(end - off), e->path);
+			 (unsigned long long)(r->cb.at - off), (unsigned long long)(end - off),
+			 e->path);
 		rc = -EPROTO;
 	}
 	if (rc == 0)
-		r->chunks_fetched += c - first;
+		r->chunks_fetched += last - first;
 	return rc;
 }
 
@@ -315,20 +311,18 @@ static bool local_intact(struct restore *r, int lfd, uint64_t off, uint64_t len,
 	return ok;
 }
 
-/* Copies an intact local range into the file being rebuilt, feeding the
- * hashes. */
-static int keep_range(struct restore *r, int lfd, uint64_t off, uint64_t len,
-		      XXH3_state_t *whole, XXH3_state_t *chunk)
+/* Copies an intact local range into the file being built: checked again
+ * as it is copied, so a chunk that changed since it was judged is caught. */
+static int keep_range(struct restore *r, int lfd, uint64_t len)
 {
-	for (uint64_t o = off; o < off + len;) {
-		size_t n = off + len - o < WQ_BUF ? (size_t)(off + len - o) : WQ_BUF;
-		int b = wq_buf(&r->wq), rc;
+	for (uint64_t o = r->cb.at, end = r->cb.at + len; o < end;) {
+		size_t n = end - o < WQ_BUF ? (size_t)(end - o) : WQ_BUF;
+		uint8_t *p;
+		int b = cbuild_buf(&r->cb, &p), rc;
 
-		if (uio_pread(&r->ring, lfd, r->wq.buf[b], n, o) != (ssize_t)n)
+		if (uio_pread(&r->ring, lfd, p, n, o) != (ssize_t)n)
 			return -EIO;
-		XXH3_128bits_update(whole, r->wq.buf[b], n);
-		XXH3_128bits_update(chunk, r->wq.buf[b], n);
-		rc = wq_write(&r->wq, b, n, o);
+		rc = cbuild_put(&r->cb, b, n);
 		if (rc < 0)
 			return rc;
 		o += n;
@@ -369,22 +363,44 @@ static int clear_way(struct restore *r, int parent, const char *base, const char
 	return displace(r, parent, base, rel);
 }
 
+/* The end of a file built by r->cb, whatever rc the building ended with:
+ * every write done (a padded last block cut back), even after a failure
+ * (the file is closed or unlinked next); then, if all went well, the
+ * whole-file check, fdatasync, and the manifest's mode and mtime (without
+ * set-id bits: those are not restored from another node's word; a repair
+ * in place moved the mtime). */
+static int finish_built(struct restore *r, const struct mf_entry *e, int fd, int rc)
+{
+	const char *what;
+	int wrc = cbuild_end(&r->cb);
+
+	if (rc == 0 && wrc == -EBADMSG)
+		snprintf(r->why, sizeof(r->why), "%s: the rebuilt file does not match its digest",
+			 e->path);
+	else if (rc == 0 && wrc < 0)
+		snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-wrc));
+	if (rc == 0)
+		rc = wrc;
+	if (rc == 0 && fdatasync(fd) < 0) {
+		rc = -errno;
+		snprintf(r->why, sizeof(r->why), "%s: fdatasync: %s", e->path, strerror(errno));
+	}
+	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
+					      &what)) < 0)
+		snprintf(r->why, sizeof(r->why), "%s: %s: %s", e->path, what, strerror(-rc));
+	return rc;
+}
+
 /* Rebuilds file e at parent/base (see the top of the file). */
 static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
 		   int parent, const char *base)
 {
 	uint64_t n = e->nchunks ? e->nchunks : 1;
-	XXH3_state_t *whole = XXH3_createState(), *chunk = XXH3_createState();
 	char tmp[64];
 	struct stat st;
-	const char *what;
 	uint64_t intact_next = UINT64_MAX;     /* a chunk found intact while looking ahead */
 	int lfd, fd, rc = 0;
 
-	if (!whole || !chunk) {
-		rc = -ENOMEM;
-		goto out_state;
-	}
 	snprintf(tmp, sizeof(tmp), "rebuild.%llu", (unsigned long long)r->files_fixed);
 	/* O_NONBLOCK only so that a fifo in its place cannot hang the open;
 	 * io_uring reads of a non-blocking file may return -EAGAIN. */
@@ -401,8 +417,7 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 			 strerror(errno));
 		goto out_local;
 	}
-	wq_begin(&r->wq, fd, e->size, true);
-	XXH3_128bits_reset(whole);
+	cbuild_begin(&r->cb, e, chunk_size, fd, 0, true);
 	for (uint64_t i = 0; i < n && rc == 0 && e->size;) {
 		uint64_t off = i * chunk_size, k;
 		uint64_t len = e->size - off < chunk_size ? e->size - off : chunk_size;
@@ -410,20 +425,16 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 
 		/* An intact local chunk is read twice (judged, then copied, the
 		 * second time from the page cache): a chunk may be far larger than
-		 * the piece buffer, and the whole-file hash must not take in bytes
-		 * that turn out bad. */
+		 * the piece buffer, and nothing is written that turns out bad. */
 		if (intact_next == i || (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
 					 local_intact(r, lfd, off, len, want))) {
-			XXH3_128bits_reset(chunk);
-			rc = keep_range(r, lfd, off, len, whole, chunk);
-			if (rc < 0)
-				snprintf(r->why, sizeof(r->why), "copying %s: %s", e->path,
-					 strerror(-rc));
-			else if (!digest_eq(XXH3_128bits_digest(chunk), want)) {
+			rc = keep_range(r, lfd, len);
+			if (rc == -EBADMSG)
 				snprintf(r->why, sizeof(r->why), "%s: chunk %llu changed while it "
 					 "was copied", e->path, (unsigned long long)i);
-				rc = -EBADMSG;
-			}
+			else if (rc < 0)
+				snprintf(r->why, sizeof(r->why), "copying %s: %s", e->path,
+					 strerror(-rc));
 			r->chunks_kept++;
 			i++;
 			continue;
@@ -439,33 +450,10 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 				break;
 			}
 		}
-		rc = fetch_run(r, e, fd, chunk_size, i, k, whole, chunk);
+		rc = fetch_run(r, e, chunk_size, i, k);
 		i = k;
 	}
-	/* Every write done (a padded last block cut back), even after a
-	 * failure: the file is closed or unlinked next. */
-	{
-		int wrc = wq_end(&r->wq);
-
-		if (rc == 0 && wrc < 0) {
-			rc = wrc;
-			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
-		}
-	}
-	if (rc == 0 && !digest_eq(XXH3_128bits_digest(whole), e->digest)) {
-		snprintf(r->why, sizeof(r->why), "%s: the rebuilt file does not match its digest",
-			 e->path);
-		rc = -EBADMSG;
-	}
-	if (rc == 0 && fdatasync(fd) < 0) {
-		rc = -errno;
-		snprintf(r->why, sizeof(r->why), "%s: fdatasync: %s", e->path, strerror(errno));
-	}
-	/* The manifest's mode, without set-id bits: those are not restored
-	 * from another node's word. */
-	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
-					      &what)) < 0)
-		snprintf(r->why, sizeof(r->why), "%s: %s: %s", e->path, what, strerror(-rc));
+	rc = finish_built(r, e, fd, rc);
 	if (rc == 0)
 		rc = clear_way(r, parent, base, e->path, S_IFREG);
 	if (rc == 0) {
@@ -481,13 +469,52 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 out_local:
 	if (lfd >= 0)
 		close(lfd);
-out_state:
-	XXH3_freeState(whole);
-	XXH3_freeState(chunk);
 	return rc;
 }
 
-static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chunk_size)
+/* Repairs file e in place: only the chunks the verify found wrong (b) are
+ * fetched and written, each checked against the manifest before its last
+ * piece is written; the others are neither read nor written again. A crash
+ * part-way leaves each of those chunks wrong or right and every other chunk
+ * as it was, under a step still marked as being restored. -EAGAIN: it is
+ * no longer a regular file of the manifest's size (it is rebuilt then). */
+static int patch(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
+		 int parent, const char *base, const struct bad *b)
+{
+	struct stat st;
+	int fd, rc = 0;
+
+	fd = openat(parent, base, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return -EAGAIN;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->size ||
+	    fcntl(fd, F_SETFL, 0) < 0) {
+		close(fd);
+		return -EAGAIN;
+	}
+	cbuild_begin(&r->cb, e, chunk_size, fd, 0, true);
+	for (uint64_t i = 0, k; i < b->nchunks && rc == 0; i = k) {
+		/* A run of consecutive bad chunks: one request. */
+		for (k = i + 1; k < b->nchunks && b->chunks[k] == b->chunks[k - 1] + 1; k++)
+			;
+		rc = cbuild_skip_to(&r->cb, b->chunks[i]);
+		if (rc < 0)
+			snprintf(r->why, sizeof(r->why), "%s: chunk %llu is not one of its manifest",
+				 e->path, (unsigned long long)b->chunks[i]);
+		else
+			rc = fetch_run(r, e, chunk_size, b->chunks[i], b->chunks[k - 1] + 1);
+	}
+	rc = finish_built(r, e, fd, rc);
+	if (rc == 0) {
+		r->chunks_kept += e->nchunks - b->nchunks;
+		r->files_patched++;
+	}
+	close(fd);
+	return rc;
+}
+
+static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
+		      const struct bad *b)
 {
 	const char *base, *what;
 	struct stat st;
@@ -518,9 +545,13 @@ static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chun
 						 e->mtime_ns, &what);
 		break;
 	case MF_FILE:
-		rc = rebuild(r, e, chunk_size, parent, base);
-		if (rc == 0)
-			r->files_fixed++;
+		rc = b->damaged && b->nchunks && e->nchunks ?
+		     patch(r, e, chunk_size, parent, base, b) : -EAGAIN;
+		if (rc == -EAGAIN) {
+			rc = rebuild(r, e, chunk_size, parent, base);
+			if (rc == 0)
+				r->files_fixed++;
+		}
 		close(parent);
 		return rc;
 	}
@@ -592,7 +623,7 @@ static int repair(struct restore *r, const char *mf)
 			}
 			continue;       /* a finding below an entry already rebuilt */
 		}
-		rc = repair_one(r, e, cursor_chunk_size(&c));
+		rc = repair_one(r, e, cursor_chunk_size(&c), &r->bad[i]);
 		if (rc == 0)
 			job_note(r->j, LOG_INFO, "restored", e->path, "restored %s/%s", r->path,
 				 e->path);
@@ -815,8 +846,11 @@ static void run(struct restore *r, const char *from)
 	if (rc < 0 && !*r->why)
 		snprintf(r->why, sizeof(r->why), "%s/%s: %s", r->path, MF_DIRNAME, strerror(-rc));
 	if (rc == 0) {
+		/* What a verify --deep just found is not read again: files it
+		 * vouched for and nothing changed since (damage.h). */
 		rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
-					 .deep = true, .bad = on_bad, .arg = r, .manifest = mf });
+					 .deep = true, .bad = on_bad, .arg = r, .manifest = mf,
+					 .record = true, .trust = true, .trusted = &r->trusted });
 		if (rc == 1 && !r->lost_finding)
 			rc = repair(r, mf);
 		else if (rc == 1)
@@ -858,18 +892,37 @@ static void run(struct restore *r, const char *from)
 	}
 	repl_restored(r->job, r->step, r->root, atomic_load(&r->j->files_total),
 		      atomic_load(&r->j->bytes_total));
+	damage_remove(r->stage_fd);     /* what it named is repaired */
 	unmark(r);
-	if (!r->files_fixed && !r->nbad)
+	if (!r->files_fixed && !r->files_patched && !r->nbad) {
 		job_result(r->j, 0, r->path, NULL, "%s is intact (every byte checked against the "
-			   "copy on %s): nothing to restore", r->path, r->holder);
-	else
-		job_result(r->j, 0, r->path, NULL, "restored %s from %s: %llu file%s rebuilt, "
-			   "%llu chunk%s (%llu bytes) fetched, %llu intact chunk%s kept%s",
-			   r->path, r->holder, (unsigned long long)r->files_fixed,
-			   r->files_fixed == 1 ? "" : "s", (unsigned long long)r->chunks_fetched,
-			   r->chunks_fetched == 1 ? "" : "s", (unsigned long long)r->bytes_fetched,
-			   (unsigned long long)r->chunks_kept, r->chunks_kept == 1 ? "" : "s",
+			   "copy on %s%s): nothing to restore", r->path, r->holder,
+			   r->trusted ? ", by the last verify --deep where nothing changed since" :
+			   "");
+	} else {
+		char files[96];
+		int n = 0;
+
+		if (r->files_fixed || !r->files_patched)
+			n = snprintf(files, sizeof(files), "%llu file%s rebuilt, ",
+				     (unsigned long long)r->files_fixed, r->files_fixed == 1 ? "" : "s");
+		if (r->files_patched)
+			snprintf(files + n, sizeof(files) - (size_t)n, "%llu file%s patched in place, ",
+				 (unsigned long long)r->files_patched,
+				 r->files_patched == 1 ? "" : "s");
+		char trusted[96] = "";
+
+		if (r->trusted)
+			snprintf(trusted, sizeof(trusted), "; %llu file%s taken from the last verify "
+				 "--deep, not read again", (unsigned long long)r->trusted,
+				 r->trusted == 1 ? "" : "s");
+		job_result(r->j, 0, r->path, NULL, "restored %s from %s: %s%llu chunk%s (%llu bytes) "
+			   "fetched, %llu intact chunk%s kept%s%s", r->path, r->holder, files,
+			   (unsigned long long)r->chunks_fetched, r->chunks_fetched == 1 ? "" : "s",
+			   (unsigned long long)r->bytes_fetched, (unsigned long long)r->chunks_kept,
+			   r->chunks_kept == 1 ? "" : "s", trusted,
 			   left.unexpected ? "; entries not in the manifest were left alone" : "");
+	}
 out:
 	repl_answers_free(ans, nans);
 }
@@ -908,7 +961,7 @@ void repl_restore_run(struct job *j, const char *path, const char *from)
 	r.buf = malloc(REPL_PIECE);
 	rc = r.buf ? uio_init(&r.ring) : -ENOMEM;
 	if (rc == 0) {
-		rc = wq_open(&r.wq);
+		rc = cbuild_open(&r.cb);
 		if (rc < 0)
 			io_uring_queue_exit(&r.ring);
 	}
@@ -917,13 +970,15 @@ void repl_restore_run(struct job *j, const char *path, const char *from)
 	else
 		run(&r, from);
 	if (rc == 0) {
-		wq_close(&r.wq);
+		cbuild_close(&r.cb);
 		io_uring_queue_exit(&r.ring);
 	}
 	if (r.x)
 		r.x->ops->close(r.x);
-	for (size_t i = 0; i < r.nbad; i++)
+	for (size_t i = 0; i < r.nbad; i++) {
 		free(r.bad[i].rel);
+		free(r.bad[i].chunks);
+	}
 	free(r.bad);
 	free(r.buf);
 	if (r.tmp_fd >= 0)

@@ -29,8 +29,9 @@ struct attr {
 	int err;               /* 0 or -errno of the statx */
 	bool lazy;             /* not stat'ed (WALK_LAZY) */
 	uint32_t mode, uid, gid;
-	uint64_t size;
+	uint64_t size, ino;
 	int64_t mtime_ns;
+	int64_t ctime_ns;      /* what a record of a deep verify is checked against */
 };
 
 struct listing {
@@ -203,6 +204,8 @@ static void attr_from_statx(struct attr *a, const struct statx *x)
 	a->uid = x->stx_uid;
 	a->gid = x->stx_gid;
 	a->size = x->stx_size;
+	a->ino = x->stx_ino;
+	a->ctime_ns = (int64_t)x->stx_ctime.tv_sec * 1000000000 + x->stx_ctime.tv_nsec;
 	a->err = mtime_to_ns(x->stx_mtime.tv_sec, x->stx_mtime.tv_nsec, &a->mtime_ns);
 }
 
@@ -212,6 +215,8 @@ static void attr_from_stat(struct attr *a, const struct stat *st)
 	a->uid = st->st_uid;
 	a->gid = st->st_gid;
 	a->size = (uint64_t)st->st_size;
+	a->ino = st->st_ino;
+	a->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
 	a->err = mtime_to_ns(st->st_mtim.tv_sec, st->st_mtim.tv_nsec, &a->mtime_ns);
 }
 
@@ -262,7 +267,8 @@ static int stat_some(struct walk *w, struct listing *l, const size_t *idx, size_
 			io_uring_prep_statx(sqe, dirfd, listing_name(l, idx[base + i]),
 					    AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT,
 					    STATX_TYPE | STATX_MODE | STATX_UID | STATX_GID |
-					    STATX_SIZE | STATX_MTIME, &w->stx[i]);
+					    STATX_SIZE | STATX_MTIME | STATX_CTIME | STATX_INO,
+					    &w->stx[i]);
 			io_uring_sqe_set_data64(sqe, i);
 		}
 		ret = io_uring_submit(&w->ring);
@@ -559,7 +565,9 @@ int walk_next(struct walk *w, struct walk_ent *e)
 				e->st.st_uid = a->uid;
 				e->st.st_gid = a->gid;
 				e->st.st_size = (off_t)a->size;
+				e->st.st_ino = a->ino;
 				e->mtime_ns = a->mtime_ns;
+				e->ctime_ns = a->ctime_ns;
 				e->type = walk_type_of_mode(e->st.st_mode);
 				w->descend = e->type == 'd';
 			}

@@ -25,9 +25,11 @@ struct walk_ent {
 	enum walk_side side;
 	char type;             /* source: 'd', 'f', 'l', '?' (special file); 0 if WALK_OTHER */
 	char other_type;       /* the other tree's, same letters, 0 if WALK_SRC */
-	struct stat st;        /* source lstat, when the source has it (not if lazy);
-	                          st_mtim is not filled: use mtime_ns */
+	struct stat st;        /* source lstat, when the source has it (not if lazy):
+	                          type, mode, owner, size and st_ino; st_mtim and
+	                          st_ctim are not filled: use mtime_ns, ctime_ns */
 	int64_t mtime_ns;      /* source mtime, ns since the epoch */
+	int64_t ctime_ns;      /* source ctime, the same */
 	bool lazy;             /* WALK_LAZY: a regular file only the source has, not
 	                          stat'ed: its type is all that is known */
 	int src_dirfd;         /* directory holding name in the source */

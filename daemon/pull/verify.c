@@ -18,12 +18,15 @@
 #include "common/manifest.h"
 #include "daemon/engine/copier.h"
 #include "daemon/fs/cursor.h"
+#include "daemon/pull/damage.h"
 #include "daemon/fs/roots.h"
 #include "daemon/fs/walk.h"
 
 struct vitem {             /* a file being re-hashed */
 	struct cp_file cf;
 	struct mf_entry want;  /* owned copy of the manifest entry */
+	uint64_t ino;          /* as the walk saw it, for the record */
+	int64_t ctime_ns;
 };
 
 struct verify {
@@ -34,12 +37,16 @@ struct verify {
 	uint64_t files, bytes, findings;
 	verify_bad_fn bad;
 	void *bad_arg;
+	struct damage rec;       /* being written, when rec.out */
+	struct damage old;       /* the last record, when trusting it (old.since) */
+	bool trusting;
+	uint64_t trusted;        /* files taken from old, not read */
 };
 
 /* rel is NULL for a finding about no single entry (a directory that could
  * not be listed): then detail says everything. */
 static void finding_chunks(struct verify *v, const char *kind, const char *rel,
-			   const char *detail, const digest_t *chunks, uint64_t nchunks)
+			   const char *detail, const uint64_t *bad, uint64_t nbad)
 {
 	v->findings++;
 	if (!rel)
@@ -48,7 +55,7 @@ static void finding_chunks(struct verify *v, const char *kind, const char *rel,
 		job_note(v->job, LOG_ERROR, kind, rel, "%s %s/%s%s%s", kind, v->path, rel,
 			 detail ? ": " : "", detail ? detail : "");
 	if (rel && v->bad) {
-		struct verify_finding f = { kind, rel, detail, chunks, nchunks };
+		struct verify_finding f = { kind, rel, detail, bad, nbad };
 
 		v->bad(&f, v->bad_arg);
 	}
@@ -69,24 +76,33 @@ static void on_hashed(struct cp_file *cf, void *arg)
 
 		snprintf(d, sizeof(d), "%s: %s", cf->err_op, strerror(-cf->err));
 		finding(v, cf->err == -ESTALE ? "changed" : "unreadable", it->want.path, d);
+		if (cf->err != -ESTALE)
+			damage_add(&v->rec, it->want.path, it->ino, it->ctime_ns, true, NULL, 0);
 	} else if (!digest_eq(cf->digest, it->want.digest)) {
+		uint64_t n = cf->nchunks < it->want.nchunks ? cf->nchunks : it->want.nchunks;
+		uint64_t *bad = n ? malloc(n * sizeof(*bad)) : NULL, nbad = 0;
 		char d[512];
-		int n = 0;
-		uint64_t bad = 0;
+		int o = 0;
 
-		for (uint64_t i = 0; i < cf->nchunks && i < it->want.nchunks; i++)
+		for (uint64_t i = 0; i < n; i++)
 			if (!digest_eq(cf->chunks[i], it->want.chunks[i])) {
-				if (bad < 8 && n < (int)sizeof(d) - 32)
-					n += snprintf(d + n, sizeof(d) - (size_t)n, "%s%llu",
-						      bad ? ", " : "chunk ", (unsigned long long)i);
-				bad++;
+				if (nbad < 8 && o < (int)sizeof(d) - 32)
+					o += snprintf(d + o, sizeof(d) - (size_t)o, "%s%llu",
+						      nbad ? ", " : "chunk ", (unsigned long long)i);
+				if (bad)
+					bad[nbad] = i;
+				nbad++;
 			}
-		if (bad)
-			snprintf(d + n, sizeof(d) - (size_t)n, "%s of %llu differ",
-				 bad > 8 ? ", ..." : "", (unsigned long long)cf->nchunks);
+		if (nbad)
+			snprintf(d + o, sizeof(d) - (size_t)o, "%s of %llu differ",
+				 nbad > 8 ? ", ..." : "", (unsigned long long)cf->nchunks);
 		else
 			snprintf(d, sizeof(d), "content digest differs");
-		finding_chunks(v, "damaged", it->want.path, d, cf->chunks, cf->nchunks);
+		/* Without memory for the list, the file as a whole is named. */
+		finding_chunks(v, "damaged", it->want.path, d, bad, bad ? nbad : 0);
+		damage_add(&v->rec, it->want.path, it->ino, it->ctime_ns, false, bad,
+			   bad ? nbad : 0);
+		free(bad);
 	}
 	atomic_fetch_add(&v->job->files_done, 1);
 	atomic_fetch_add(&v->job->bytes_done, it->want.size);
@@ -104,15 +120,19 @@ static void drain(struct verify *v, bool all)
 	}
 }
 
-static void rehash(struct verify *v, const struct mf_entry *m, int64_t mtime_ns)
+static void rehash(struct verify *v, const struct mf_entry *m, const struct walk_ent *w)
 {
 	struct vitem *it = calloc(1, sizeof(*it));
+	int64_t mtime_ns = w->mtime_ns;
 
 	if (!it || mf_entry_copy(&it->want, m) < 0) {
 		free(it);
 		finding(v, "unreadable", m->path, "out of memory");
+		damage_abort(&v->rec);          /* it was not read: the record would lie */
 		return;
 	}
+	it->ino = w->st.st_ino;
+	it->ctime_ns = w->ctime_ns;
 	drain(v, false);
 	it->cf = (struct cp_file){
 		.src_at = v->dirfd, .src = it->want.path, .size = it->want.size,
@@ -120,9 +140,32 @@ static void rehash(struct verify *v, const struct mf_entry *m, int64_t mtime_ns)
 	};
 	if (copier_start(v->cp, &it->cf) < 0) {
 		finding(v, "unreadable", m->path, "cannot start reading");
+		damage_abort(&v->rec);
 		mf_entry_free(&it->want);
 		free(it);
 	}
+}
+
+/* Deep, trusting the last record: whether m needs no reading, because the
+ * record vouches for it (its finding, made again here) or because nothing
+ * changed it since the record began (damage.h). */
+static bool from_record(struct verify *v, const struct mf_entry *m, const struct walk_ent *w)
+{
+	const struct damage_ent *d = damage_find(&v->old, m->path);
+
+	if (d) {
+		if (d->ino != (uint64_t)w->st.st_ino || d->ctime_ns != w->ctime_ns)
+			return false;
+		finding_chunks(v, d->unreadable ? "unreadable" : "damaged", m->path,
+			       "found by the last verify --deep, unchanged since", d->bad, d->nbad);
+		damage_add(&v->rec, m->path, d->ino, d->ctime_ns, d->unreadable, d->bad, d->nbad);
+	} else if (w->ctime_ns >= v->old.since) {
+		return false;
+	}
+	v->trusted++;
+	atomic_fetch_add(&v->job->files_done, 1);
+	atomic_fetch_add(&v->job->bytes_done, m->size);
+	return true;
 }
 
 /* One name present on both sides. */
@@ -163,7 +206,8 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 		return;
 	}
 	if (deep) {
-		rehash(v, m, w->mtime_ns);
+		if (!v->trusting || !from_record(v, m, w))
+			rehash(v, m, w);
 		return;
 	}
 	atomic_fetch_add(&v->job->files_done, 1);
@@ -193,11 +237,17 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 		return -ENOENT;
 	}
 	ret = cursor_open(&mc, stage_fd, mf, MF_COMPLETE, why, sizeof(why));
-	close(stage_fd);
 	if (ret < 0) {
+		close(stage_fd);
 		job_note(j, LOG_ERROR, NULL, NULL, "%s/%s: %s", path, MF_DIRNAME, why);
 		return ret;
 	}
+	/* The last record is read before the next one starts (its since is
+	 * what the files are compared with). Without either, a plain verify. */
+	if (deep && o->trust)
+		v.trusting = damage_load(&v.old, stage_fd, mf) == 0;
+	if (deep && o->record)
+		damage_start(&v.rec, stage_fd, mf);
 	if (deep) {
 		struct copier_opts co = {
 			.memory = j->cfg->memory, .io_size = j->cfg->io_size,
@@ -207,9 +257,8 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 
 		ret = copier_create(&v.cp, -1, &co);
 		if (ret < 0) {
-			cursor_close(&mc);
 			job_note(j, LOG_ERROR, NULL, NULL, "io_uring: %s", strerror(-ret));
-			return ret;
+			goto out_copier;        /* v.cp is NULL */
 		}
 	}
 	ret = walk_open(&w, dirfd, -1, 0);
@@ -231,6 +280,7 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 			ret = walk_next(w, &e);
 			if (ret < 0) {
 				finding(&v, "unreadable", walk_err_path(w), walk_why(w));
+				damage_abort(&v.rec);   /* what is below it was not read */
 				continue;
 			}
 			have_w = ret == 1;
@@ -270,10 +320,26 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 	}
 	atomic_store(&j->files_total, v.files);
 	atomic_store(&j->bytes_total, v.bytes);
+	if (ret >= 0)
+		damage_commit(&v.rec);
+	if (o->trusted)
+		*o->trusted = v.trusted;
 out_copier:
+	damage_abort(&v.rec);           /* not committed: the last record stays */
+	damage_free(&v.old);
 	copier_destroy(v.cp);
 	cursor_close(&mc);
+	close(stage_fd);
 	return ret;
+}
+
+static bool beneath(const char *root, const char *path)
+{
+	size_t n = strlen(root);
+
+	while (n > 1 && root[n - 1] == '/')
+		n--;
+	return strncmp(root, path, n) == 0 && path[n] == '/';
 }
 
 void verify_run(struct job *j, const char *path_arg)
@@ -288,7 +354,10 @@ void verify_run(struct job *j, const char *path_arg)
 		return;
 	}
 	job_set_what(j, "%s", path);
-	ret = verify_tree(j, path, fd, &(struct verify_opts){ .deep = deep });
+	/* A checkpoint keeps the record of what its deep verify found, for a
+	 * restore after it (damage.h); a dataset has no restore to use it. */
+	ret = verify_tree(j, path, fd, &(struct verify_opts){
+				  .deep = deep, .record = beneath(j->cfg->ckpt_root, path) });
 	if (ret == 0)
 		job_result(j, 0, path, NULL, "verified %s%s: %llu files, %llu bytes", path,
 			   deep ? " (every byte)" : "",

@@ -1,6 +1,8 @@
 /* stage verify on this node: a staged tree (or checkpoint) against its
  * manifest. Fast mode compares types, sizes, mtimes and link targets; deep
- * mode also re-reads and re-hashes every byte through the copier. */
+ * mode also re-reads and re-hashes every byte through the copier, and on a
+ * checkpoint leaves a record of what it found (damage.h) that a restore
+ * right after it uses instead of reading everything again. */
 #ifndef STAGE_VERIFY_H
 #define STAGE_VERIFY_H
 
@@ -10,13 +12,14 @@
 #include "daemon/job/job.h"
 
 /* One entry that does not match. kind: "missing", "unexpected", "changed",
- * "damaged", "unreadable". For "damaged" the digests of the chunks as read
- * now (nchunks of them; 0 for a file of one chunk), so a caller can tell
- * which chunks to repair. */
+ * "damaged", "unreadable". For "damaged", the numbers of the chunks whose
+ * bytes no longer match the manifest, ascending (nbad of them), so that a
+ * repair can fetch those only; nbad 0: the file as a whole (a file of one
+ * chunk, or chunks that match under a file digest that does not). */
 struct verify_finding {
 	const char *kind, *rel, *detail;   /* detail may be NULL */
-	const digest_t *chunks;
-	uint64_t nchunks;
+	const uint64_t *bad;
+	uint64_t nbad;
 };
 typedef void (*verify_bad_fn)(const struct verify_finding *f, void *arg);
 
@@ -27,6 +30,10 @@ struct verify_opts {
 	void *arg;
 	const char *manifest;      /* its name in .stage; NULL: "manifest" */
 	digest_t *root;            /* may be NULL: the manifest's root, once read whole */
+	/* deep only (damage.h): */
+	bool record;               /* leave the record of what was found, for a restore */
+	bool trust;                /* take the last record's word for what it covers */
+	uint64_t *trusted;         /* may be NULL: files so taken, not read again */
 };
 
 /* Verifies the tree at dirfd (path is for messages) against its manifest,

@@ -117,7 +117,7 @@ def test_flipped_byte_found_and_restored(trio, tmp_path):
     # Restore fetches the damaged chunk only.
     rs = n1.run("restore", str(ckpt(n1)), timeout=120)
     assert rs.returncode == 0, rs.stdout + rs.stderr
-    assert "1 file rebuilt, 1 chunk" in rs.stderr, rs.stderr
+    assert "1 file patched in place, 1 chunk" in rs.stderr, rs.stderr
     assert "from n2" in rs.stderr
     assert_tree_equal(tmp_path / "orig" / "n1", ckpt(n1))
     assert n1.run("verify", str(ckpt(n1)), "--deep").returncode == 0
@@ -126,6 +126,40 @@ def test_flipped_byte_found_and_restored(trio, tmp_path):
     again = n1.run("restore", str(ckpt(n1)), timeout=120)
     assert again.returncode == 0 and "nothing to restore" in again.stderr, again.stderr
     assert not any((ckpt(n1) / ".stage" / "tmp").iterdir())
+
+
+def test_restore_after_verify_deep_reads_only_what_changed(trio, tmp_path):
+    """`stage verify --deep` of a checkpoint leaves the record of what it
+    found (.stage/damage); a restore right after it repairs that without
+    reading the step again, patching the bad chunk in place. A file changed
+    after the verify (a byte flipped, its mtime put back: only its ctime
+    tells) is not taken at the record's word: it is read and repaired too."""
+    n0, n1, n2 = trio
+    step = ckpt(n1)
+    flip_byte(step / "model-rank1.pt", 3 * CHUNK + 17)
+    cp = n1.run("verify", str(step), "--deep")
+    assert cp.returncode == 1 and "model-rank1.pt" in cp.stdout, cp.stdout + cp.stderr
+    rec = (step / ".stage" / "damage").read_text()
+    assert rec.startswith("stage-damage 1\n") and rec.endswith("end\n"), rec
+    assert [x.split()[0] + " " + x.split()[3] + " " + x.split()[4]
+            for x in rec.splitlines() if x.startswith("damaged")] == ["damaged 3 model-rank1.pt"]
+    ino = os.stat(step / "model-rank1.pt").st_ino
+    flip_byte(step / "optim" / "rank1.bin", CHUNK + 5)     # after the verify
+    rs = n1.run("restore", str(step), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    # model-rank1.pt from the record, optim/rank1.bin read again; the other
+    # three files (meta.json, empty, x.txt) unchanged since: not read.
+    assert "2 files patched in place, 2 chunks" in rs.stderr, rs.stderr
+    assert "4 files taken from the last verify --deep, not read again" in rs.stderr, rs.stderr
+    assert os.stat(step / "model-rank1.pt").st_ino == ino       # in place, not rebuilt
+    assert not (step / ".stage" / "damage").exists()            # used up
+    assert_tree_equal(tmp_path / "orig" / "n1", step)
+    assert n1.run("verify", str(step), "--deep").returncode == 0
+    # The record of that clean verify: nothing found, so a restore with
+    # nothing changed since reads nothing and says why it trusts it.
+    again = n1.run("restore", str(step), timeout=120)
+    assert again.returncode == 0 and "nothing to restore" in again.stderr, again.stderr
+    assert "by the last verify --deep" in again.stderr, again.stderr
 
 
 def test_deleted_checkpoint_dir_restored(trio, tmp_path):
