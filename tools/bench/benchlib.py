@@ -32,6 +32,17 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("STAGE_BUILD", REPO / "build"))
 STAGED = BUILD / "bin" / "staged"
 STAGE = BUILD / "bin" / "stage"
+
+
+def shown(path):
+    """A path for a report: relative to the repository when it is inside it (a report names no
+    path of the machine it ran on)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 GEN_TREE = REPO / "tools" / "gen-tree"
 GEN_TENSORS = REPO / "tools" / "gen-tensors"
 
