@@ -105,10 +105,12 @@ static void on_bad(const struct verify_finding *f, void *arg)
 		memcpy(b->chunks, f->bad, f->nbad * sizeof(*b->chunks));
 		b->nchunks = f->nbad;
 	}
-	if (b->rel)     /* without the chunk list, the file is rebuilt whole */
+	if (b->rel) {   /* without the chunk list, the file is rebuilt whole */
 		r->nbad++;
-	else
+	} else {
+		free(b->chunks);
 		r->lost_finding = true;
+	}
 }
 
 static int bad_cmp(const void *a, const void *b)
@@ -487,7 +489,10 @@ static int patch(struct restore *r, const struct mf_entry *e, uint64_t chunk_siz
 	fd = openat(parent, base, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return -EAGAIN;
+	/* Another name of the same inode would change with it: rebuilt instead.
+	 * So is a file the list does not fit (chunks past its last). */
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->size ||
+	    st.st_nlink != 1 || b->chunks[b->nchunks - 1] >= e->nchunks ||
 	    fcntl(fd, F_SETFL, 0) < 0) {
 		close(fd);
 		return -EAGAIN;
@@ -498,8 +503,8 @@ static int patch(struct restore *r, const struct mf_entry *e, uint64_t chunk_siz
 		for (k = i + 1; k < b->nchunks && b->chunks[k] == b->chunks[k - 1] + 1; k++)
 			;
 		rc = cbuild_skip_to(&r->cb, b->chunks[i]);
-		if (rc < 0)
-			snprintf(r->why, sizeof(r->why), "%s: chunk %llu is not one of its manifest",
+		if (rc < 0)     /* the list is ascending and checked above: not reached */
+			snprintf(r->why, sizeof(r->why), "%s: chunk %llu out of order",
 				 e->path, (unsigned long long)b->chunks[i]);
 		else
 			rc = fetch_run(r, e, chunk_size, b->chunks[i], b->chunks[k - 1] + 1);

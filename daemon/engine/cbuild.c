@@ -83,6 +83,8 @@ int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size
 	b->chunk_size = chunk_size;
 	b->at = b->chunk_no = b->chunk_fill = b->bad_chunk = 0;
 	b->skipped = false;
+	if (keep > e->size)
+		return -EINVAL;
 	XXH3_128bits_reset(b->whole);
 	XXH3_128bits_reset(b->chunk);
 	/* Read back through the cache, before wq_begin may set O_DIRECT. */
@@ -106,7 +108,7 @@ int cbuild_put(struct cbuild *b, int i, size_t n)
 {
 	uint64_t off = b->at;
 
-	if (n > b->e->size - off)
+	if (off > b->e->size || n > b->e->size - off)
 		return -EFBIG;
 	if (!take(b, b->wq.buf[i], n)) {
 		b->at = off;            /* not written: the file goes no further */

@@ -54,30 +54,45 @@ void damage_free(struct damage *d)
 	d->n = 0;
 }
 
-/* "a,b-c,..." into e->bad; "-" is the file whole. 0 or -EINVAL/-ENOMEM. */
-static int parse_chunks(struct damage_ent *e, char *s)
+/* A decimal number at s, digits only (no sign, no space), below 2^48. */
+static int num(const char *s, char **end, uint64_t *v)
+{
+	unsigned long long x;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	x = strtoull(s, end, 10);
+	if (errno || x >= (1ull << 48))
+		return -EINVAL;
+	*v = x;
+	return 0;
+}
+
+/* "a,b-c,..." into e->bad, ascending; "-" is the file whole. *budget:
+ * chunk numbers the whole record may still hold (the file's lines are
+ * short; what they expand to is bounded here). 0 or -EINVAL/-ENOMEM. */
+static int parse_chunks(struct damage_ent *e, char *s, uint64_t *budget)
 {
 	size_t cap = 0;
+	char *save = NULL;
 
 	if (strcmp(s, "-") == 0)
 		return 0;
-	for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+	for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		char *end;
-		unsigned long long a = strtoull(tok, &end, 10), b = a;
+		uint64_t a, b;
 
-		if (end == tok)
+		if (num(tok, &end, &a) < 0)
 			return -EINVAL;
-		if (*end == '-') {
-			char *t = end + 1;
-
-			b = strtoull(t, &end, 10);
-			if (end == t)
-				return -EINVAL;
-		}
-		if (*end || b < a || b - a >= DAMAGE_MAX ||
-		    (e->nbad && a <= e->bad[e->nbad - 1]) || e->nbad + (b - a) >= DAMAGE_MAX)
+		b = a;
+		if (*end == '-' && num(end + 1, &end, &b) < 0)
 			return -EINVAL;
-		for (unsigned long long k = a; k <= b; k++) {
+		if (*end || b < a || (e->nbad && a <= e->bad[e->nbad - 1]) ||
+		    b - a >= *budget || e->nbad + (b - a) >= DAMAGE_MAX)
+			return -EINVAL;
+		*budget -= b - a + 1;
+		for (uint64_t k = a;; k++) {
 			if (e->nbad == cap) {
 				uint64_t *v = realloc(e->bad, (cap ? 2 * cap : 16) * sizeof(*v));
 
@@ -87,13 +102,15 @@ static int parse_chunks(struct damage_ent *e, char *s)
 				cap = cap ? 2 * cap : 16;
 			}
 			e->bad[e->nbad++] = k;
+			if (k == b)
+				break;
 		}
 	}
 	return 0;
 }
 
 /* One "damaged|unreadable INO CTIME CHUNKS PATH" line. */
-static int parse_ent(struct damage_ent *e, char *line)
+static int parse_ent(struct damage_ent *e, char *line, uint64_t *budget)
 {
 	char kind[16], *chunks, *path;
 	unsigned long long ino;
@@ -118,12 +135,14 @@ static int parse_ent(struct damage_ent *e, char *line)
 	path[len] = '\0';
 	if (!(e->rel = strdup(path)))
 		return -ENOMEM;
-	return parse_chunks(e, chunks);
+	return parse_chunks(e, chunks, budget);
 }
 
 int damage_load(struct damage *d, int stage_fd, const char *mf)
 {
 	char want[128], *line = malloc(MF_MAX_LINE);
+	uint64_t budget = DAMAGE_CHUNKS_MAX;
+	struct stat st;
 	size_t cap = 0;
 	bool ended = false;
 	int fd, rc = 0, no = 0;
@@ -132,8 +151,11 @@ int damage_load(struct damage *d, int stage_fd, const char *mf)
 	*d = (struct damage){ .stage_fd = -1 };
 	if (!line)
 		return -ENOMEM;
-	fd = openat(stage_fd, DAMAGE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 || manifest_id(stage_fd, mf, want, sizeof(want)) < 0 || !(f = fdopen(fd, "r"))) {
+	/* Non-blocking: a fifo in its place must not hang the restore. Only a
+	 * regular file this daemon's user wrote is read. */
+	fd = openat(stage_fd, DAMAGE_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    manifest_id(stage_fd, mf, want, sizeof(want)) < 0 || !(f = fdopen(fd, "r"))) {
 		if (fd >= 0)
 			close(fd);
 		free(line);
@@ -171,13 +193,15 @@ int damage_load(struct damage *d, int stage_fd, const char *mf)
 				cap = cap ? 2 * cap : 16;
 			}
 			d->v[d->n] = (struct damage_ent){ 0 };
-			rc = parse_ent(&d->v[d->n], line);
+			rc = parse_ent(&d->v[d->n], line, &budget);
 			d->n++;
 		}
 	}
 	fclose(f);
 	free(line);
-	if (rc == 0 && !ended)
+	/* Its since was read from its own temporary, which it was renamed
+	 * from: a since later than the file's ctime is not one we wrote. */
+	if (rc == 0 && (!ended || d->since > ctime_of(&st)))
 		rc = -ENOENT;
 	if (rc < 0) {
 		damage_free(d);
@@ -216,7 +240,10 @@ int damage_start(struct damage *d, int stage_fd, const char *mf)
 	if (rc < 0)
 		return rc;
 	new_name(d->tmp, sizeof(d->tmp));
-	fd = openat(stage_fd, d->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	/* A fresh file: whatever stands under the name (a fifo, a hard link
+	 * to another file) is unlinked, not opened. */
+	unlinkat(stage_fd, d->tmp, 0);
+	fd = openat(stage_fd, d->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
 	/* The kernel's time now, on the clock it stamps every change with. */
@@ -227,6 +254,8 @@ int damage_start(struct damage *d, int stage_fd, const char *mf)
 		return rc;
 	}
 	d->since = ctime_of(&st);
+	d->mf = mf;
+	snprintf(d->mf_id, sizeof(d->mf_id), "%s", id);
 	fprintf(d->out, MAGIC "\n%s\nsince %" PRId64 "\n", id, d->since);
 	return 0;
 }
@@ -286,10 +315,17 @@ out:
 
 int damage_commit(struct damage *d)
 {
+	char id[128];
 	int rc;
 
 	if (!d->out)
 		return -EIO;
+	/* A commit of the step while the verify ran: what it read may be of
+	 * either manifest, so it vouches for neither. */
+	if (manifest_id(d->stage_fd, d->mf, id, sizeof(id)) < 0 || strcmp(id, d->mf_id)) {
+		damage_abort(d);
+		return -ESTALE;
+	}
 	fputs("end\n", d->out);
 	rc = fflush(d->out) == 0 && !ferror(d->out) ? 0 : -EIO;
 	fclose(d->out);

@@ -10,12 +10,14 @@
  * held, when the verify read it, the bytes it holds now (unless the disk
  * itself rotted them since, which only reading again can tell); a file the
  * record names is taken as recorded only while its inode and ctime are the
- * ones recorded. The record holds for one manifest (its inode, size and
+ * ones recorded. A file renamed in with its directory keeps its old ctime:
+ * the directory's moved, so the verify trusts nothing beneath a directory
+ * changed since. The record holds for one manifest (its inode, size and
  * ctime), is complete only with its last line, and is replaced by each
  * deep verify and removed by a restore that completes. A wall clock set
- * back (by hand, or NTP stepping it) could make a later change look older:
- * the kernel's ctimes follow it; a restore after such a step should be
- * run with the record removed.
+ * back (by hand, or NTP stepping it) could make a later change look older,
+ * since the kernel's ctimes follow it: a verify that finds its own since
+ * below the last record's trusts nothing.
  *
  * Format (docs/MANIFEST.md, "the damage record"): text lines
  *   stage-damage 1
@@ -25,7 +27,9 @@
  *   unreadable INO CTIME_NS - PATH
  *   end
  * PATH escaped as in the manifest. Memory: a loaded record holds at most
- * DAMAGE_MAX entries; a record naming more is not used.
+ * DAMAGE_MAX entries and DAMAGE_CHUNKS_MAX chunk numbers (8 MiB); a record
+ * naming more is not used. Only a regular file owned by the daemon's user
+ * is read.
  */
 #ifndef STAGE_DAMAGE_H
 #define STAGE_DAMAGE_H
@@ -35,7 +39,8 @@
 #include <stdio.h>
 
 #define DAMAGE_NAME "damage"
-#define DAMAGE_MAX 65536
+#define DAMAGE_MAX 65536                /* files a record names; chunks a line names */
+#define DAMAGE_CHUNKS_MAX (1u << 20)    /* chunk numbers of a whole record */
 
 struct damage_ent {
 	char *rel;
@@ -52,6 +57,8 @@ struct damage {                    /* a record loaded, or being written */
 	FILE *out;                 /* being written: .stage/damage.new.TID */
 	int stage_fd;              /* borrowed, while writing */
 	char tmp[32];              /* that name */
+	const char *mf;            /* the manifest's name, borrowed, while writing */
+	char mf_id[128];           /* its "manifest ..." line when the record began */
 };
 
 /* Loads the record in stage_fd if it is complete and was made against the
@@ -67,7 +74,8 @@ int damage_start(struct damage *d, int stage_fd, const char *mf);
  * or unreadable. */
 void damage_add(struct damage *d, const char *rel, uint64_t ino, int64_t ctime_ns,
 		bool unreadable, const uint64_t *bad, uint64_t nbad);
-/* The record complete, in place of the last one. 0 or -errno. */
+/* The record complete, in place of the last one; -ESTALE (none written)
+ * when the manifest changed since damage_start. 0 or -errno. */
 int damage_commit(struct damage *d);
 /* The record given up (a verify cut short): the last one stays, which
  * holds by its own rules. */

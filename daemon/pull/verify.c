@@ -41,6 +41,8 @@ struct verify {
 	struct damage old;       /* the last record, when trusting it (old.since) */
 	bool trusting;
 	uint64_t trusted;        /* files taken from old, not read */
+	char taint[MF_MAX_PATH + 1];   /* trusting: a directory changed since old began */
+	int err;                 /* the copier failed: nothing more is read */
 };
 
 /* rel is NULL for a finding about no single entry (a directory that could
@@ -113,9 +115,16 @@ static void on_hashed(struct cp_file *cf, void *arg)
 
 static void drain(struct verify *v, bool all)
 {
-	while (copier_inflight(v->cp) && (all || !copier_has_room(v->cp))) {
-		if (copier_run(v->cp, 100, on_hashed, v) < 0)
+	while (!v->err && copier_inflight(v->cp) && (all || !copier_has_room(v->cp))) {
+		int rc = copier_run(v->cp, 100, on_hashed, v);
+
+		/* The files still in flight will never report: the verify
+		 * cannot say they are intact, and fails. */
+		if (rc < 0) {
+			v->err = rc;
+			damage_abort(&v->rec);
 			break;
+		}
 		job_progress(v->job, false);
 	}
 }
@@ -149,10 +158,32 @@ static void rehash(struct verify *v, const struct mf_entry *m, const struct walk
 /* Deep, trusting the last record: whether m needs no reading, because the
  * record vouches for it (its finding, made again here) or because nothing
  * changed it since the record began (damage.h). */
+static bool beneath_taint(const struct verify *v, const char *rel)
+{
+	size_t n = strlen(v->taint);
+
+	return n && strncmp(rel, v->taint, n) == 0 && rel[n] == '/';
+}
+
+/* Trusting: a directory whose ctime moved since the record began had an
+ * entry renamed into it (or out), and what was renamed in keeps its own
+ * old ctime: nothing beneath it is taken at the record's word. Walked in
+ * manifest order, the outermost such directory is enough to remember. */
+static void note_dir(struct verify *v, const char *rel, const struct walk_ent *w)
+{
+	if (beneath_taint(v, rel))
+		return;
+	v->taint[0] = '\0';
+	if (w->ctime_ns >= v->old.since && strlen(rel) < sizeof(v->taint))
+		strcpy(v->taint, rel);
+}
+
 static bool from_record(struct verify *v, const struct mf_entry *m, const struct walk_ent *w)
 {
 	const struct damage_ent *d = damage_find(&v->old, m->path);
 
+	if (beneath_taint(v, m->path))
+		return false;
 	if (d) {
 		if (d->ino != (uint64_t)w->st.st_ino || d->ctime_ns != w->ctime_ns)
 			return false;
@@ -181,8 +212,11 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 			return;
 		}
 	}
-	if (m->type == MF_DIR)
+	if (m->type == MF_DIR) {
+		if (deep && v->trusting)
+			note_dir(v, m->path, w);
 		return;
+	}
 	if (m->type == MF_LINK) {
 		char t[MF_MAX_PATH + 1];
 		ssize_t n = readlinkat(w->src_dirfd, w->name, t, sizeof(t) - 1);
@@ -248,6 +282,11 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 		v.trusting = damage_load(&v.old, stage_fd, mf) == 0;
 	if (deep && o->record)
 		damage_start(&v.rec, stage_fd, mf);
+	/* The kernel's clock went back since the last record (set by hand, or
+	 * stepped): a change since then may carry a ctime below its since.
+	 * Without a record of its own begun, that cannot be told: no trust. */
+	if (v.trusting && (!v.rec.out || v.rec.since < v.old.since))
+		v.trusting = false;
 	if (deep) {
 		struct copier_opts co = {
 			.memory = j->cfg->memory, .io_size = j->cfg->io_size,
@@ -313,6 +352,10 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 		job_note(j, LOG_ERROR, NULL, NULL, "%s/%s: the manifest is damaged (see the log)",
 			 path, MF_NAME);
 		ret = mc.err;
+	} else if (ret == 0 && v.err) {
+		job_note(j, LOG_ERROR, NULL, NULL, "%s: reading stopped: io_uring: %s", path,
+			 strerror(-v.err));
+		ret = v.err;
 	} else if (ret == 0) {
 		ret = v.findings ? 1 : 0;
 		if (o->root && mc.r)
@@ -337,8 +380,8 @@ static bool beneath(const char *root, const char *path)
 {
 	size_t n = strlen(root);
 
-	while (n > 1 && root[n - 1] == '/')
-		n--;
+	while (n > 0 && root[n - 1] == '/')
+		n--;            /* "/" is n = 0: every absolute path is beneath it */
 	return strncmp(root, path, n) == 0 && path[n] == '/';
 }
 

@@ -342,6 +342,7 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 	struct watch *w = NULL;
 	int rc;
 
+	repl_state_init();
 	repl.cfg = cfg;
 	rc = open_cluster(cfg, why, whylen);
 	if (rc < 0)

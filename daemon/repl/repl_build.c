@@ -169,11 +169,13 @@ static int put_piece(struct rx *r, int b, size_t n)
 	struct wq *q = &r->cb.wq;
 	int rc = cbuild_put(&r->cb, b, n);
 
-	if (rc == -EBADMSG || rc == -EFBIG) {
+	if (rc == -EBADMSG) {
 		if (!r->ce.nchunks)
 			forget_file(r);
-		return -EBADMSG;
+		return rc;
 	}
+	if (rc == -EFBIG)       /* the callers bound each piece by the size: not reached */
+		return rx_fail(r, -EPROTO, "%s: bytes past its size", r->ce.path);
 	if (rc < 0)
 		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
 	if (!cbuild_done(&r->cb) && r->cb.at - r->asked >= SYNC_EVERY &&

@@ -117,6 +117,9 @@ void repl_restore_end(const char *job, const char *step);
 
 /* repl_state.c: the state, dialing, the threads' priority. */
 extern struct repl repl;
+/* repl.cond on the monotonic clock: first thing in repl_open, before any
+ * thread of replication runs. */
+void repl_state_init(void);
 /* Under repl.lock: waits on repl.cond until woken or until deadline_ns
  * (mono_ns, common/clock.h). 0 woken (maybe spuriously), or ETIMEDOUT. */
 int repl_wait_until(uint64_t deadline_ns);

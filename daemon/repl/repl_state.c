@@ -21,20 +21,26 @@
 struct repl repl = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
 		     .stop_fd = -1 };
 
+void repl_state_init(void)
+{
+	pthread_condattr_t ca;
+
+	/* Deadlines on the monotonic clock: a wall clock set back while a
+	 * sender backs off must not stretch its wait by the step. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_destroy(&repl.cond);
+	pthread_cond_init(&repl.cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 int repl_wait_until(uint64_t deadline_ns)
 {
-	uint64_t now = mono_ns(), w;
-	struct timespec ts;
+	struct timespec ts = { .tv_sec = (time_t)(deadline_ns / 1000000000u),
+			       .tv_nsec = (long)(deadline_ns % 1000000000u) };
 
-	if (now >= deadline_ns)
+	if (mono_ns() >= deadline_ns)
 		return ETIMEDOUT;
-	/* repl.cond keeps its default clock, the wall clock: the deadline is
-	 * turned into one at each wait, so a clock stepped meanwhile makes one
-	 * wait too short or too long by the step, and the caller's loop on
-	 * the monotonic clock decides. */
-	w = wall_ns() + (deadline_ns - now);
-	ts.tv_sec = (time_t)(w / 1000000000u);
-	ts.tv_nsec = (long)(w % 1000000000u);
 	return pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
 }
 

@@ -133,10 +133,15 @@ def test_restore_after_verify_deep_reads_only_what_changed(trio, tmp_path):
     found (.stage/damage); a restore right after it repairs that without
     reading the step again, patching the bad chunk in place. A file changed
     after the verify (a byte flipped, its mtime put back: only its ctime
-    tells) is not taken at the record's word: it is read and repaired too."""
+    tells) is not taken at the record's word: it is read and repaired too;
+    so is a file in a directory renamed into the step after the verify (the
+    file keeps its old ctime; the directory's tells)."""
     n0, n1, n2 = trio
     step = ckpt(n1)
     flip_byte(step / "model-rank1.pt", 3 * CHUNK + 17)
+    # Ready before the verify (old ctimes): a copy of sub/ with x.txt damaged.
+    shutil.copytree(step / "sub", tmp_path / "sub2", copy_function=shutil.copy2)
+    flip_byte(tmp_path / "sub2" / "deeper" / "x.txt", 7)
     cp = n1.run("verify", str(step), "--deep")
     assert cp.returncode == 1 and "model-rank1.pt" in cp.stdout, cp.stdout + cp.stderr
     rec = (step / ".stage" / "damage").read_text()
@@ -145,12 +150,15 @@ def test_restore_after_verify_deep_reads_only_what_changed(trio, tmp_path):
             for x in rec.splitlines() if x.startswith("damaged")] == ["damaged 3 model-rank1.pt"]
     ino = os.stat(step / "model-rank1.pt").st_ino
     flip_byte(step / "optim" / "rank1.bin", CHUNK + 5)     # after the verify
+    os.rename(step / "sub", tmp_path / "sub-old")
+    os.rename(tmp_path / "sub2", step / "sub")
     rs = n1.run("restore", str(step), timeout=120)
     assert rs.returncode == 0, rs.stdout + rs.stderr
-    # model-rank1.pt from the record, optim/rank1.bin read again; the other
-    # three files (meta.json, empty, x.txt) unchanged since: not read.
-    assert "2 files patched in place, 2 chunks" in rs.stderr, rs.stderr
-    assert "4 files taken from the last verify --deep, not read again" in rs.stderr, rs.stderr
+    # model-rank1.pt from the record; optim/rank1.bin and sub/deeper/x.txt
+    # read again (x.txt, one chunk, rebuilt); meta.json and empty unchanged
+    # since: not read.
+    assert "1 file rebuilt, 2 files patched in place, 3 chunks" in rs.stderr, rs.stderr
+    assert "3 files taken from the last verify --deep, not read again" in rs.stderr, rs.stderr
     assert os.stat(step / "model-rank1.pt").st_ino == ino       # in place, not rebuilt
     assert not (step / ".stage" / "damage").exists()            # used up
     assert_tree_equal(tmp_path / "orig" / "n1", step)

@@ -5,7 +5,9 @@
  * at least as large; a record cut off, of another manifest (the manifest
  * rewritten), or given up is not used; the last complete record survives
  * a record given up; a record naming more than DAMAGE_MAX files is not
- * used. */
+ * used; and a hostile record (signs, numbers past 2^48, ranges that would
+ * expand to gigabytes, a since later than the file itself, a fifo in its
+ * place) is refused at once, without hanging or allocating without end. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -177,12 +179,71 @@ static void test_bounded(void **state)
 	free(many);
 }
 
+/* A record as given, under the manifest written just before: the header
+ * made from a real start (so its manifest line is right), then body. */
+static int load_raw(const char *body, int64_t since_shift)
+{
+	struct damage w = { 0 }, r;
+	char path[96], head[512];
+	FILE *f;
+	int rc;
+
+	assert_int_equal(damage_start(&w, dfd, "manifest"), 0);
+	assert_int_equal(damage_commit(&w), 0);
+	f = fdopen(openat(dfd, "damage", O_RDONLY), "r");
+	assert_non_null(f);
+	assert_non_null(fgets(head, sizeof(head), f));           /* magic */
+	assert_non_null(fgets(head + strlen(head), 200, f));     /* manifest */
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/damage", dir);
+	f = fopen(path, "w");
+	fprintf(f, "%ssince %lld\n%send\n", head, (long long)(w.since + since_shift), body);
+	fclose(f);
+	rc = damage_load(&r, dfd, "manifest");
+	if (rc == 0)
+		damage_free(&r);
+	return rc;
+}
+
+static void test_hostile_records(void **state)
+{
+	char *many = malloc(20 * 70000), *p;
+	char path[96];
+	struct damage r;
+
+	write_manifest("m5\n");
+	assert_int_equal(load_raw("damaged 1 2 0-3,7 ok\n", 0), 0);        /* the control */
+	assert_int_equal(load_raw("damaged 1 2 -1 x\n", 0), -ENOENT);
+	assert_int_equal(load_raw("damaged 1 2 0--1 x\n", 0), -ENOENT);
+	assert_int_equal(load_raw("damaged 1 2 0-18446744073709551615 x\n", 0), -ENOENT);
+	assert_int_equal(load_raw("damaged 1 2 99999999999999999999 x\n", 0), -ENOENT);
+	assert_int_equal(load_raw("damaged 1 2 5,3 x\n", 0), -ENOENT);     /* not ascending */
+	assert_int_equal(load_raw("damaged 1 2 3\n", 0), -ENOENT);         /* no path */
+	assert_int_equal(load_raw("broken 1 2 3 x\n", 0), -ENOENT);
+	/* Short lines that would expand past what a record may hold. */
+	p = many;
+	for (int i = 0; i < 40; i++)
+		p += sprintf(p, "damaged 1 2 0-65000 f%d\n", i);
+	assert_int_equal(load_raw(many, 0), -ENOENT);
+	/* A since later than the record file's own ctime: not one we wrote. */
+	assert_int_equal(load_raw("", 1000000000000ll), -ENOENT);
+	assert_int_equal(load_raw("", 0), 0);
+	/* A fifo where the record belongs: refused, not waited on. */
+	snprintf(path, sizeof(path), "%s/damage", dir);
+	unlink(path);
+	assert_int_equal(mkfifo(path, 0644), 0);
+	assert_int_equal(damage_load(&r, dfd, "manifest"), -ENOENT);
+	unlink(path);
+	free(many);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_what_is_not_used),
 		cmocka_unit_test(test_bounded),
+		cmocka_unit_test(test_hostile_records),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
