@@ -18,9 +18,9 @@
 #include "common/manifest.h"
 #include "daemon/engine/copier.h"
 #include "daemon/fs/cursor.h"
-#include "daemon/pull/damage.h"
 #include "daemon/fs/roots.h"
 #include "daemon/fs/walk.h"
+#include "daemon/pull/damage.h"
 
 struct vitem {             /* a file being re-hashed */
 	struct cp_file cf;
@@ -155,9 +155,6 @@ static void rehash(struct verify *v, const struct mf_entry *m, const struct walk
 	}
 }
 
-/* Deep, trusting the last record: whether m needs no reading, because the
- * record vouches for it (its finding, made again here) or because nothing
- * changed it since the record began (damage.h). */
 static bool beneath_taint(const struct verify *v, const char *rel)
 {
 	size_t n = strlen(v->taint);
@@ -178,6 +175,9 @@ static void note_dir(struct verify *v, const char *rel, const struct walk_ent *w
 		strcpy(v->taint, rel);
 }
 
+/* Deep, trusting the last record: whether m needs no reading, because the
+ * record vouches for it (its finding, made again here) or because nothing
+ * changed it since the record began (damage.h). */
 static bool from_record(struct verify *v, const struct mf_entry *m, const struct walk_ent *w)
 {
 	const struct damage_ent *d = damage_find(&v->old, m->path);
