@@ -207,7 +207,8 @@ int damage_load(struct damage *d, int stage_fd, const char *mf)
 		damage_free(d);
 		return rc == -ENOMEM ? rc : -ENOENT;
 	}
-	qsort(d->v, d->n, sizeof(*d->v), ent_cmp);
+	if (d->n)               /* qsort's base may not be NULL, even for none */
+		qsort(d->v, d->n, sizeof(*d->v), ent_cmp);
 	return 0;
 }
 
