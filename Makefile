@@ -11,7 +11,7 @@ CPPFLAGS += -I. -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
             -Wmissing-prototypes -Wno-unused-parameter -fno-strict-aliasing
-LDLIBS   += -lpthread
+LDLIBS   += -lpthread -lm
 
 # pkg-config finds the libraries; xxhash's .pc is missing on some releases.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -95,7 +95,15 @@ $(EVILPEER): $(call obj,tests/tools/evilpeer.c tests/tools/evilpeer_scn.c) $(BUI
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 all: $(EVILPEER)
 
-integration: $(BIN) $(EVILPEER)
+# Expands a hostlist expression with common/hostlist.c, one name a line, for
+# tests/integration/test_hostlist.py to compare with Slurm's scontrol.
+HOSTLIST_EXPAND := $(BUILD)/tests/hostlist_expand
+$(HOSTLIST_EXPAND): $(call obj,tests/tools/hostlist_expand.c) $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+all: $(HOSTLIST_EXPAND)
+
+integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND)
 	@tools/run-integration
 
 # One integration run under valgrind's memcheck: a plain build (no ASan) in

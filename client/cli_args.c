@@ -22,6 +22,7 @@ static const struct cli_command {
 	{ "commit", CLI_CMD_COMMIT, 1, "commit DIR [--wait]" },
 	{ "ls", CLI_CMD_LS, 0, "ls" },
 	{ "restore", CLI_CMD_RESTORE, 1, "restore DIR [--from NODE]" },
+	{ "doctor", CLI_CMD_DOCTOR, 0, "doctor [--nodes LIST] [--ports LIST] [--quick]" },
 	{ "codec", CLI_CMD_NONE, 0, NULL },
 };
 
@@ -47,6 +48,9 @@ static const struct cli_option {
 	{ "xxhsum", 0, false, CMD_BIT(CLI_CMD_MANIFEST), FIELD(xxhsum), CLI_CMD_NONE },
 	{ "wait", 0, false, CMD_BIT(CLI_CMD_COMMIT), FIELD(wait), CLI_CMD_NONE },
 	{ "from", 0, true, CMD_BIT(CLI_CMD_RESTORE), FIELD(from), CLI_CMD_NONE },
+	{ "nodes", 0, true, CMD_BIT(CLI_CMD_DOCTOR), FIELD(nodes), CLI_CMD_NONE },
+	{ "ports", 0, true, CMD_BIT(CLI_CMD_DOCTOR), FIELD(ports), CLI_CMD_NONE },
+	{ "quick", 0, false, CMD_BIT(CLI_CMD_DOCTOR), FIELD(quick), CLI_CMD_NONE },
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -223,6 +227,12 @@ void cli_args_usage(FILE *f)
 	      "            the copies its partners hold; --from NODE fetches them from NODE\n"
 	      "            rather than from a holder the daemon picks\n"
 	      "  ls        checkpoints known to this node and where their copies are\n"
+	      "  doctor    the cluster preflight: bandwidth and latency between nodes, clocks,\n"
+	      "            the job's ports, facts that must agree (kernel, GPU, driver), disk\n"
+	      "            and shared-storage speed; exit 1 when a problem is found. --nodes\n"
+	      "            takes names and Slurm hostlists (default: $SLURM_JOB_NODELIST, else\n"
+	      "            every node), --ports a list like 29500,29400-29410, --quick\n"
+	      "            shortens every measurement\n"
 	      "  manifest  print PATH/.stage/manifest (no daemon needed); --xxhsum prints lines\n"
 	      "            `xxhsum -H2 -c` accepts when run inside PATH\n"
 	      "  codec     compress a file into a self-describing one and back, or measure\n"

@@ -30,6 +30,7 @@ enum cli_cmd {
 	CLI_CMD_COMMIT,
 	CLI_CMD_LS,
 	CLI_CMD_RESTORE,
+	CLI_CMD_DOCTOR,
 };
 
 /* What the user asked for. Strings point into argv. */
@@ -45,6 +46,9 @@ struct cli_args {
 	bool cluster;               /* verify --cluster */
 	bool xxhsum;                /* manifest --xxhsum */
 	bool wait;                  /* commit --wait */
+	const char *nodes;          /* doctor --nodes LIST */
+	const char *ports;          /* doctor --ports LIST */
+	bool quick;                 /* doctor --quick */
 };
 
 /* 0 and *a filled; or -EINVAL, a usage mistake; or -ENOTSUP, a command this

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "client/cli_cells.h"
+#include "client/cli_doctor.h"
 #include "client/cli_fmt.h"
 #include "client/cli_json.h"
 #include "common/clock.h"
@@ -328,6 +329,26 @@ static void cells_json(struct cli_out *o, const struct msg *m, const char *event
 	cli_cells_json(o->out, m, event);
 }
 
+static int check_human(struct cli_out *o, const struct msg *m)
+{
+	return cli_check_human(o->out, m);
+}
+
+static void check_json(struct cli_out *o, const struct msg *m, const char *event)
+{
+	cli_check_json(o->out, m, event);
+}
+
+static int matrix_human(struct cli_out *o, const struct msg *m)
+{
+	return cli_matrix_human(o->out, m);
+}
+
+static void matrix_json(struct cli_out *o, const struct msg *m, const char *event)
+{
+	cli_matrix_json(o->out, m, event);
+}
+
 static const struct frame_kind {
 	uint16_t type;
 	const char *event;                      /* JSON "event" */
@@ -346,6 +367,8 @@ static const struct frame_kind {
 	{ MSG_STATUS, "status", status_fields, COUNT(status_fields), NULL, status_human, NULL },
 	{ MSG_LS, "ls", status_fields, COUNT(status_fields), NULL, status_human, NULL },
 	{ MSG_CELLS, "copy", NULL, 0, NULL, cells_human, cells_json },
+	{ MSG_CHECK, "check", NULL, 0, NULL, check_human, check_json },
+	{ MSG_MATRIX, "matrix", NULL, 0, NULL, matrix_human, matrix_json },
 };
 
 int cli_out_frame(struct cli_out *o, const struct msg *m)

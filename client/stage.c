@@ -57,11 +57,13 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 		[CLI_CMD_COMMIT] = MSG_COMMIT_REQ,
 		[CLI_CMD_LS] = MSG_LS_REQ,
 		[CLI_CMD_RESTORE] = MSG_RESTORE_REQ,
+		[CLI_CMD_DOCTOR] = MSG_DOCTOR_REQ,
 	};
 	/* Each option belongs to one command (cli_args saw to it), so the
 	 * flags need not ask which command this is. */
 	uint64_t flags = (a->verify ? REQ_VERIFY : 0) | (a->deep ? REQ_DEEP : 0) |
 			 (a->cluster ? REQ_CLUSTER : 0) | (a->wait ? REQ_WAIT : 0) |
+			 (a->quick ? REQ_QUICK : 0) |
 			 (progress ? REQ_PROGRESS : 0);
 
 	msg_init(req, types[a->cmd]);
@@ -74,6 +76,12 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 	/* A node name, passed as given: the daemon knows the hosts file. */
 	if (a->from)
 		msg_put_str(req, K_HOLDER, a->from);
+	/* Lists as given, checked where the hosts file is. Without --nodes a
+	 * Slurm job's own nodes are the ones to check. */
+	if (a->cmd == CLI_CMD_DOCTOR && (a->nodes || getenv("SLURM_JOB_NODELIST")))
+		msg_put_str(req, K_NODES, a->nodes ? a->nodes : getenv("SLURM_JOB_NODELIST"));
+	if (a->ports)
+		msg_put_str(req, K_PORTS, a->ports);
 }
 
 /* One request, its reply frames, its result. Returns the exit code. */

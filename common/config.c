@@ -15,6 +15,8 @@
  * rollback rely on.
  */
 #include "common/config.h"
+#include "common/hosts.h"
+#include "common/portlist.h"
 #include "common/textfile.h"
 
 #include "common/log.h"
@@ -48,6 +50,7 @@ enum cfg_type {
 	T_U32,          /* uint32_t */
 	T_SIZE,         /* uint64_t, bytes, written with binary units */
 	T_ENUM,         /* int, an index into names */
+	T_TEXT,         /* char *: free text that check_text passes, then e->check */
 };
 
 #define F_POW2 (1u << 0)        /* numbers: must be a power of two */
@@ -66,6 +69,8 @@ struct cfg_entry {
 	/* A default that depends on the host; returns def's replacement. */
 	const char *(*def_fn)(const struct cfg_entry *e, char *buf, size_t len);
 	const char *doc;                /* one line for --print-config */
+	/* T_TEXT: the key's own syntax, 0 or -EINVAL with why (a message). */
+	int (*check)(const char *s, char *why, size_t whylen);
 };
 
 static const char *default_name(const struct cfg_entry *e, char *buf, size_t len);
@@ -97,6 +102,25 @@ static const char *const compress_names[] = {
 #define KEY_U32(s, k, f)         KEY(s, k, T_U32, f, uint32_t)
 #define KEY_SIZE(s, k, f)        KEY(s, k, T_SIZE, f, uint64_t)
 #define KEY_ENUM(s, k, f, list)  KEY(s, k, T_ENUM, f, int), .names = list
+#define KEY_TEXT(s, k, f, fn)    KEY(s, k, T_TEXT, f, char *), .check = fn
+
+static int check_ports(const char *s, char *why, size_t whylen)
+{
+	uint16_t ports[PORTLIST_MAX];
+	size_t n;
+
+	return portlist_parse(s, ports, PORTLIST_MAX, &n, why, whylen) < 0 ? -EINVAL : 0;
+}
+
+static int check_port_range(const char *s, char *why, size_t whylen)
+{
+	uint16_t lo, hi;
+
+	/* "ephemeral" is read when the doctor runs, not at start-up. */
+	if (strcmp(s, "ephemeral") == 0)
+		return 0;
+	return portrange_parse(s, &lo, &hi, why, whylen) < 0 ? -EINVAL : 0;
+}
 
 static const struct cfg_entry cfg_table[] = {
 	{ KEY_NAME("node", "name", name), .def = "localhost", .def_fn = default_name,
@@ -151,6 +175,31 @@ static const struct cfg_entry cfg_table[] = {
 	  .def = "4MiB", .doc = "manifest hashing granularity; a power of two" },
 	{ KEY_ENUM("transfer", "priority", priority, priority_names), .def = "low",
 	  .doc = "low | normal: CPU and I/O priority of hashing commits, sending and receiving replicas" },
+
+	/* [doctor]: extension, the preflight's measurements (docs/ARCHITECTURE.md, "stage doctor") */
+	{ KEY_TEXT("doctor", "ports", doctor_ports, check_ports), .def = "29500",
+	  .doc = "ports a job listens on, dialled between every pair: 29500,29400-29410 (at most 64)" },
+	{ KEY_TEXT("doctor", "port_range", doctor_port_range, check_port_range), .def = "ephemeral",
+	  .doc = "where NCCL's ports come from: ephemeral (ip_local_port_range) | none | LO-HI" },
+	{ KEY_INT("doctor", "port_sample", doctor_port_sample), .min = 0, .max = 64, .def = "4",
+	  .doc = "ports sampled from port_range and dialled like the others" },
+	{ KEY_INT("doctor", "clock_bound_ms", doctor_clock_bound_ms), .min = 1, .max = 3600000,
+	  .def = "100", .doc = "a clock offset above this many ms is a problem" },
+	{ KEY_INT("doctor", "duration_ms", doctor_duration_ms), .min = 100, .max = 60000,
+	  .def = "1000", .doc = "each bandwidth measurement (--quick: a fifth)" },
+	{ KEY_INT("doctor", "streams", doctor_streams), .min = 1, .max = 16, .def = "4",
+	  .doc = "connections of the several-stream bandwidth figure" },
+	{ KEY_SIZE("doctor", "rate", doctor_rate), .min = MiB, .max = 1024 * GiB, .def = "10GiB",
+	  .doc = "cap on the doctor's bytes per second in each direction of a pair" },
+	{ KEY_INT("doctor", "pairs_max", doctor_pairs_max), .min = 2, .max = HOSTS_MAX_NODES,
+	  .def = "16", .doc = "up to this many nodes every pair is measured; beyond, a ring and a sample" },
+	{ KEY_SIZE("doctor", "storage_size", doctor_storage_size), .min = MiB, .max = 64 * GiB,
+	  .def = "256MiB", .doc = "bytes written and read back in each local root (--quick: an eighth)" },
+	{ KEY_TEXT("doctor", "facts", doctor_facts, NULL),
+	  .def = "kernel: file /proc/sys/kernel/osrelease"
+		 " | gpu: run nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"
+		 " | rdma: dir /sys/class/infiniband",
+	  .doc = "facts that must agree on every node: NAME: file PATH | NAME: dir PATH | NAME: run PROG ARG..." },
 };
 
 #define N_ENTRIES (sizeof(cfg_table) / sizeof(cfg_table[0]))
@@ -588,6 +637,9 @@ static int parse_string(const struct cfg_entry *e, const char *s, char **out, co
 	case T_FILENAME:
 		rc = check_filename(s, why);
 		break;
+	case T_TEXT:
+		rc = check_text(s, why);
+		break;
 	default:
 		return parse_path(s, e->max, out, why);
 	}
@@ -612,10 +664,16 @@ static int entry_set(const struct cfg_entry *e, struct stage_config *c, const ch
 	case T_NAME:
 	case T_PATH:
 	case T_HOSTPORT:
-	case T_FILENAME: {
+	case T_FILENAME:
+	case T_TEXT: {
 		char *str;
 
 		rc = parse_string(e, s, &str, &w);
+		if (rc == 0 && e->check && e->check(s, detail, sizeof(detail)) < 0) {
+			free(str);
+			w = detail;
+			rc = -EINVAL;
+		}
 		if (rc == 0)
 			*FIELD(c, e, char *) = str;
 		break;
@@ -666,6 +724,7 @@ static void entry_release(const struct cfg_entry *e, struct stage_config *c)
 	case T_PATH:
 	case T_HOSTPORT:
 	case T_FILENAME:
+	case T_TEXT:
 		free(*FIELD(c, e, char *));
 		*FIELD(c, e, char *) = NULL;
 		break;
@@ -901,6 +960,7 @@ static void print_value(const struct cfg_entry *e, const struct stage_config *c,
 	case T_PATH:
 	case T_HOSTPORT:
 	case T_FILENAME:
+	case T_TEXT:
 		fputs(*CFIELD(c, e, char *), out);
 		break;
 	case T_PATHS: {

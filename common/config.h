@@ -48,6 +48,17 @@ struct stage_config {
 	uint64_t io_size;           /* extension: largest single read/write, bytes */
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
 	int priority;               /* extension: enum cfg_priority of replication's threads */
+	/* [doctor]: extension, stage doctor's measurements */
+	char *doctor_ports;         /* portlist (common/portlist.h) */
+	char *doctor_port_range;    /* ephemeral | none | LO-HI */
+	int doctor_port_sample;
+	int doctor_clock_bound_ms;
+	int doctor_duration_ms;
+	int doctor_streams;
+	uint64_t doctor_rate;       /* bytes/s per direction of a pair */
+	int doctor_pairs_max;
+	uint64_t doctor_storage_size;
+	char *doctor_facts;         /* daemon/doctor/dr_local.h's syntax */
 };
 
 /* Fills every key with its default (strings allocated). 0 or -ENOMEM. */

@@ -32,6 +32,7 @@ enum msg_type {
 	MSG_COMMIT_REQ = 4, /* K_PATH, K_FLAGS (REQ_WAIT) */
 	MSG_LS_REQ = 5,     /* no fields */
 	MSG_RESTORE_REQ = 6,/* K_PATH, K_FLAGS, K_HOLDER (--from, optional) */
+	MSG_DOCTOR_REQ = 7, /* K_FLAGS (REQ_QUICK), K_NODES (--nodes), K_PORTS (--ports) */
 	/* daemon -> client */
 	MSG_PROGRESS = 16,  /* K_PHASE, K_FILES_DONE/TOTAL, K_BYTES_DONE/TOTAL */
 	MSG_NOTE = 17,      /* K_LEVEL, K_TEXT, K_PATH: one finding for the user */
@@ -39,6 +40,10 @@ enum msg_type {
 	MSG_STATUS = 19,    /* K_TEXT lines of key=value; see daemon/ctl.c */
 	MSG_LS = 20,        /* K_NAME/K_VALUE pairs, one per checkpoint copy */
 	MSG_CELLS = 21,     /* verify --cluster: copy groups (below), before the result */
+	MSG_CHECK = 22,     /* doctor: K_CHECK, K_SUBJECT, K_CODE (0 ok, 1 problem), K_TEXT,
+			     * K_ADVICE, then K_NUM / K_ATTR "name=value" members */
+	MSG_MATRIX = 23,    /* doctor: K_NAME, K_ATTR "unit=...", K_HOLDER per node (rows
+			     * and columns), K_VALUE per cell, row-major */
 
 	/* peer <-> peer (docs/PROTOCOL.md, "Replication") */
 	MSG_PEER_HELLO = 32,  /* K_AUTH: auth_hello's bytes */
@@ -58,6 +63,9 @@ enum msg_type {
 			     * K_OFFSET, K_SIZE (a range of a file), or no K_PATH: the
 			     * manifest. Answer: MSG_DATA pieces (K_OFFSET, K_DATA) or
 			     * MSG_MANIFEST slices, then MSG_END; or MSG_ERROR */
+	MSG_DOCTOR_ASK = 45,/* asker: K_KIND (facts, time, listen, release, dial, bw, sink,
+			     * disk), K_JOB (the doctor's session), fields per kind */
+	MSG_DOCTOR_ANS = 46,/* answer: K_NAME/K_VALUE pairs; or MSG_ERROR */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group
@@ -106,6 +114,16 @@ enum msg_key {
 	K_STATE = 30,       /* str: state of a copy (copy groups) */
 	K_HELD = 31,        /* bytes: MSG_WANT's bitmap of chunks the receiver holds */
 	K_MAC = 32,         /* bytes: a sealed frame's tag, its first field (common/seal.h) */
+	K_CHECK = 33,       /* str: a doctor check's name ("clock", "port", ...) */
+	K_SUBJECT = 34,     /* str: what the check is about ("n2", "n0>n1", "29500@n3") */
+	K_ADVICE = 35,      /* str: one line a person can act on */
+	K_NUM = 36,         /* str: "name=number", a JSON number member */
+	K_ATTR = 37,        /* str: "name=text", a JSON string member */
+	K_NODES = 38,       /* str: --nodes LIST */
+	K_PORTS = 39,       /* str: --ports LIST */
+	K_T1 = 40,          /* u64: doctor time: the asker's wall clock when it sent (ns) */
+	K_T2 = 41,          /* u64: the node's wall clock when the question arrived */
+	K_T3 = 42,          /* u64: the node's wall clock when it answered */
 };
 
 /* Request flags (K_FLAGS). */
@@ -114,6 +132,7 @@ enum msg_key {
 #define REQ_DEEP     (1u << 2)  /* verify: re-hash every byte */
 #define REQ_WAIT     (1u << 3)  /* commit: answer once every replica is confirmed */
 #define REQ_CLUSTER  (1u << 4)  /* verify: ask every node */
+#define REQ_QUICK    (1u << 5)  /* doctor: short measurements */
 
 struct msg {
 	uint16_t type;

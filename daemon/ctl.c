@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "daemon/cluster/cverify.h"
+#include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
 #include "daemon/pull/pull.h"
 #include "daemon/repl/repl.h"
@@ -233,6 +234,21 @@ static void serve(const struct stage_config *cfg, int fd)
 			verify_run(&j, path);
 		job_end(&j);
 		break;
+	case MSG_DOCTOR_REQ: {
+		char *nodes = NULL, *ports = NULL;
+
+		if (msg_get_str(&m, K_NODES, &nodes) == -EINVAL ||
+		    msg_get_str(&m, K_PORTS, &ports) == -EINVAL) {
+			reply_error(fd, 2, "malformed node or port list");
+		} else {
+			job_begin(&j, fd, (uint32_t)flags, cfg, "doctor", "the cluster");
+			doctor_run(&j, nodes, ports);
+			job_end(&j);
+		}
+		free(nodes);
+		free(ports);
+		break;
+	}
 	default:
 		reply_error(fd, 2, "unknown request type (a newer client?)");
 		break;

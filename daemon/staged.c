@@ -26,6 +26,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/ctl.h"
+#include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
 #include "daemon/repl/repl.h"
 #include "daemon/fs/roots.h"
@@ -219,6 +220,11 @@ int main(int argc, char **argv)
 		ret = 2;
 		goto out_config;
 	}
+	if (doctor_check_config(&d.cfg, why, sizeof(why)) < 0) {
+		fprintf(stderr, "staged: %s: %s\n", config_path ? config_path : "the defaults", why);
+		ret = 2;
+		goto out_config;
+	}
 	if (print) {
 		config_print(&d.cfg, stdout);
 		ret = 0;
@@ -263,6 +269,7 @@ int main(int argc, char **argv)
 	/* What a holder answers on a peer's connection (daemon/cluster/). */
 	repl_recv_serve(MSG_HOLD_REQ, hold_serve);
 	repl_recv_serve(MSG_FETCH_REQ, repl_fetch_serve);
+	repl_recv_serve(MSG_DOCTOR_ASK, doctor_serve);
 	ret = repl_open(&d.cfg, why, sizeof(why));
 	if (ret < 0) {
 		log_err("%s", why);

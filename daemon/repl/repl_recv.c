@@ -54,7 +54,7 @@
 
 /* Requests other than offers, by frame type: set before the listener opens
  * (repl_recv_serve), read-only afterwards. */
-static struct { uint16_t type; repl_serve_fn *serve; } requests[4];
+static struct { uint16_t type; repl_serve_fn *serve; } requests[8];
 
 int repl_recv_serve(uint16_t type, repl_serve_fn *serve)
 {

@@ -110,13 +110,19 @@ class Daemon:
     """
 
     def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None, name=None,
-                 listen=None, cluster=None, netns=None):
+                 listen=None, cluster=None, netns=None, doctor=None, exec_prefix=None):
         # listen: fixed "HOST:PORT" (default: a fresh free port each write_config);
         # cluster: {key: value} written as a [cluster] section (default: none);
-        # netns: run the daemon inside this network namespace (ip netns exec).
+        # netns: run the daemon inside this network namespace (ip netns exec);
+        # doctor: {key: value} written as a [doctor] section (default: none);
+        # exec_prefix: argv put before the daemon (after ip netns exec), e.g.
+        # ["faketime", "-f", "+3s"]; read at each start, so a test may change
+        # it and restart().
         self.listen = listen
         self.cluster = dict(cluster) if cluster else None
         self.netns = netns
+        self.doctor = dict(doctor) if doctor else None
+        self.exec_prefix = list(exec_prefix or [])
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.name = name or f"it-n{next(_names)}"
@@ -164,7 +170,8 @@ class Daemon:
             "[transfer]\n"
             f"{t}\n"
         ) + ("[cluster]\n" + "".join(f"{k} = {v}\n" for k, v in self.cluster.items())
-             if self.cluster else "")
+             if self.cluster else "") + \
+            ("[doctor]\n" + "".join(f"{k} = {v}\n" for k, v in self.doctor.items()) if self.doctor else "")
 
     def write_config(self):
         self.config_path.write_text(self.config_text())
@@ -189,7 +196,7 @@ class Daemon:
         log = self.base / f"daemon.{len(self.runs)}.log"
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(
-                (["ip", "netns", "exec", self.netns] if self.netns else []) +
+                (["ip", "netns", "exec", self.netns] if self.netns else []) + self.exec_prefix +
                 self.prefix + valgrind_cmd(self.valgrind_log(len(self.runs))) +
                 [str(self.exe), "--config", str(self.config_path), "--foreground"],
                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, cwd=self.base)
@@ -415,11 +422,14 @@ def make_cluster(make_daemon, tmp_path):
     transfer: [transfer] keys for every node; node_transfer {i: {...}} per node.
     domains: [domain or None] per node. addrs: ["HOST:PORT"] per node (default
     127.0.0.1 and a free port). netns: [NS or None] per node. keys: {i: key}
-    gives node i a key file of its own with that key. start: start them all."""
+    gives node i a key file of its own with that key. doctor: [doctor] keys for
+    every node; node_doctor {i: {...}} per node. exec_prefix {i: [argv]}: what
+    node i's daemon runs under (e.g. faketime). start: start them all."""
     counter = itertools.count()
 
     def make(n=2, *, replicas=None, keep=None, transfer=None, node_transfer=None, domains=None,
-             addrs=None, netns=None, keys=None, start=True):
+             addrs=None, netns=None, keys=None, doctor=None, node_doctor=None, exec_prefix=None,
+             start=True):
         cdir = tmp_path / f"cluster{next(counter)}"
         cdir.mkdir()
         key = write_key(cdir / "cluster.key")
@@ -437,8 +447,10 @@ def make_cluster(make_daemon, tmp_path):
             if keep is not None:
                 cl["keep"] = keep
             tr = {**(transfer or {}), **((node_transfer or {}).get(i, {}))}
+            doc = {**(doctor or {}), **((node_doctor or {}).get(i, {}))}
             nodes.append(make_daemon(base=cdir / names[i], start=False, name=names[i], listen=addrs[i],
-                                     cluster=cl, transfer=tr, netns=(netns or [None] * n)[i]))
+                                     cluster=cl, transfer=tr, netns=(netns or [None] * n)[i],
+                                     doctor=doc or None, exec_prefix=(exec_prefix or {}).get(i)))
         if start:
             for d in nodes:
                 d.start()

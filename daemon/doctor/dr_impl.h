@@ -1,0 +1,116 @@
+/* Inside stage doctor: what the coordinator (dr_run.c), the answering side
+ * (dr_serve.c) and the measurements (dr_bw.c, dr_ports.c) share.
+ *
+ * Every question is a MSG_DOCTOR_ASK of one kind; every answer a
+ * MSG_DOCTOR_ANS of K_NAME/K_VALUE pairs (dr_put/dr_get), so that a new
+ * measurement is a new name, not a new frame. The asking node answers its
+ * own questions in place through the same dr_answer.
+ */
+#ifndef STAGE_DR_IMPL_H
+#define STAGE_DR_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/proto.h"
+#include "common/xport.h"
+
+#define DR_SESSION_LEN 16          /* hex digits of a session id */
+#define DR_LEASE_MS 30000          /* a session silent this long has ended */
+#define DR_FRAME (256u << 10)      /* bytes of one bandwidth frame */
+#define DR_PINGS 8                 /* round trips per latency figure */
+#define DR_TIME_ROUNDS 8           /* NTP-style exchanges per clock offset */
+#define DR_NODES_MAX 64            /* nodes named in one question */
+
+struct dr_ctx {
+	const struct stage_config *cfg;
+	const char *asker;             /* the node that asked (this one, in place) */
+	struct xport *x;               /* its connection; NULL when answering in place */
+};
+
+/* Answers one question (its K_KIND) into ans, which the caller has
+ * msg_init'ed as MSG_DOCTOR_ANS. 0, or -errno with why. */
+int dr_answer(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *why,
+	      size_t whylen);
+
+/* One K_NAME/K_VALUE pair. */
+void dr_put(struct msg *m, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* The value of the first pair called name, copied into out: true, or false
+ * when there is none. */
+bool dr_get(const struct msg *m, const char *name, char *out, size_t cap);
+/* The same as a number; dflt when absent or not a number. */
+double dr_getf(const struct msg *m, const char *name, double dflt);
+
+/* The session lock: one doctor at a time on a node. Take refreshes the
+ * lease of the session holding it, or takes it when free or expired:
+ * 0, or -EBUSY with why naming the node that holds it. */
+int dr_session_take(const char *session, const char *asker, char *why, size_t whylen);
+/* Ends the session if it holds the lock, closing what it left open. */
+void dr_session_end(const char *session);
+
+/* dr_ports.c: "listen" (K_PORTS) opens the ports until "release" or the
+ * lease runs out; "dial" (K_HOLDER per node, K_PORTS, K_SIZE timeout ms)
+ * connects to each node's ports at once. */
+int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen);
+void dr_release(void);
+int dr_dial(const struct msg *ask, struct msg *ans, char *why, size_t whylen);
+
+/* dr_bw.c: "bw" (K_HOLDER the receiving node, K_SIZE ms per figure,
+ * K_FILES_TOTAL streams, K_BYTES_TOTAL bytes/s cap): latency, then one
+ * stream, then several, to that node; "sink" is the receiving end of one
+ * connection of it (c->x). */
+int dr_bw(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *why,
+	  size_t whylen);
+int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *why,
+	    size_t whylen);
+
+#endif
+
+/* ------------------------------------------------------------ the coordinator's findings */
+
+/* What the asking node learned of one node (dr_run.c), and what
+ * dr_decide.c judges. The msgs are the nodes' answers (type 0: none). */
+struct dr_node {
+	const char *name;
+	size_t host;                   /* index in the hosts file */
+	bool self;
+	bool up;                       /* it answered the first question */
+	char why[512];                 /* !up: why not */
+	struct msg facts, disk, listen, dial;
+	bool has_clock;
+	double offset_ms, delay_ms;    /* its clock minus the asker's; the round trip */
+	/* The first node of the run at the same address (its own index when
+	 * none): nodes on one machine share its ports, so only that one opens
+	 * them (test clusters on loopback; never two nodes on a real host). */
+	size_t twin;
+};
+
+struct dr_pair {
+	size_t a, b;                   /* a sends to b: indices into the nodes */
+	bool measured;
+	int err;
+	char why[512];
+	struct msg ans;                /* a's answer to "bw" */
+};
+
+struct dr_in {
+	struct dr_node *nodes;
+	size_t nnodes;
+	struct dr_pair *pairs;
+	size_t npairs;
+	bool sampled;                  /* pairs_max passed: a ring and a sample */
+	const uint16_t *ports;         /* dialled, in order */
+	size_t nports;
+	size_t nrequired;              /* of which the job's own (the rest sampled) */
+	int clock_bound_ms;
+	unsigned streams;
+};
+
+/* The checks and matrices, as the frames the client gets (MSG_CHECK,
+ * MSG_MATRIX), in order; *problems counts the checks that failed.
+ * 0 or -ENOMEM. (dr_decide.c) */
+int dr_decide(const struct dr_in *in, struct msg **out, size_t *n, unsigned *problems);
+void dr_frames_free(struct msg *v, size_t n);

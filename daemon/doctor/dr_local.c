@@ -1,0 +1,1090 @@
+/* What one node knows about itself without the network: see dr_local.h. */
+#include "daemon/doctor/dr_local.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timex.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434         /* the same number on every architecture */
+#endif
+
+static bool blank(unsigned char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* ------------------------------------------------------------ values */
+
+/* Bytes of the valid UTF-8 character at s (n available), 0 when invalid:
+ * overlong forms, surrogates and anything past U+10FFFF are invalid too, so
+ * a value is always text a JSON string may hold. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	unsigned cp, min;
+	size_t len;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f, min = 0x80;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f, min = 0x800;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07, min = 0x10000;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+/* A value being built. It only ever holds whole characters, so cutting it
+ * back is cutting at a character boundary; full once something did not fit
+ * (the value is longer than DR_FACT_VALUE_MAX and gets "…"). */
+struct val {
+	char s[DR_FACT_VALUE_MAX + 1];
+	size_t len;
+	bool full;
+};
+
+static void val_put(struct val *v, const void *c, size_t n)
+{
+	if (v->full || v->len + n > DR_FACT_VALUE_MAX) {
+		v->full = true;
+		return;
+	}
+	memcpy(v->s + v->len, c, n);
+	v->len += n;
+}
+
+/* Appends text with C0/C1 controls and invalid UTF-8 replaced. */
+static void val_text(struct val *v, const char *text, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)text;
+
+	for (size_t i = 0; i < n && !v->full;) {
+		size_t cl = utf8_len(u + i, n - i);
+
+		if (cl == 0 || u[i] < 0x20 || u[i] == 0x7f || (cl == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)) {
+			char rep = u[i] == '\t' ? ' ' : '?';
+
+			val_put(v, &rep, 1);
+			i += cl ? cl : 1;
+		} else {
+			val_put(v, u + i, cl);
+			i += cl;
+		}
+	}
+}
+
+static void val_end(struct val *v, char *out)
+{
+	if (v->full) {
+		/* Room for "…" (3 bytes), back to the first byte of a character,
+		 * and no dangling separator before it. */
+		while (v->len > DR_FACT_VALUE_MAX - 3)
+			do
+				v->len--;
+			while (v->len > 0 && ((unsigned char)v->s[v->len] & 0xc0) == 0x80);
+		while (v->len > 0 && (blank((unsigned char)v->s[v->len - 1]) ||
+				      v->s[v->len - 1] == ';' || v->s[v->len - 1] == ','))
+			v->len--;
+		memcpy(v->s + v->len, "\xe2\x80\xa6", 3);
+		v->len += 3;
+	}
+	memcpy(out, v->s, v->len);
+	out[v->len] = '\0';
+}
+
+/* A file's content or a program's output as a value: each line trimmed,
+ * the non-empty ones joined by "; ". */
+static void normalize(const char *in, size_t n, char *out)
+{
+	struct val v = { .len = 0 };
+
+	for (size_t i = 0; i < n && !v.full;) {
+		size_t e = i, b = i, t;
+
+		while (e < n && in[e] != '\n')
+			e++;
+		t = e;
+		while (b < t && blank((unsigned char)in[b]))
+			b++;
+		while (t > b && blank((unsigned char)in[t - 1]))
+			t--;
+		if (b < t) {
+			if (v.len > 0)
+				val_put(&v, "; ", 2);
+			val_text(&v, in + b, t - b);
+		}
+		i = e + 1;
+	}
+	val_end(&v, out);
+}
+
+/* A value in parentheses saying why there is none. */
+__attribute__((format(printf, 2, 3)))
+static void paren(char *out, const char *fmt, ...)
+{
+	char b[DR_FACT_VALUE_MAX * 3];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(b, sizeof(b), fmt, ap);
+	va_end(ap);
+	normalize(b, strlen(b), out);
+}
+
+/* ------------------------------------------------------------ the spec */
+
+enum fact_kind { FACT_FILE, FACT_DIR, FACT_RUN };
+
+struct fact_def {
+	const char *name;
+	enum fact_kind kind;
+	int argc;                      /* words after the ':', the kind first */
+	char *argv[DR_FACT_ARGS_MAX + 3];  /* kind, PROG, ARG..., NULL */
+};
+
+/* A parsed spec: its words point into text, a copy of the spec. */
+struct fact_spec {
+	size_t n;
+	struct fact_def f[DR_FACTS_MAX];
+	char text[];
+};
+
+/* The message of a refusal (why may be NULL): -EINVAL. */
+__attribute__((format(printf, 3, 4)))
+static int say(char *why, size_t whylen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && whylen) {
+		va_start(ap, fmt);
+		vsnprintf(why, whylen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+static bool name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > DR_FACT_NAME_MAX)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+		      *s == '_' || *s == '.' || *s == '-'))
+			return false;
+	return true;
+}
+
+/* One fact, [b, e) of fs->text, trimmed; q is the same text in the
+ * caller's spec, which stays whole for quoting. */
+static int parse_one(struct fact_spec *fs, char *b, char *e, const char *q, char *why,
+		     size_t whylen)
+{
+	int ql = (int)(e - b);
+	struct fact_def *f;
+	const char *kind;
+	char *colon, *w, *t;
+
+	if (b == e)
+		return say(why, whylen, "an empty fact (a '|' with nothing before or after it)");
+	*e = '\0';
+	colon = strchr(b, ':');
+	if (!colon)
+		return say(why, whylen, "fact '%.*s': no ':' after its name", ql, q);
+	for (t = colon; t > b && blank((unsigned char)t[-1]); t--)
+		;
+	*t = '\0';
+	if (!name_ok(b))
+		return say(why, whylen, "fact '%.*s': bad name '%s' (1 to %d of A-Z a-z 0-9 _ . -)",
+			   ql, q, b, DR_FACT_NAME_MAX);
+	for (size_t i = 0; i < fs->n; i++)
+		if (strcmp(fs->f[i].name, b) == 0)
+			return say(why, whylen, "fact '%.*s': duplicate name '%s'", ql, q, b);
+	if (fs->n == DR_FACTS_MAX)
+		return say(why, whylen, "more than %d facts", DR_FACTS_MAX);
+	f = &fs->f[fs->n];
+	f->name = b;
+	f->argc = 0;
+	for (w = colon + 1;;) {
+		while (blank((unsigned char)*w))
+			w++;
+		if (!*w)
+			break;
+		if (f->argc == DR_FACT_ARGS_MAX + 2)
+			return say(why, whylen, "fact '%.*s': more than %d arguments", ql, q,
+				   DR_FACT_ARGS_MAX);
+		f->argv[f->argc++] = w;
+		while (*w && !blank((unsigned char)*w))
+			w++;
+		if (*w)
+			*w++ = '\0';
+	}
+	f->argv[f->argc] = NULL;
+	if (f->argc == 0)
+		return say(why, whylen, "fact '%.*s': no kind (file PATH, dir PATH or run PROG ARG...)",
+			   ql, q);
+	kind = f->argv[0];
+	if (strcmp(kind, "file") == 0)
+		f->kind = FACT_FILE;
+	else if (strcmp(kind, "dir") == 0)
+		f->kind = FACT_DIR;
+	else if (strcmp(kind, "run") == 0)
+		f->kind = FACT_RUN;
+	else
+		return say(why, whylen, "fact '%.*s': unknown kind '%s' (file, dir or run)", ql, q,
+			   kind);
+	if (f->kind == FACT_RUN && f->argc < 2)
+		return say(why, whylen, "fact '%.*s': run needs a PROG", ql, q);
+	if (f->kind != FACT_RUN && f->argc < 2)
+		return say(why, whylen, "fact '%.*s': %s needs a PATH", ql, q, kind);
+	if (f->kind != FACT_RUN && f->argc > 2)
+		return say(why, whylen, "fact '%.*s': %s takes one PATH (no blanks in it)", ql, q,
+			   kind);
+	fs->n++;
+	return 0;
+}
+
+static int parse(const char *spec, struct fact_spec **out, char *why, size_t whylen)
+{
+	size_t len = spec ? strlen(spec) : 0;
+	struct fact_spec *fs = malloc(sizeof(*fs) + len + 1);
+	char *p, *s;
+
+	if (why && whylen)
+		why[0] = '\0';
+	if (!fs)
+		return -ENOMEM;
+	fs->n = 0;
+	s = fs->text;
+	memcpy(s, spec ? spec : "", len + 1);
+	for (p = s; blank((unsigned char)*p); p++)
+		;
+	for (p = *p ? s : NULL; p;) {
+		char *bar = strchr(p, '|'), *b = p, *e = bar ? bar : p + strlen(p);
+		int rc;
+
+		while (b < e && blank((unsigned char)*b))
+			b++;
+		while (e > b && blank((unsigned char)e[-1]))
+			e--;
+		rc = parse_one(fs, b, e, spec + (b - s), why, whylen);
+		if (rc < 0) {
+			free(fs);
+			return rc;
+		}
+		p = bar ? bar + 1 : NULL;
+	}
+	*out = fs;
+	return 0;
+}
+
+int dr_facts_check(const char *spec, char *why, size_t whylen)
+{
+	struct fact_spec *fs;
+	int rc = parse(spec, &fs, why, whylen);
+
+	if (rc == 0)
+		free(fs);
+	return rc;
+}
+
+/* ------------------------------------------------------------ file */
+
+static void eval_file(const char *path, char *out)
+{
+	char buf[DR_FACT_READ_MAX], self[64];
+	size_t len = 0;
+	struct stat st;
+	int pfd, fd, err = 0;
+
+	/* O_PATH first: opening a device can act (a watchdog arms itself,
+	 * a tape rewinds), so only a regular file is ever opened for reading;
+	 * /proc and /sys files are regular. Reopened through the O_PATH fd,
+	 * so what is read is what was checked. */
+	pfd = open(path, O_PATH | O_CLOEXEC);
+	if (pfd < 0) {
+		paren(out, "(cannot read %s: %s)", path, strerror(errno));
+		return;
+	}
+	if (fstat(pfd, &st) < 0)
+		err = errno;
+	else if (S_ISDIR(st.st_mode))
+		err = EISDIR;
+	if (err || !S_ISREG(st.st_mode)) {
+		close(pfd);
+		if (err)
+			paren(out, "(cannot read %s: %s)", path, strerror(err));
+		else
+			paren(out, "(cannot read %s: not a regular file)", path);
+		return;
+	}
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
+	fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)     /* no /proc: the path once more */
+		fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		err = errno;
+	close(pfd);
+	while (fd >= 0 && !err && len < sizeof(buf)) {
+		ssize_t r = read(fd, buf + len, sizeof(buf) - len);
+
+		if (r > 0)
+			len += (size_t)r;
+		else if (r == 0 || errno == EAGAIN)
+			break;
+		else if (errno != EINTR)
+			err = errno;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (err)
+		paren(out, "(cannot read %s: %s)", path, strerror(err));
+	else
+		normalize(buf, len, out);
+}
+
+/* ------------------------------------------------------------ dir */
+
+/* Enough names that, joined by ", ", they are longer than any value: the
+ * smallest DIR_KEEP names are all a value can show, so a directory of a
+ * million entries costs DIR_KEEP names of memory, and the cut value is
+ * the same on every node whatever order readdir gives. */
+#define DIR_KEEP ((DR_FACT_VALUE_MAX + 2) / 3 + 1)
+#define NAME_W 256                 /* a d_name and its NUL */
+
+/* Inserts name into v (n names of width w, sorted bytewise), keeping at
+ * most keep of the smallest. */
+static void keep_sorted(char *v, size_t w, size_t keep, size_t *n, const char *name)
+{
+	size_t lo = 0, hi = *n, last;
+
+	if (strlen(name) >= w)
+		return;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(v + mid * w, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo >= keep)
+		return;
+	last = *n < keep ? *n : keep - 1;
+	memmove(v + (lo + 1) * w, v + lo * w, (last - lo) * w);
+	strcpy(v + lo * w, name);
+	if (*n < keep)
+		(*n)++;
+}
+
+static bool dot_or_dotdot(const char *s)
+{
+	return s[0] == '.' && (s[1] == '\0' || (s[1] == '.' && s[2] == '\0'));
+}
+
+static void eval_dir(const char *path, char *out)
+{
+	char *names;
+	size_t n = 0;
+	struct dirent *de;
+	struct val v = { .len = 0 };
+	DIR *d;
+	int err = 0;
+
+	d = opendir(path);
+	if (!d) {
+		if (errno == ENOENT)
+			paren(out, "(none)");
+		else
+			paren(out, "(cannot read %s: %s)", path, strerror(errno));
+		return;
+	}
+	names = malloc(DIR_KEEP * NAME_W);
+	if (!names) {
+		closedir(d);
+		paren(out, "(cannot read %s: %s)", path, strerror(ENOMEM));
+		return;
+	}
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			err = errno;
+			break;
+		}
+		if (!dot_or_dotdot(de->d_name))
+			keep_sorted(names, NAME_W, DIR_KEEP, &n, de->d_name);
+	}
+	closedir(d);
+	for (size_t i = 0; i < n && !v.full; i++) {
+		if (i)
+			val_put(&v, ", ", 2);
+		val_text(&v, names + i * NAME_W, strlen(names + i * NAME_W));
+	}
+	free(names);
+	if (err)
+		paren(out, "(cannot read %s: %s)", path, strerror(err));
+	else
+		val_end(&v, out);
+}
+
+/* ------------------------------------------------------------ run */
+
+/* The daemon opens everything O_CLOEXEC, but not every fd it holds is
+ * (a dup() for fdopendir, a library's): where glibc can (2.34), the child
+ * closes everything above stderr before it execs. */
+static int add_closefrom(posix_spawn_file_actions_t *fa)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+	return posix_spawn_file_actions_addclosefrom_np(fa, 3);
+#else
+	return 0;
+#endif
+}
+
+/* posix_spawnp (a vfork-like clone: safe on any thread, nothing of the
+ * daemon runs in the child). The daemon blocks the signals its signalfd
+ * reads and ignores SIGPIPE; the program gets neither: an empty mask and
+ * every signal at its default, so that a closed pipe stops it. Its own
+ * process group, so that a timeout kills what it started too. stdout to
+ * out_fd (dup2'ed before anything may reuse 0 or 2). 0 or an errno. */
+static int spawn(char *const argv[], int out_fd, pid_t *pid)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, all;
+	int rc;
+
+	rc = posix_spawn_file_actions_init(&fa);
+	if (rc)
+		return rc;
+	rc = posix_spawnattr_init(&at);
+	if (rc)
+		goto out_destroy_fa;
+	sigemptyset(&none);
+	sigfillset(&all);
+	if (!(rc = posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO)) &&
+	    !(rc = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0)) &&
+	    !(rc = posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0)) &&
+	    !(rc = add_closefrom(&fa)) &&
+	    !(rc = posix_spawnattr_setsigmask(&at, &none)) &&
+	    !(rc = posix_spawnattr_setsigdefault(&at, &all)) &&
+	    !(rc = posix_spawnattr_setpgroup(&at, 0)) &&
+	    !(rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+						 POSIX_SPAWN_SETPGROUP)))
+		rc = posix_spawnp(pid, argv[0], &fa, &at, argv, environ);
+	posix_spawnattr_destroy(&at);
+out_destroy_fa:
+	posix_spawn_file_actions_destroy(&fa);
+	return rc;
+}
+
+/* Waits for pid until deadline (ms, monotonic): 0 with *status, or
+ * -ETIMEDOUT. With a pidfd the wait is a poll; without (before Linux 5.3)
+ * short sleeps. */
+static int wait_until(pid_t pid, int pidfd, int64_t deadline, int *status)
+{
+	for (;;) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+		int64_t left;
+
+		if (r == pid)
+			return 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			/* Reaped already (SIGCHLD ignored by someone): no status. */
+			*status = 0;
+			return 0;
+		}
+		left = deadline - mono_ms();
+		if (left <= 0)
+			return -ETIMEDOUT;
+		if (pidfd >= 0) {
+			struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+			poll(&p, 1, (int)left);
+		} else {
+			struct timespec ts = { 0, 5 * 1000 * 1000 };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+/* A child that SIGKILL has not ended yet (stuck in the kernel, a hung GPU
+ * driver): reaped whenever it does end, so that no zombie stays. */
+static void *reap(void *arg)
+{
+	waitpid((pid_t)(intptr_t)arg, NULL, 0);
+	return NULL;
+}
+
+static void reap_later(pid_t pid)
+{
+	pthread_attr_t a;
+	pthread_t t;
+
+	if (pthread_attr_init(&a) != 0)
+		return;
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&a, 64 << 10);
+	pthread_create(&t, &a, reap, (void *)(intptr_t)pid);
+	pthread_attr_destroy(&a);
+}
+
+static void eval_run(char *const argv[], char *out)
+{
+	char buf[DR_FACT_READ_MAX];
+	size_t len = 0;
+	int p[2], rc, status = 0, pidfd;
+	bool timed_out = false, gone = false;
+	int64_t deadline;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		paren(out, "(cannot run %s: %s)", argv[0], strerror(errno));
+		return;
+	}
+	rc = spawn(argv, p[1], &pid);
+	close(p[1]);
+	if (rc) {
+		close(p[0]);
+		if (rc == ENOENT)
+			paren(out, "(not installed)");
+		else
+			paren(out, "(cannot run %s: %s)", argv[0], strerror(rc));
+		return;
+	}
+	deadline = mono_ms() + DR_FACT_RUN_MS;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	/* Until EOF, the cap, or the program's end (then what is in the pipe:
+	 * something it left running may hold the pipe open, not waited for). */
+	for (;;) {
+		struct pollfd pf[2] = { { .fd = p[0], .events = POLLIN },
+					{ .fd = pidfd, .events = POLLIN } };
+		ssize_t r = read(p[0], buf + len, sizeof(buf) - len);
+		int64_t left;
+
+		if (r > 0) {
+			len += (size_t)r;
+			if (len == sizeof(buf))
+				break;
+			continue;
+		}
+		if (r == 0 || (errno != EAGAIN && errno != EINTR) || gone)
+			break;
+		if (errno == EINTR)
+			continue;
+		left = deadline - mono_ms();
+		if (left <= 0) {
+			timed_out = true;
+			break;
+		}
+		if (poll(pf, pidfd >= 0 ? 2 : 1, (int)left) > 0 && pidfd >= 0 &&
+		    (pf[1].revents & POLLIN))
+			gone = true;
+	}
+	/* Past the cap, a closed pipe ends a program that writes on. */
+	close(p[0]);
+	if (!timed_out && wait_until(pid, pidfd, deadline, &status) < 0)
+		timed_out = true;
+	if (timed_out) {
+		kill(-pid, SIGKILL);
+		kill(pid, SIGKILL);        /* if it left its group */
+		if (wait_until(pid, pidfd, mono_ms() + 1000, &status) < 0)
+			reap_later(pid);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	if (timed_out) {
+		paren(out, "(timed out after %d s)", DR_FACT_RUN_MS / 1000);
+		return;
+	}
+	normalize(buf, len, out);
+	if (out[0])
+		return;
+	if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+		paren(out, "(exit %d)", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		paren(out, "(killed by signal %d)", WTERMSIG(status));
+}
+
+int dr_facts_eval(const char *spec, struct dr_fact *out, size_t cap, size_t *n)
+{
+	struct fact_spec *fs;
+	int rc = parse(spec, &fs, NULL, 0);
+
+	*n = 0;
+	if (rc < 0)
+		return rc;
+	if (fs->n > cap) {
+		free(fs);
+		return -ENOSPC;
+	}
+	for (size_t i = 0; i < fs->n; i++) {
+		const struct fact_def *f = &fs->f[i];
+
+		snprintf(out[i].name, sizeof(out[i].name), "%s", f->name);
+		if (f->kind == FACT_FILE)
+			eval_file(f->argv[1], out[i].value);
+		else if (f->kind == FACT_DIR)
+			eval_dir(f->argv[1], out[i].value);
+		else
+			eval_run(&f->argv[1], out[i].value);
+	}
+	*n = fs->n;
+	free(fs);
+	return 0;
+}
+
+/* ------------------------------------------------------------ clock */
+
+int dr_clock_state(struct dr_clock *c)
+{
+	struct timex tx;
+	int st;
+
+	memset(&tx, 0, sizeof(tx));        /* modes 0: read, change nothing */
+	st = adjtimex(&tx);
+	if (st < 0)
+		return -errno;
+	c->state = st;
+	c->synced = st != TIME_ERROR && !(tx.status & STA_UNSYNC);
+	c->maxerror_us = tx.maxerror;
+	c->esterror_us = tx.esterror;
+	return 0;
+}
+
+/* ------------------------------------------------------------ small files */
+
+/* A small attribute file (sysfs, /proc/PID/comm), trimmed: 0, or -errno
+ * and "unknown". */
+static int read_attr(const char *path, char *out, size_t cap)
+{
+	char b[128];
+	size_t s = 0, e;
+	ssize_t r = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		r = read(fd, b, sizeof(b) - 1);
+		close(fd);
+	}
+	if (r <= 0) {
+		snprintf(out, cap, "unknown");
+		return r < 0 || fd < 0 ? -errno : -ENODATA;
+	}
+	e = (size_t)r;
+	while (e > 0 && (b[e - 1] == '\n' || blank((unsigned char)b[e - 1])))
+		e--;
+	while (s < e && blank((unsigned char)b[s]))
+		s++;
+	snprintf(out, cap, "%.*s", (int)(e - s), b + s);
+	return 0;
+}
+
+/* A number alone in a small file (/sys attributes): 0 or -errno. */
+static int read_long(const char *path, long *v)
+{
+	char b[64], *end;
+	int rc = read_attr(path, b, sizeof(b));
+
+	if (rc < 0)
+		return rc;
+	errno = 0;
+	*v = strtol(b, &end, 10);
+	return end == b || *end || errno ? -EINVAL : 0;
+}
+
+/* ------------------------------------------------------------ route */
+
+static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+
+		/* A link-local address may be on several interfaces: the
+		 * scope says which one the route took. */
+		return memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0 &&
+		       (!x->sin6_scope_id || !y->sin6_scope_id || x->sin6_scope_id == y->sin6_scope_id);
+	}
+	return false;
+}
+
+static const char *addr_text(const struct sockaddr *sa, char *buf, size_t len)
+{
+	const void *a = sa->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+						 : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+	if (!inet_ntop(sa->sa_family, a, buf, (socklen_t)len))
+		snprintf(buf, len, "?");
+	return buf;
+}
+
+/* Which interface has the address local: its name (an alias label cut at
+ * ':', which no device name holds) and whether it is the loopback. */
+static int find_if(const struct sockaddr *local, struct dr_route *r, bool *loopback)
+{
+	struct ifaddrs *ifs, *i;
+	int rc = -ENODEV;
+
+	if (getifaddrs(&ifs) < 0)
+		return -errno;
+	for (i = ifs; i; i = i->ifa_next)
+		if (i->ifa_addr && same_addr(i->ifa_addr, local)) {
+			snprintf(r->ifname, sizeof(r->ifname), "%.*s", (int)strcspn(i->ifa_name, ":"),
+				 i->ifa_name);
+			*loopback = i->ifa_flags & IFF_LOOPBACK;
+			rc = 0;
+			break;
+		}
+	freeifaddrs(ifs);
+	return rc;
+}
+
+static int gai_errno(int rc)
+{
+	switch (rc) {
+	case EAI_SYSTEM:
+		return errno ? errno : EIO;
+	case EAI_MEMORY:
+		return ENOMEM;
+	case EAI_AGAIN:
+		return EAGAIN;
+	default:
+		return ENOENT;
+	}
+}
+
+int dr_route(const char *host, uint16_t port, struct dr_route *r, char *why, size_t whylen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV }, *ai, *a;
+	char name[256], serv[8], addr[INET6_ADDRSTRLEN], path[64 + sizeof(r->ifname)];
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	size_t hl = strlen(host);
+	bool loopback = false;
+	int fd = -1, rc, err = EHOSTUNREACH;
+	long v;
+
+	if (why && whylen)
+		why[0] = '\0';
+	memset(r, 0, sizeof(*r));
+	r->mtu = -1;
+	r->speed_mbps = -1;
+	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']')
+		host++, hl -= 2;
+	if (hl == 0 || hl >= sizeof(name))
+		return say(why, whylen, "cannot resolve '%.*s': not a host name", (int)hl, host);
+	memcpy(name, host, hl);
+	name[hl] = '\0';
+	snprintf(serv, sizeof(serv), "%u", port);
+	rc = getaddrinfo(name, serv, &hints, &ai);
+	if (rc) {
+		err = gai_errno(rc);
+		say(why, whylen, "cannot resolve %s: %s", name,
+		    rc == EAI_SYSTEM ? strerror(err) : gai_strerror(rc));
+		return -err;
+	}
+	for (a = ai; a; a = a->ai_next) {
+		fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+			break;
+		err = errno;
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+	}
+	addr_text(ai->ai_addr, addr, sizeof(addr));
+	freeaddrinfo(ai);
+	if (fd < 0) {
+		if (strcmp(addr, name) == 0)
+			say(why, whylen, "no route to %s: %s", name, strerror(err));
+		else
+			say(why, whylen, "no route to %s (%s): %s", name, addr, strerror(err));
+		return -err;
+	}
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+		rc = -errno;
+		say(why, whylen, "no route to %s: %s", name, strerror(-rc));
+		goto out_close;
+	}
+	addr_text((struct sockaddr *)&ss, r->local, sizeof(r->local));
+	rc = find_if((struct sockaddr *)&ss, r, &loopback);
+	if (rc < 0) {
+		if (rc == -ENODEV)
+			say(why, whylen, "route to %s: no interface has %s, the address it leaves from",
+			    name, r->local);
+		else
+			say(why, whylen, "route to %s: getifaddrs: %s", name, strerror(-rc));
+		goto out_close;
+	}
+	snprintf(path, sizeof(path), "/sys/class/net/%s/mtu", r->ifname);
+	if (read_long(path, &v) == 0 && v > 0 && v <= 0x7fffffff) {
+		r->mtu = (int)v;
+	} else {
+		/* No /sys (some containers): the kernel says it as well. */
+		struct ifreq ifr = { .ifr_mtu = 0 };
+
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%.*s", IFNAMSIZ - 1, r->ifname);
+		if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0)
+			r->mtu = ifr.ifr_mtu;
+	}
+	/* A link that is down or virtual has no speed (EINVAL, or -1). */
+	snprintf(path, sizeof(path), "/sys/class/net/%s/speed", r->ifname);
+	if (!loopback && read_long(path, &v) == 0 && v > 0)
+		r->speed_mbps = v;
+	rc = 0;
+out_close:
+	close(fd);
+	return rc;
+}
+
+/* ------------------------------------------------------------ rdma */
+
+#define RDMA_CLASS "/sys/class/infiniband"
+#define RDMA_DEVS_MAX 64
+#define RDMA_DEV_W 64
+#define RDMA_PORTS_MAX 64
+
+/* The port numbers of DEV, sorted, at most RDMA_PORTS_MAX. */
+static size_t rdma_dev_ports(const char *dev, int *ports)
+{
+	char path[sizeof(RDMA_CLASS) + RDMA_DEV_W + 16];
+	struct dirent *de;
+	size_t n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), RDMA_CLASS "/%s/ports", dev);
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char *end;
+		long p = strtol(de->d_name, &end, 10);
+		size_t at = n;
+
+		if (end == de->d_name || *end || p < 0 || p > 65535)
+			continue;
+		while (at > 0 && ports[at - 1] > p)
+			at--;
+		if (at >= RDMA_PORTS_MAX)
+			continue;
+		memmove(ports + at + 1, ports + at,
+			((n < RDMA_PORTS_MAX ? n : RDMA_PORTS_MAX - 1) - at) * sizeof(*ports));
+		ports[at] = (int)p;
+		if (n < RDMA_PORTS_MAX)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+int dr_rdma_ports(struct dr_rdma_port *out, size_t cap, size_t *n)
+{
+	char devs[RDMA_DEVS_MAX][RDMA_DEV_W];
+	int ports[RDMA_PORTS_MAX];
+	size_t nd = 0;
+	struct dirent *de;
+	DIR *d;
+
+	*n = 0;
+	d = opendir(RDMA_CLASS);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d)))
+		if (!dot_or_dotdot(de->d_name))
+			keep_sorted(&devs[0][0], RDMA_DEV_W, RDMA_DEVS_MAX, &nd, de->d_name);
+	closedir(d);
+	for (size_t i = 0; i < nd && *n < cap; i++) {
+		size_t np = rdma_dev_ports(devs[i], ports);
+
+		for (size_t k = 0; k < np && *n < cap; k++) {
+			struct dr_rdma_port *o = &out[(*n)++];
+			char path[sizeof(RDMA_CLASS) + RDMA_DEV_W + 40];
+			const char *s;
+
+			snprintf(o->dev, sizeof(o->dev), "%s", devs[i]);
+			o->port = ports[k];
+			snprintf(path, sizeof(path), RDMA_CLASS "/%s/ports/%d/state", devs[i], ports[k]);
+			read_attr(path, o->state, sizeof(o->state));
+			/* "4: ACTIVE": the name says it, the number is the enum. */
+			s = o->state + strspn(o->state, "0123456789");
+			if (s != o->state && s[0] == ':' && s[1] == ' ')
+				memmove(o->state, s + 2, strlen(s + 2) + 1);
+			snprintf(path, sizeof(path), RDMA_CLASS "/%s/ports/%d/rate", devs[i], ports[k]);
+			read_attr(path, o->rate, sizeof(o->rate));
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ port owner */
+
+#define OWNER_INODES_MAX 64        /* listening sockets on one port (SO_REUSEPORT, v4 and v6) */
+
+/* The inodes of the LISTEN sockets on port in one /proc/net/tcp* table:
+ *   sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode */
+static int scan_tcp(const char *path, unsigned port, unsigned long *ino, size_t *ni)
+{
+	char line[512];
+	bool header = true;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned lport, st;
+		unsigned long inode;
+
+		if (!strchr(line, '\n')) {
+			int c;
+
+			while ((c = getc(f)) != EOF && c != '\n')
+				;
+		}
+		if (header) {
+			header = false;
+			continue;
+		}
+		if (sscanf(line, " %*u: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*s %*s %*s %*s %*s %lu",
+			   &lport, &st, &inode) == 3 &&
+		    lport == port && st == 0x0a && inode != 0 && *ni < OWNER_INODES_MAX)
+			ino[(*ni)++] = inode;
+	}
+	fclose(f);
+	return 0;
+}
+
+static bool all_digits(const char *s)
+{
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (*s < '0' || *s > '9')
+			return false;
+	return true;
+}
+
+/* Whether process pid (its /proc name) holds one of the sockets. */
+static bool holds(const char *pid, const unsigned long *ino, size_t ni)
+{
+	char path[64];
+	struct dirent *de;
+	bool hit = false;
+	int dfd;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%s/fd", pid);
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return false;          /* another user's, or gone */
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return false;
+	}
+	while (!hit && (de = readdir(d))) {
+		char link[64], *end;
+		unsigned long v;
+		ssize_t l = readlinkat(dfd, de->d_name, link, sizeof(link) - 1);
+
+		if (l < 10 || memcmp(link, "socket:[", 8) != 0)
+			continue;
+		link[l] = '\0';
+		v = strtoul(link + 8, &end, 10);
+		if (*end != ']')
+			continue;
+		for (size_t i = 0; i < ni && !hit; i++)
+			hit = ino[i] == v;
+	}
+	closedir(d);
+	return hit;
+}
+
+int dr_port_owner(uint16_t port, char *who, size_t len)
+{
+	unsigned long ino[OWNER_INODES_MAX];
+	char comm[64], path[64];
+	struct dirent *de;
+	size_t ni = 0;
+	long pid = 0;
+	DIR *proc;
+	int rc;
+
+	if (len)
+		who[0] = '\0';
+	if (port == 0)
+		return -EINVAL;
+	rc = scan_tcp("/proc/net/tcp", port, ino, &ni);
+	if (rc < 0)
+		return rc == -ENOENT ? -ENOSYS : rc;   /* -ENOENT means nobody listens */
+	rc = scan_tcp("/proc/net/tcp6", port, ino, &ni);
+	if (rc < 0 && rc != -ENOENT)               /* no IPv6 */
+		return rc;
+	if (ni == 0)
+		return -ENOENT;
+	proc = opendir("/proc");
+	while (proc && !pid && (de = readdir(proc)))
+		if (all_digits(de->d_name) && strlen(de->d_name) < 12 && holds(de->d_name, ino, ni))
+			pid = strtol(de->d_name, NULL, 10);
+	if (proc)
+		closedir(proc);
+	if (!pid) {
+		snprintf(who, len, "another process");
+		return 0;
+	}
+	snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+	rc = read_attr(path, comm, sizeof(comm));
+	for (char *c = comm; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	if (rc < 0)                        /* it has just ended */
+		snprintf(who, len, "another process (pid %ld)", pid);
+	else
+		snprintf(who, len, "%s (pid %ld)", comm, pid);
+	return 0;
+}
