@@ -384,6 +384,7 @@ static void test_eval_run_exit_code(void **state)
 
 static void test_eval_run_timeout(void **state)
 {
+	char spec[128], pgrep[128];
 	int64_t t0 = mono_ms(), dt;
 
 	(void)state;
@@ -392,15 +393,17 @@ static void test_eval_run_timeout(void **state)
 	assert_true(dt >= 1900 && dt < 3500);
 
 	/* What it started dies with it: sh waits on a sleep that holds the
-	 * pipe; both are killed, and the sleep is not left behind. */
+	 * pipe; both are killed, and the sleep is not left behind. Its
+	 * argument names this process, for a test run beside this one. */
+	snprintf(spec, sizeof(spec), "s: run sh -c sleep${IFS}7.%d;echo${IFS}late", (int)getpid());
+	snprintf(pgrep, sizeof(pgrep), "p: run pgrep -f -x sleep.7\\.%d", (int)getpid());
 	t0 = mono_ms();
-	assert_string_equal(eval1("s: run sh -c sleep${IFS}7.4321;echo${IFS}late"),
-			    "(timed out after 2 s)");
+	assert_string_equal(eval1(spec), "(timed out after 2 s)");
 	dt = mono_ms() - t0;
 	assert_true(dt >= 1900 && dt < 3500);
-	for (int i = 0; i < 50 && strcmp(eval1("p: run pgrep -f -x sleep.7\\.4321"), "(exit 1)"); i++)
+	for (int i = 0; i < 50 && strcmp(eval1(pgrep), "(exit 1)"); i++)
 		usleep(10000);
-	assert_string_equal(eval1("p: run pgrep -f -x sleep.7\\.4321"), "(exit 1)");
+	assert_string_equal(eval1(pgrep), "(exit 1)");
 }
 
 /* The program gets no fd of ours, an empty signal mask and default
