@@ -76,15 +76,27 @@ static bool member_of(uint16_t key, const uint8_t *p, size_t n, struct member *m
 	return true;
 }
 
+
 static bool same(struct str a, struct str b)
 {
 	return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
 }
 
+/* A JSON number as %g writes one, or true/false; the span is not NUL-terminated. */
+static bool is_number(struct str v)
+{
+	if (same(v, (struct str){ "true", 4 }) || same(v, (struct str){ "false", 5 }))
+		return true;
+	for (size_t i = 0; i < v.n; i++)
+		if (!memchr("0123456789+-.e", v.p[i], 14))
+			return false;
+	return v.n > 0 && v.p[0] != 'e';
+}
+
 static void value(FILE *f, const struct member *mb)
 {
 	/* The daemon formats numbers; anything else is shown as a string. */
-	if (mb->number && mb->value.n && strspn(mb->value.p, "0123456789+-.eEtruefals") >= mb->value.n)
+	if (mb->number && is_number(mb->value))
 		put(f, mb->value);
 	else
 		cli_json_string(f, mb->value.p, mb->value.n);

@@ -156,6 +156,9 @@ static void decide_nodes(const struct dr_in *in, struct out *o)
 		  in->nnodes, in->nnodes == 1 ? "" : "s");
 	num(m, "up", (double)up);
 	num(m, "nodes", (double)in->nnodes);
+	for (size_t i = 0; i < in->nnodes; i++)
+		if (in->nodes[i].up)
+			attr(m, "answered[]", "%s", in->nodes[i].name);
 	o->problems -= up != in->nnodes;     /* each down node is its own problem */
 	for (size_t i = 0; i < in->nnodes; i++) {
 		const struct dr_node *n = &in->nodes[i];
