@@ -332,6 +332,17 @@ static bool route(const struct dr_node *a, const char *b, char ifname[64], int *
 	return sscanf(v, "%63[^|]|%d|%ld", ifname, mtu, speed) == 3;
 }
 
+/* The index of the node called name[0..len), or nnodes. */
+static size_t node_named(const struct dr_in *in, const uint8_t *name, size_t len)
+{
+	for (size_t k = 0; k < in->nnodes; k++)
+		if (strlen(in->nodes[k].name) == len && memcmp(in->nodes[k].name, name, len) == 0)
+			return k;
+	return in->nnodes;
+}
+
+/* Each node's routes, read from its own answer (its peers only: the cost
+ * is nodes x peers, not nodes squared). */
 static void decide_links(const struct dr_in *in, struct out *o)
 {
 	size_t slow = 0, known = 0;
@@ -339,18 +350,22 @@ static void decide_links(const struct dr_in *in, struct out *o)
 	for (size_t i = 0; i < in->nnodes; i++) {
 		const struct dr_node *a = &in->nodes[i];
 		char seen[8][64];
-		size_t ns = 0;
+		size_t ns = 0, off = 0, len;
+		const uint8_t *p;
+		uint16_t key;
 
-		if (!a->up)
-			continue;
-		for (size_t k = 0; k < in->nnodes; k++) {
+		while (a->up && msg_next_field(&a->facts, &off, &key, &p, &len) == 1) {
 			char ifa[64], ifb[64], subj[600];
 			int mtu_a, mtu_b;
 			long sp_a, sp_b;
 			bool dup = false;
 			struct msg *m;
+			size_t k;
 
-			if (k == i || !in->nodes[k].up ||
+			if (key != K_NAME || len <= 6 || memcmp(p, "route.", 6) != 0)
+				continue;
+			k = node_named(in, p + 6, len - 6);
+			if (k == in->nnodes || k == i || !in->nodes[k].up ||
 			    !route(a, in->nodes[k].name, ifa, &mtu_a, &sp_a))
 				continue;
 			for (size_t s = 0; s < ns; s++)
@@ -372,7 +387,8 @@ static void decide_links(const struct dr_in *in, struct out *o)
 					       ifa, ifa);
 				}
 			}
-			/* The MTU at both ends of the path, each pair once. */
+			/* The MTU at both ends of the path, each pair once
+			 * (dr_peers is symmetric: k looks at i too). */
 			if (k > i && route(&in->nodes[k], a->name, ifb, &mtu_b, &sp_b) &&
 			    mtu_a != mtu_b) {
 				snprintf(subj, sizeof(subj), "%s-%s", a->name, in->nodes[k].name);
@@ -424,19 +440,74 @@ static bool required(const struct dr_in *in, size_t p)
 	return p < in->nrequired;
 }
 
+/* What every dialer said of one node's port: read once from each dialer's
+ * answer (nodes x peers x ports), never looked up per pair. */
+struct tfail {
+	size_t nfrom, dropped, refused, unreach;
+	char from[1024];
+	size_t len;
+};
+
+static void gather_dials(const struct dr_in *in, size_t p, struct tfail *f)
+{
+	char want[16];
+	size_t wl;
+
+	wl = (size_t)snprintf(want, sizeof(want), ".%u", in->ports[p]);
+	for (size_t s = 0; s < in->nnodes; s++) {
+		const struct dr_node *sn = &in->nodes[s];
+		size_t off = 0, len, t = 0;
+		const uint8_t *n;
+		uint16_t key;
+		bool hit = false;
+
+		while (sn->up && msg_next_field(&sn->dial, &off, &key, &n, &len) == 1) {
+			const char *v = (const char *)n;
+
+			if (key == K_NAME) {
+				/* "dial.NODE.PORT" */
+				hit = len > 5 + wl && memcmp(n, "dial.", 5) == 0 &&
+				      memcmp(n + len - wl, want, wl) == 0 &&
+				      (t = node_named(in, n + 5, len - 5 - wl)) < in->nnodes;
+				continue;
+			}
+			if (key != K_VALUE || !hit)
+				continue;
+			hit = false;
+			if (t == s || sn->twin == t || (len == 4 && memcmp(v, "open", 4) == 0))
+				continue;
+			f[t].nfrom++;
+			f[t].dropped += len == 7 && memcmp(v, "dropped", 7) == 0;
+			f[t].refused += len == 7 && memcmp(v, "refused", 7) == 0;
+			f[t].unreach += len >= 11 && memcmp(v, "unreachable", 11) == 0;
+			if (f[t].len < sizeof(f[t].from))
+				f[t].len += (size_t)snprintf(f[t].from + f[t].len,
+							     sizeof(f[t].from) - f[t].len, "%s%s",
+							     f[t].len ? ", " : "", sn->name);
+		}
+	}
+}
+
 static void decide_ports(const struct dr_in *in, struct out *o)
 {
 	size_t up = nodes_up(in), bad_ports = 0;
+	struct tfail *f = calloc(in->nnodes ? in->nnodes : 1, sizeof(*f));
 
+	if (!f) {
+		o->err = -ENOMEM;
+		return;
+	}
 	for (size_t p = 0; p < in->nports; p++) {
 		uint16_t port = in->ports[p];
 		bool port_ok = true;
 
+		memset(f, 0, in->nnodes * sizeof(*f));
+		if (up > 1)
+			gather_dials(in, p, f);
 		for (size_t t = 0; t < in->nnodes; t++) {
 			const struct dr_node *tn = &in->nodes[t];
-			char name[300], v[300], subj[300], from[1024] = "";
-			const char *state = NULL;
-			size_t nfrom = 0, len = 0, dropped = 0, refused = 0, unreach = 0;
+			char name[300], v[300], subj[300];
+			const char *state, *cause;
 			struct msg *m;
 
 			if (!tn->up || tn->twin != t)
@@ -457,51 +528,35 @@ static void decide_ports(const struct dr_in *in, struct out *o)
 				       "(torchrun --master_port)", port, tn->name);
 				continue;
 			}
-			for (size_t s = 0; s < in->nnodes && up > 1; s++) {
-				const struct dr_node *sn = &in->nodes[s];
-
-				if (s == t || !sn->up || sn->twin == t)
-					continue;
-				snprintf(name, sizeof(name), "dial.%s.%u", tn->name, port);
-				if (!dr_get(&sn->dial, name, v, sizeof(v)) || strcmp(v, "open") == 0)
-					continue;
-				nfrom++;
-				dropped += strcmp(v, "dropped") == 0;
-				refused += strcmp(v, "refused") == 0;
-				unreach += strncmp(v, "unreachable", 11) == 0;
-				len += (size_t)snprintf(from + len, len < sizeof(from) ? sizeof(from) - len : 0,
-							"%s%s", len ? ", " : "", sn->name);
-			}
-			if (!nfrom)
+			if (!f[t].nfrom)
 				continue;
 			port_ok = false;
-			state = dropped >= refused && dropped >= unreach ? "dropped" :
-				refused >= unreach ? "refused" : "unreachable";
+			state = f[t].dropped >= f[t].refused && f[t].dropped >= f[t].unreach ? "dropped" :
+				f[t].refused >= f[t].unreach ? "refused" : "unreachable";
+			cause = strcmp(state, "dropped") == 0 ? "a firewall drops it" :
+				strcmp(state, "refused") == 0 ? "a firewall refuses it" : "no route";
 			m = check(o, "port", subj, false, "%u on %s cannot be reached from %s: %s",
-				  port, tn->name, from,
-				  strcmp(state, "dropped") == 0 ? "a firewall drops it" :
-				  strcmp(state, "refused") == 0 ? "a firewall refuses it" : "no route");
+				  port, tn->name, f[t].from, cause);
 			num(m, "port", port);
 			attr(m, "node", "%s", tn->name);
 			attr(m, "state", "%s", state);
-			attr(m, "cause", "%s", strcmp(state, "dropped") == 0 ? "a firewall drops it" :
-			     strcmp(state, "refused") == 0 ? "a firewall refuses it" : "no route");
-			for (size_t s = 0, k = 0; s < nfrom && k < sizeof(from); s++) {
-				char one[256];
-				size_t l = strcspn(from + k, ",");
+			attr(m, "cause", "%s", cause);
+			for (size_t k = 0; k < f[t].len;) {
+				size_t l = strcspn(f[t].from + k, ",");
 
-				snprintf(one, sizeof(one), "%.*s", (int)l, from + k);
-				attr(m, "from[]", "%s", one);
+				attr(m, "from[]", "%.*s", (int)l, f[t].from + k);
 				k += l + 2;
 			}
 			if (strcmp(state, "unreachable") == 0)
-				advice(m, "check the route from %s to %s (ip route get)", from, tn->name);
+				advice(m, "check the route from %s to %s (ip route get)", f[t].from,
+				       tn->name);
 			else
 				advice(m, "open tcp/%u on %s (nft list ruleset, iptables -L) and in any "
 				       "firewall between", port, tn->name);
 		}
 		bad_ports += !port_ok;
 	}
+	free(f);
 	if (in->nports && !bad_ports) {
 		char list[PORTLIST_MAX * 7];
 		size_t len = 0;
@@ -509,8 +564,9 @@ static void decide_ports(const struct dr_in *in, struct out *o)
 		for (size_t p = 0; p < in->nports; p++)
 			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%u", p ? "," : "",
 						in->ports[p]);
-		check(o, "port", "all", true, up > 1 ? "%zu port%s open between every pair (%s)" :
-		      "%zu port%s free here (%s)", in->nports, in->nports == 1 ? "" : "s", list);
+		check(o, "port", "all", true, up > 1 ? "%zu port%s open between %s (%s)" :
+		      "%zu port%s free here (%s)", in->nports, in->nports == 1 ? "" : "s",
+		      in->sampled ? "each node and its sampled peers" : "every pair", list);
 	}
 }
 
@@ -795,6 +851,33 @@ static void port_matrix(const struct dr_in *in, struct out *o)
 				msg_put_str(m, K_VALUE, v);
 			}
 	}
+}
+
+size_t dr_peers(size_t i, size_t n, size_t pairs_max, size_t *out)
+{
+	size_t k = 0;
+
+	if (n <= pairs_max) {
+		for (size_t j = 0; j < n; j++)
+			if (j != i)
+				out[k++] = j;
+		return k;
+	}
+	/* i +- 1, 2, 4, 8 ...: symmetric (k looks at i when i looks at k). */
+	for (size_t d = 1; d < n && k + 2 <= pairs_max; d *= 2) {
+		size_t up = (i + d) % n, down = (i + n - d) % n;
+		bool have_up = false, have_down = false;
+
+		for (size_t j = 0; j < k; j++) {
+			have_up |= out[j] == up;
+			have_down |= out[j] == down;
+		}
+		if (!have_up && up != i)
+			out[k++] = up;
+		if (!have_down && down != i && down != up)
+			out[k++] = down;
+	}
+	return k;
 }
 
 int dr_decide(const struct dr_in *in, struct msg **out, size_t *n, unsigned *problems)

@@ -102,6 +102,7 @@ struct dr_in {
 	struct dr_pair *pairs;
 	size_t npairs;
 	bool sampled;                  /* pairs_max passed: a ring and a sample */
+	size_t pairs_max;              /* [doctor] pairs_max */
 	const uint16_t *ports;         /* dialled, in order */
 	size_t nports;
 	size_t nrequired;              /* of which the job's own (the rest sampled) */
@@ -113,4 +114,9 @@ struct dr_in {
  * MSG_MATRIX), in order; *problems counts the checks that failed.
  * 0 or -ENOMEM. (dr_decide.c) */
 int dr_decide(const struct dr_in *in, struct msg **out, size_t *n, unsigned *problems);
+/* The nodes node i looks at (routes, ports) in *out: every other node up
+ * to pairs_max nodes; beyond, its ring neighbours and the nodes 2, 4, 8...
+ * places on, at most pairs_max, so the work per node stays bounded and
+ * every node is still looked at from near and far. Their count. */
+size_t dr_peers(size_t i, size_t n, size_t pairs_max, size_t *out);
 void dr_frames_free(struct msg *v, size_t n);

@@ -153,10 +153,13 @@ static void facts_and_clock(struct run *r, size_t i)
 	double best_delay = 1e18;
 	struct msg q, a;
 
+	size_t *peers = calloc(r->in.nnodes, sizeof(*peers)), np;
+
 	ask_init(&q, r, "facts");
-	for (size_t k = 0; k < r->in.nnodes; k++)
-		if (k != i)
-			msg_put_str(&q, K_HOLDER, r->in.nodes[k].name);
+	np = peers ? dr_peers(i, r->in.nnodes, r->in.pairs_max, peers) : 0;
+	for (size_t k = 0; k < np; k++)
+		msg_put_str(&q, K_HOLDER, r->in.nodes[peers[k]].name);
+	free(peers);
 	n->up = ask(r, n, &q, &n->facts, n->self ? NULL : &x, ASK_IO_MS, n->why,
 		    sizeof(n->why)) == 0;
 	msg_free(&q);
@@ -239,13 +242,19 @@ static void ports_dial(struct run *r, size_t i)
 	char why[512];
 	struct msg q;
 
+	size_t *peers = calloc(r->in.nnodes, sizeof(*peers)), np;
+
 	ask_init(&q, r, "dial");
 	msg_put_str(&q, K_PORTS, r->portlist);
 	msg_put_u64(&q, K_SIZE, r->quick ? 500 : 1500);
-	for (size_t k = 0; k < r->in.nnodes; k++)
-		if (k != i && r->in.nodes[k].up && r->in.nodes[k].twin == k &&
-		    r->in.nodes[k].twin != n->twin)
+	np = peers ? dr_peers(i, r->in.nnodes, r->in.pairs_max, peers) : 0;
+	for (size_t j = 0; j < np; j++) {
+		size_t k = peers[j];
+
+		if (r->in.nodes[k].up && r->in.nodes[k].twin == k && k != n->twin)
 			msg_put_str(&q, K_HOLDER, r->in.nodes[k].name);
+	}
+	free(peers);
 	if (ask(r, n, &q, &n->dial, NULL, ASK_IO_MS, why, sizeof(why)) < 0) {
 		msg_init(&n->dial, MSG_DOCTOR_ANS);
 		dr_put(&n->dial, "err", "%s", why);
@@ -297,7 +306,7 @@ static int plan_pairs(struct run *r)
 			up[nup++] = i;
 	if (nup < 2)
 		return 0;
-	in->sampled = nup > (size_t)r->cfg->doctor_pairs_max;
+	in->sampled = nup > in->pairs_max;
 	cap = in->sampled ? 4 * nup : nup * (nup - 1);
 	in->pairs = calloc(cap, sizeof(*in->pairs));
 	if (!in->pairs)
@@ -560,6 +569,8 @@ void doctor_run(struct job *j, const char *nodes, const char *ports)
 		return;
 	}
 	r.in.clock_bound_ms = r.cfg->doctor_clock_bound_ms;
+	r.in.pairs_max = (size_t)r.cfg->doctor_pairs_max;
+	r.in.sampled = r.in.nnodes > r.in.pairs_max;
 	r.in.streams = (unsigned)r.cfg->doctor_streams;
 	/* This node first: a doctor already running here is the usual clash. */
 	if (dr_session_take(r.session, repl_self_name(), why, sizeof(why)) < 0) {

@@ -275,6 +275,39 @@ static void test_space_for_the_next_checkpoint(void **state)
 	world_free(&w);
 }
 
+/* Who looks at whom: everyone up to pairs_max; beyond, a bounded,
+ * symmetric set that still reaches every node. */
+static void test_peers(void **state)
+{
+	size_t out[1000], n;
+
+	n = dr_peers(2, 5, 16, out);
+	assert_int_equal(n, 4);
+	for (size_t i = 0; i < n; i++)
+		assert_true(out[i] != 2 && out[i] < 5);
+	for (size_t nodes = 17; nodes <= 1000; nodes += 61) {
+		bool *seen = calloc(nodes, sizeof(*seen));
+
+		for (size_t i = 0; i < nodes; i++) {
+			n = dr_peers(i, nodes, 16, out);
+			assert_true(n >= 2 && n <= 16);
+			for (size_t k = 0; k < n; k++) {
+				size_t back[1000], nb = dr_peers(out[k], nodes, 16, back);
+				bool found = false;
+
+				assert_true(out[k] != i && out[k] < nodes);
+				for (size_t j = 0; j < nb; j++)
+					found |= back[j] == i;
+				assert_true(found);          /* symmetric */
+				seen[out[k]] = true;
+			}
+		}
+		for (size_t i = 0; i < nodes; i++)
+			assert_true(seen[i]);                /* nobody left out */
+		free(seen);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -286,6 +319,7 @@ int main(void)
 		cmocka_unit_test(test_node_down_named_rest_checked),
 		cmocka_unit_test(test_slow_link_and_mtu),
 		cmocka_unit_test(test_space_for_the_next_checkpoint),
+		cmocka_unit_test(test_peers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
