@@ -156,6 +156,8 @@ static void decide_nodes(const struct dr_in *in, struct out *o)
 		  in->nnodes, in->nnodes == 1 ? "" : "s");
 	num(m, "up", (double)up);
 	num(m, "nodes", (double)in->nnodes);
+	if (up != in->nnodes)
+		advice(m, "the nodes that did not answer are named below; the rest were checked");
 	for (size_t i = 0; i < in->nnodes; i++)
 		if (in->nodes[i].up)
 			attr(m, "answered[]", "%s", in->nodes[i].name);
@@ -304,6 +306,8 @@ static void decide_bandwidth(const struct dr_in *in, struct out *o)
 			  n, n == 1 ? "" : "s", in->sampled ? " (a ring and a sample)" : "", GBIT(med),
 			  in->streams, GBIT(med_one));
 		o->problems -= failed != 0;      /* each failed pair is its own line */
+		if (failed)
+			advice(m, "the directions that could not be measured are named above");
 		num(m, "median_gbps", GBIT(med));
 		num(m, "median_one_stream_gbps", GBIT(med_one));
 		num(m, "directions", (double)n);
