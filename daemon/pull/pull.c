@@ -657,6 +657,10 @@ static void result(struct pull *p, digest_t root)
 	msg_put_u64(&m, K_FILES_REMOVED, p->removed);
 	digest_to_hex(root, hex);
 	msg_put_str(&m, K_ROOT, hex);
+	/* The lock goes before the answer: a client that pulls again the
+	 * moment it hears this one finished must not find it still held. */
+	stagedir_close(&p->sd);
+	p->dst_fd = -1;
 	job_result(p->job, 0, p->dst, &m,
 		   "pulled %llu files (%llu bytes): %llu copied (%llu bytes), %llu removed",
 		   (unsigned long long)p->files, (unsigned long long)p->bytes,
@@ -781,6 +785,8 @@ out_fail:
 	/* Temporaries go before the answer: once the client hears the pull
 	 * failed, nothing of it may still be changing on disk. */
 	pass_teardown(p);
+	stagedir_close(&p->sd);
+	p->dst_fd = -1;
 	job_result(j, 1, NULL, NULL, "%s", why);
 	return 1;
 }
@@ -820,6 +826,10 @@ static void verify_and_repair(struct pull *p, digest_t root)
 		}
 		/* Whatever happens next, this tree no longer matches its manifest. */
 		stagedir_unpublish(&p->sd);
+		if (job_cancelled(j) || ret < 0 || pass == 2 || !p->dropped) {
+			stagedir_close(&p->sd);
+			p->dst_fd = -1;
+		}
 		if (job_cancelled(j)) {
 			job_result(j, 1, NULL, NULL, "pull into %s cancelled while verifying", p->dst);
 			return;
@@ -871,7 +881,7 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 		else
 			result(p, root);
 	}
-	stagedir_close(&p->sd);
+	stagedir_close(&p->sd);      /* closed already once answered; idempotent */
 out_close_src:
 	close(p->src_fd);
 out_free:
