@@ -1,5 +1,6 @@
 #include "client/cli_doctor.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,15 +83,20 @@ static bool same(struct str a, struct str b)
 	return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
 }
 
-/* A JSON number as %g writes one, or true/false; the span is not NUL-terminated. */
+/* A JSON number as %g writes one, or true/false; the span is not
+ * NUL-terminated, so it is read from a copy. */
 static bool is_number(struct str v)
 {
+	char buf[64], *end;
+
 	if (same(v, (struct str){ "true", 4 }) || same(v, (struct str){ "false", 5 }))
 		return true;
-	for (size_t i = 0; i < v.n; i++)
-		if (!memchr("0123456789+-.e", v.p[i], 14))
-			return false;
-	return v.n > 0 && v.p[0] != 'e';
+	if (!v.n || v.n >= sizeof(buf) || !memchr("0123456789-", v.p[0], 11))
+		return false;
+	memcpy(buf, v.p, v.n);
+	buf[v.n] = '\0';
+	strtod(buf, &end);
+	return *end == '\0' && !strpbrk(buf, "xXnNiI") && buf[v.n - 1] >= '0' && buf[v.n - 1] <= '9';
 }
 
 static void value(FILE *f, const struct member *mb)
@@ -192,7 +198,7 @@ static struct str unit_of(const struct msg *m)
 	return (struct str){ "", 0 };
 }
 
-#define MATRIX_SHOWN 16        /* nodes shown in a terminal; --json has them all */
+#define MATRIX_SHOWN 16        /* nodes shown in a terminal; --json has the frame's all */
 
 int cli_matrix_human(FILE *out, const struct msg *m)
 {
@@ -207,7 +213,7 @@ int cli_matrix_human(FILE *out, const struct msg *m)
 	if (!names || !cells) {
 		free(names);
 		free(cells);
-		return -12;
+		return -ENOMEM;
 	}
 	gather(m, K_HOLDER, names, nn);
 	gather(m, K_VALUE, cells, nc);

@@ -211,6 +211,11 @@ int dr_bw(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *
 			 (unsigned long long)dur, (unsigned long long)streams);
 		return -EINVAL;
 	}
+	/* This node's own config bounds what any asker can make it send. */
+	if (dur > (uint64_t)c->cfg->doctor_duration_ms)
+		dur = (uint64_t)c->cfg->doctor_duration_ms;
+	if (!rate || rate > c->cfg->doctor_rate)
+		rate = c->cfg->doctor_rate;
 	if (msg_get_str(ask, K_HOLDER, &node) < 0 || msg_get_str(ask, K_JOB, &session) < 0 ||
 	    (h = repl.cluster ? hosts_find(&repl.hosts, node) : -1) < 0 ||
 	    (size_t)h == repl.self) {
@@ -264,7 +269,7 @@ out:
 int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *why,
 	    size_t whylen)
 {
-	uint64_t bytes = 0, first = 0, last = 0, frames = 0;
+	uint64_t bytes = 0, first = 0, last = 0, frames = 0, deadline;
 	struct xport *x = c->x;
 	struct msg m, reply;
 	int rc;
@@ -273,6 +278,10 @@ int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char
 		snprintf(why, whylen, "a sink is the far end of a connection");
 		return -EINVAL;
 	}
+	/* The receiver serves requests without a timeout; a sender that stops
+	 * without MSG_END must not hold this thread, nor one that never stops. */
+	x->ops->set_timeout(x, REPL_IO_MS);
+	deadline = mono_ns() + (2 * (uint64_t)c->cfg->doctor_duration_ms + 20000) * 1000000u;
 	/* Ready: the sender may start. */
 	msg_init(&reply, MSG_DOCTOR_ANS);
 	rc = x->ops->send(x, &reply);
@@ -281,7 +290,10 @@ int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char
 		const uint8_t *p;
 		size_t n;
 
-		if (m.type == MSG_DATA && msg_get_bytes(&m, K_DATA, &p, &n) == 0) {
+		if (mono_ns() > deadline) {
+			snprintf(why, whylen, "a bandwidth test past its time");
+			rc = -ETIMEDOUT;
+		} else if (m.type == MSG_DATA && msg_get_bytes(&m, K_DATA, &p, &n) == 0) {
 			uint64_t now = mono_ns();
 
 			/* The first frame starts the clock; it is not counted. */

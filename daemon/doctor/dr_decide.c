@@ -27,6 +27,7 @@ struct out {
 	size_t n, cap;
 	unsigned problems;
 	int err;
+	struct msg scratch;        /* where the puts go when memory ran out */
 };
 
 static struct msg *frame(struct out *o, uint16_t type)
@@ -46,9 +47,6 @@ static struct msg *frame(struct out *o, uint16_t type)
 	return &o->v[o->n++];
 }
 
-/* A scratch frame for when memory ran out: the puts go nowhere. */
-static struct msg sink;
-
 __attribute__((format(printf, 5, 6)))
 static struct msg *check(struct out *o, const char *what, const char *subject, bool ok,
 			 const char *fmt, ...)
@@ -58,9 +56,9 @@ static struct msg *check(struct out *o, const char *what, const char *subject, b
 	va_list ap;
 
 	if (!m) {
-		msg_free(&sink);
-		msg_init(&sink, MSG_CHECK);
-		return &sink;
+		msg_free(&o->scratch);
+		msg_init(&o->scratch, MSG_CHECK);
+		return &o->scratch;
 	}
 	va_start(ap, fmt);
 	vsnprintf(text, sizeof(text), fmt, ap);
@@ -192,9 +190,18 @@ static void decide_clocks(const struct dr_in *in, struct out *o)
 		if (!n->up)
 			continue;
 		synced = known && strcmp(v, "1") == 0;
-		off_ok = !n->has_clock || fabs(n->offset_ms) <= in->clock_bound_ms;
 		seen++;
-		if (n->has_clock && fabs(n->offset_ms) > fabs(worst))
+		if (!n->has_clock) {
+			bad++;
+			m = check(o, "clock", n->name, false, "not measured: %s",
+				  n->clock_why[0] ? n->clock_why : "no exchange answered");
+			flag(m, "synced", synced);
+			advice(m, "check the connection to %s: it answered the first question but "
+			       "not the clock's", n->name);
+			continue;
+		}
+		off_ok = fabs(n->offset_ms) <= in->clock_bound_ms;
+		if (fabs(n->offset_ms) > fabs(worst))
 			worst = n->offset_ms;
 		if (off_ok && (synced || !known))
 			continue;
@@ -275,7 +282,7 @@ static void decide_bandwidth(const struct dr_in *in, struct out *o)
 	for (size_t k = 0; k < in->npairs; k++) {
 		const struct dr_pair *p = &in->pairs[k];
 		const char *a = in->nodes[p->a].name, *b = in->nodes[p->b].name;
-		char subj[600];
+		char subj[600], err[512];
 		double mb, ob;
 
 		snprintf(subj, sizeof(subj), "%s>%s", a, b);
@@ -288,6 +295,15 @@ static void decide_bandwidth(const struct dr_in *in, struct out *o)
 		}
 		mb = dr_getf(&p->ans, "multi_Bps", 0);
 		ob = dr_getf(&p->ans, "one_Bps", 0);
+		if (dr_get(&p->ans, "multi_err", err, sizeof(err))) {
+			/* Fewer streams than asked: the figure is not the link's. */
+			failed++;
+			m = check(o, "bandwidth", subj, false, "a stream from %s to %s failed: %s",
+				  a, b, err);
+			advice(m, "check %s's peer port from %s, and how many connections %s "
+			       "accepts at once", b, a, b);
+			continue;
+		}
 		if (n >= 3 && mb < FAR_BELOW * med) {
 			m = check(o, "bandwidth", subj, false,
 				  "%.2f Gbit/s from %s to %s, far below the others' median %.2f",
@@ -484,7 +500,8 @@ static void gather_dials(const struct dr_in *in, size_t p, struct tfail *f)
 			f[t].dropped += len == 7 && memcmp(v, "dropped", 7) == 0;
 			f[t].refused += len == 7 && memcmp(v, "refused", 7) == 0;
 			f[t].unreach += len >= 11 && memcmp(v, "unreachable", 11) == 0;
-			if (f[t].len < sizeof(f[t].from))
+			/* Names while they fit whole; the count says the rest. */
+			if (f[t].len + strlen(sn->name) + 2 < sizeof(f[t].from))
 				f[t].len += (size_t)snprintf(f[t].from + f[t].len,
 							     sizeof(f[t].from) - f[t].len, "%s%s",
 							     f[t].len ? ", " : "", sn->name);
@@ -530,6 +547,23 @@ static void decide_ports(const struct dr_in *in, struct out *o)
 				attr(m, "cause", "in use by %s", v + 7);
 				advice(m, "stop what listens on %u on %s, or give the job another port "
 				       "(torchrun --master_port)", port, tn->name);
+				continue;
+			}
+			if (!dr_get(&tn->listen, name, v, sizeof(v)) || strcmp(v, "open") != 0) {
+				/* Not listening there: what dials found says nothing of
+				 * a firewall. */
+				if (!required(in, p))
+					continue;
+				port_ok = false;
+				if (!dr_get(&tn->listen, name, v, sizeof(v)) &&
+				    !dr_get(&tn->listen, "err", v, sizeof(v)))
+					snprintf(v, sizeof(v), "no answer");
+				m = check(o, "port", subj, false, "%u on %s could not be opened: %s", port,
+					  tn->name, v[0] == 'e' && strncmp(v, "error|", 6) == 0 ? v + 6 : v);
+				num(m, "port", port);
+				attr(m, "node", "%s", tn->name);
+				attr(m, "state", "error");
+				advice(m, "see staged's log on %s", tn->name);
 				continue;
 			}
 			if (!f[t].nfrom)
@@ -791,9 +825,25 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 
 /* ------------------------------------------------------------ matrices */
 
+/* A matrix frame holds at most this many nodes (64 x 64 cells fit a frame
+ * many times over); past it the checks still name every problem. */
+#define MATRIX_MAX 64
+
+static size_t matrix_nodes(const struct dr_in *in, struct msg *m)
+{
+	size_t nn = in->nnodes < MATRIX_MAX ? in->nnodes : MATRIX_MAX;
+
+	for (size_t i = 0; i < nn; i++)
+		msg_put_str(m, K_HOLDER, in->nodes[i].name);
+	if (nn < in->nnodes)
+		num(m, "nodes_total", (double)in->nnodes);
+	return nn;
+}
+
 static void matrix(const struct dr_in *in, struct out *o, const char *name, const char *unit,
 		   const char *field, double scale, const char *fmt)
 {
+	size_t nn, *at;
 	struct msg *m;
 	bool any = false;
 
@@ -803,21 +853,30 @@ static void matrix(const struct dr_in *in, struct out *o, const char *name, cons
 		return;
 	msg_put_str(m, K_NAME, name);
 	attr(m, "unit", "%s", unit);
-	for (size_t i = 0; i < in->nnodes; i++)
-		msg_put_str(m, K_HOLDER, in->nodes[i].name);
-	for (size_t a = 0; a < in->nnodes; a++)
-		for (size_t b = 0; b < in->nnodes; b++) {
-			char cell[32] = "";
+	nn = matrix_nodes(in, m);
+	/* Which pair each cell shows, found once (SIZE_MAX: none). */
+	at = malloc(nn * nn * sizeof(*at) + 1);
+	if (!at) {
+		o->err = -ENOMEM;
+		return;
+	}
+	for (size_t c = 0; c < nn * nn; c++)
+		at[c] = SIZE_MAX;
+	for (size_t k = 0; k < in->npairs; k++)
+		if (in->pairs[k].a < nn && in->pairs[k].b < nn)
+			at[in->pairs[k].a * nn + in->pairs[k].b] = k;
+	for (size_t c = 0; c < nn * nn; c++) {
+		char cell[32] = "";
 
-			for (size_t k = 0; k < in->npairs; k++) {
-				const struct dr_pair *p = &in->pairs[k];
+		if (at[c] != SIZE_MAX) {
+			const struct dr_pair *p = &in->pairs[at[c]];
 
-				if (p->a == a && p->b == b)
-					snprintf(cell, sizeof(cell), p->measured ? fmt : "✗",
-						 dr_getf(&p->ans, field, 0) * scale);
-			}
-			msg_put_str(m, K_VALUE, cell);
+			snprintf(cell, sizeof(cell), p->measured ? fmt : "✗",
+				 dr_getf(&p->ans, field, 0) * scale);
 		}
+		msg_put_str(m, K_VALUE, cell);
+	}
+	free(at);
 }
 
 static void port_matrix(const struct dr_in *in, struct out *o)
@@ -825,16 +884,16 @@ static void port_matrix(const struct dr_in *in, struct out *o)
 	for (size_t p = 0; p < in->nrequired && nodes_up(in) > 1; p++) {
 		struct msg *m = frame(o, MSG_MATRIX);
 		char name[32];
+		size_t nn;
 
 		if (!m)
 			return;
 		snprintf(name, sizeof(name), "port %u", in->ports[p]);
 		msg_put_str(m, K_NAME, name);
 		attr(m, "unit", "state");
-		for (size_t i = 0; i < in->nnodes; i++)
-			msg_put_str(m, K_HOLDER, in->nodes[i].name);
-		for (size_t s = 0; s < in->nnodes; s++)
-			for (size_t t = 0; t < in->nnodes; t++) {
+		nn = matrix_nodes(in, m);
+		for (size_t s = 0; s < nn; s++)
+			for (size_t t = 0; t < nn; t++) {
 				char key[300], v[300] = "";
 
 				snprintf(key, sizeof(key), "port.%u", in->ports[p]);
@@ -888,6 +947,8 @@ int dr_decide(const struct dr_in *in, struct msg **out, size_t *n, unsigned *pro
 {
 	struct out o = { 0 };
 
+	msg_init(&o.scratch, MSG_CHECK);
+
 	decide_nodes(in, &o);
 	decide_clocks(in, &o);
 	decide_bandwidth(in, &o);
@@ -900,7 +961,7 @@ int dr_decide(const struct dr_in *in, struct msg **out, size_t *n, unsigned *pro
 	matrix(in, &o, "bandwidth, one stream", "Gbit/s", "one_Bps", 8 / 1e9, "%.2f");
 	matrix(in, &o, "latency", "ms", "rtt_med_us", 1e-3, "%.3f");
 	port_matrix(in, &o);
-	msg_free(&sink);
+	msg_free(&o.scratch);
 	if (o.err) {
 		dr_frames_free(o.v, o.n);
 		return o.err;

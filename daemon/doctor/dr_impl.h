@@ -45,9 +45,11 @@ bool dr_get(const struct msg *m, const char *name, char *out, size_t cap);
 double dr_getf(const struct msg *m, const char *name, double dflt);
 
 /* The session lock: one doctor at a time on a node. Take refreshes the
- * lease of the session holding it, or takes it when free or expired:
+ * lease of the session holding it, or takes it when free or expired, for
+ * DR_LEASE_MS past the next busy_ms (a question that runs that long):
  * 0, or -EBUSY with why naming the node that holds it. */
-int dr_session_take(const char *session, const char *asker, char *why, size_t whylen);
+int dr_session_take(const char *session, const char *asker, int64_t busy_ms, char *why,
+		    size_t whylen);
 /* Ends the session if it holds the lock, closing what it left open. */
 void dr_session_end(const char *session);
 
@@ -82,6 +84,7 @@ struct dr_node {
 	struct msg facts, disk, listen, dial;
 	bool has_clock;
 	double offset_ms, delay_ms;    /* its clock minus the asker's; the round trip */
+	char clock_why[256];           /* !has_clock: why the exchanges failed */
 	/* The first node of the run at the same address (its own index when
 	 * none): nodes on one machine share its ports, so only that one opens
 	 * them (test clusters on loopback; never two nodes on a real host). */
@@ -90,6 +93,7 @@ struct dr_node {
 
 struct dr_pair {
 	size_t a, b;                   /* a sends to b: indices into the nodes */
+	size_t round;                  /* when it is measured (dr_run.c) */
 	bool measured;
 	int err;
 	char why[512];

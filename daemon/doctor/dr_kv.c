@@ -36,9 +36,10 @@ bool dr_get(const struct msg *m, const char *name, char *out, size_t cap)
 
 				memcpy(out, p, k);
 				out[k] = '\0';
-				/* A peer's text: no NUL may cut it short unseen. */
+				/* A peer's text: no NUL may cut it short unseen,
+				 * no control character reach a terminal. */
 				for (size_t i = 0; i < k; i++)
-					if (out[i] == '\0')
+					if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f)
 						out[i] = '?';
 			}
 			return true;

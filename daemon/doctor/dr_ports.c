@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -33,16 +34,21 @@
 #include "daemon/doctor/dr_local.h"
 #include "daemon/repl/repl_impl.h"
 
-#define DIAL_BATCH 256             /* sockets in flight at once */
+#define DIAL_MAX (DR_NODES_MAX * PORTLIST_MAX)   /* sockets of one question, all at once */
 
-static struct {
-	pthread_mutex_t mu;
+/* One listen's ports and the thread that holds them. The thread owns the
+ * fds (it closes them when it ends); release wakes it, joins it, and frees
+ * the rest. `ops` serialises listen and release, so one set is held at a
+ * time and nothing of a set is touched once it is released. */
+struct held {
 	int fds[PORTLIST_MAX];
 	size_t n;
 	int wake[2];                   /* a pipe: release ends the accepter */
 	pthread_t thread;
-	bool running;
-} ls = { .mu = PTHREAD_MUTEX_INITIALIZER, .wake = { -1, -1 } };
+};
+
+static pthread_mutex_t ops = PTHREAD_MUTEX_INITIALIZER;
+static struct held *cur;           /* under ops */
 
 static int listen_port(uint16_t port, int *out)
 {
@@ -83,66 +89,74 @@ bound:
 	return 0;
 }
 
-/* Accepts and closes until released or the lease runs out. */
+/* Accepts and closes until released or the lease runs out. (Closed, not
+ * reset: a reset can reach the dialer before it has seen its connect
+ * complete, and a dial that got through would read as failed.) */
 static void *accepter(void *arg)
 {
+	struct held *h = arg;
 	int64_t until = mono_ms() + DR_LEASE_MS;
 	struct pollfd pf[PORTLIST_MAX + 1];
-	size_t n;
 
-	pthread_mutex_lock(&ls.mu);
-	n = ls.n;
-	for (size_t i = 0; i < n; i++)
-		pf[i] = (struct pollfd){ .fd = ls.fds[i], .events = POLLIN };
-	pf[n] = (struct pollfd){ .fd = ls.wake[0], .events = POLLIN };
-	pthread_mutex_unlock(&ls.mu);
+	for (size_t i = 0; i < h->n; i++)
+		pf[i] = (struct pollfd){ .fd = h->fds[i], .events = POLLIN };
+	pf[h->n] = (struct pollfd){ .fd = h->wake[0], .events = POLLIN };
 	for (int64_t left; (left = until - mono_ms()) > 0;) {
-		if (poll(pf, n + 1, (int)left) < 0 && errno != EINTR)
+		if (poll(pf, h->n + 1, (int)left) < 0 && errno != EINTR)
 			break;
-		if (pf[n].revents)
+		if (pf[h->n].revents)
 			break;
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = 0; i < h->n; i++) {
 			int c;
 
 			if (!pf[i].revents)
 				continue;
 			while ((c = accept4(pf[i].fd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
 				close(c);
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Out of fds: the connection waits; do not spin on it. */
+				struct timespec ts = { .tv_nsec = 10000000 };
+
+				nanosleep(&ts, NULL);
+			}
 		}
 	}
-	pthread_mutex_lock(&ls.mu);
-	for (size_t i = 0; i < ls.n; i++)
-		close(ls.fds[i]);
-	ls.n = 0;
-	pthread_mutex_unlock(&ls.mu);
+	for (size_t i = 0; i < h->n; i++)
+		close(h->fds[i]);
 	return NULL;
+}
+
+/* Under ops. */
+static void release_locked(void)
+{
+	struct held *h = cur;
+
+	if (!h)
+		return;
+	cur = NULL;
+	if (write(h->wake[1], "x", 1) < 0)
+		log_warn("doctor: cannot wake the port accepter: %s", strerror(errno));
+	pthread_join(h->thread, NULL);
+	close(h->wake[0]);
+	close(h->wake[1]);
+	free(h);
 }
 
 void dr_release(void)
 {
-	pthread_mutex_lock(&ls.mu);
-	if (!ls.running) {
-		pthread_mutex_unlock(&ls.mu);
-		return;
-	}
-	ls.running = false;
-	pthread_mutex_unlock(&ls.mu);
-	if (write(ls.wake[1], "x", 1) < 0)
-		log_warn("doctor: cannot wake the port accepter: %s", strerror(errno));
-	pthread_join(ls.thread, NULL);
-	close(ls.wake[0]);
-	close(ls.wake[1]);
-	ls.wake[0] = ls.wake[1] = -1;
+	pthread_mutex_lock(&ops);
+	release_locked();
+	pthread_mutex_unlock(&ops);
 }
 
 int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 {
 	uint16_t ports[PORTLIST_MAX];
 	char *list = NULL, name[32];
+	struct held *h;
 	size_t n = 0;
-	int rc;
+	int rc = 0;
 
-	dr_release();      /* one set of ports at a time */
 	if (msg_get_str(ask, K_PORTS, &list) < 0 ||
 	    portlist_parse(list, ports, PORTLIST_MAX, &n, why, whylen) < 0) {
 		free(list);
@@ -151,11 +165,16 @@ int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 		return -EINVAL;
 	}
 	free(list);
-	if (pipe2(ls.wake, O_CLOEXEC) < 0) {
+	if (!(h = calloc(1, sizeof(*h))))
+		return -ENOMEM;
+	if (pipe2(h->wake, O_CLOEXEC) < 0) {
+		rc = -errno;
 		snprintf(why, whylen, "pipe: %s", strerror(errno));
-		return -errno;
+		free(h);
+		return rc;
 	}
-	pthread_mutex_lock(&ls.mu);
+	pthread_mutex_lock(&ops);
+	release_locked();      /* one set of ports at a time */
 	for (size_t i = 0; i < n; i++) {
 		char who[128];
 		int fd = -1;
@@ -163,7 +182,7 @@ int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 		snprintf(name, sizeof(name), "port.%u", ports[i]);
 		rc = listen_port(ports[i], &fd);
 		if (rc == 0) {
-			ls.fds[ls.n++] = fd;
+			h->fds[h->n++] = fd;
 			dr_put(ans, name, "open");
 		} else if (rc == -EADDRINUSE) {
 			if (dr_port_owner(ports[i], who, sizeof(who)) < 0)
@@ -173,21 +192,20 @@ int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 			dr_put(ans, name, "error|%s", strerror(-rc));
 		}
 	}
-	ls.running = pthread_create(&ls.thread, NULL, accepter, NULL) == 0;
-	if (!ls.running) {
-		for (size_t i = 0; i < ls.n; i++)
-			close(ls.fds[i]);
-		ls.n = 0;
-		close(ls.wake[0]);
-		close(ls.wake[1]);
-		ls.wake[0] = ls.wake[1] = -1;
-	}
-	pthread_mutex_unlock(&ls.mu);
-	if (!ls.running) {
+	rc = pthread_create(&h->thread, NULL, accepter, h);
+	if (rc == 0) {
+		cur = h;
+	} else {
+		for (size_t i = 0; i < h->n; i++)
+			close(h->fds[i]);
+		close(h->wake[0]);
+		close(h->wake[1]);
+		free(h);
 		snprintf(why, whylen, "no thread to hold the ports open");
-		return -EAGAIN;
+		rc = -EAGAIN;
 	}
-	return 0;
+	pthread_mutex_unlock(&ops);
+	return rc;
 }
 
 struct dial {
@@ -196,26 +214,28 @@ struct dial {
 	char name[300];
 };
 
-static void dial_start(struct dial *d, const struct host *h, uint16_t port)
+static void dial_start(struct dial *d, const struct addrinfo *ai, uint16_t port)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-	char svc[8];
+	struct sockaddr_storage sa;
 
 	d->fd = -1;
-	snprintf(svc, sizeof(svc), "%u", port);
-	if (getaddrinfo(h->host, svc, &hints, &ai) != 0 || !ai) {
+	if (!ai) {
 		d->state = "unreachable|cannot resolve the host";
 		return;
 	}
+	memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+	if (sa.ss_family == AF_INET)
+		((struct sockaddr_in *)&sa)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&sa)->sin6_port = htons(port);
 	d->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (d->fd < 0)
 		d->state = "error|no socket";
-	else if (connect(d->fd, ai->ai_addr, ai->ai_addrlen) == 0)
+	else if (connect(d->fd, (struct sockaddr *)&sa, ai->ai_addrlen) == 0)
 		d->state = "open";
 	else if (errno != EINPROGRESS)
 		d->state = errno == ECONNREFUSED ? "refused" :
 			   errno == EHOSTUNREACH || errno == ENETUNREACH ? "unreachable" : "error";
-	freeaddrinfo(ai);
 }
 
 static const char *dial_outcome(int fd)
@@ -225,21 +245,24 @@ static const char *dial_outcome(int fd)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
 		err = errno;
-	return err == 0 ? "open" : err == ECONNREFUSED ? "refused" :
+	/* ECONNRESET: the handshake completed and the far end closed at once,
+	 * as the listener does; a firewall that rejects answers the SYN with
+	 * a reset, which is ECONNREFUSED. */
+	return err == 0 || err == ECONNRESET ? "open" : err == ECONNREFUSED ? "refused" :
 	       err == EHOSTUNREACH || err == ENETUNREACH ? "unreachable" :
 	       err == ETIMEDOUT ? "dropped" : "error";
 }
 
-static void dial_batch(struct dial *d, size_t n, int timeout_ms)
+/* Every socket at once, under one deadline. */
+static void dial_all(struct dial *d, size_t n, int timeout_ms)
 {
-	struct pollfd pf[DIAL_BATCH];
+	struct pollfd *pf = calloc(n ? n : 1, sizeof(*pf));
 	int64_t until = mono_ms() + timeout_ms;
-	size_t open_n;
 
-	for (;;) {
+	for (; pf;) {
 		int64_t left = until - mono_ms();
+		size_t open_n = 0;
 
-		open_n = 0;
 		for (size_t i = 0; i < n; i++)
 			if (!d[i].state)
 				pf[open_n++] = (struct pollfd){ .fd = d[i].fd, .events = POLLOUT };
@@ -255,6 +278,7 @@ static void dial_batch(struct dial *d, size_t n, int timeout_ms)
 			k++;
 		}
 	}
+	free(pf);
 	for (size_t i = 0; i < n; i++) {
 		if (!d[i].state)
 			d[i].state = "dropped";   /* no answer at all within the time */
@@ -266,28 +290,30 @@ static void dial_batch(struct dial *d, size_t n, int timeout_ms)
 int dr_dial(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 {
 	uint16_t ports[PORTLIST_MAX];
-	struct dial *d = calloc(DIAL_BATCH, sizeof(*d));
+	ssize_t seen[DR_NODES_MAX];
+	struct dial *d;
 	char *list = NULL, node[256];
 	uint64_t timeout = 1000;
-	size_t np = 0, nd = 0, off = 0, len;
+	size_t np = 0, nd = 0, nn = 0, off = 0, len;
 	const uint8_t *p;
 	uint16_t key;
 
-	if (!d)
-		return -ENOMEM;
 	msg_get_u64(ask, K_SIZE, &timeout);
-	if (timeout > 10000)
-		timeout = 10000;
+	if (timeout < 10 || timeout > 10000)
+		timeout = timeout < 10 ? 10 : 10000;
 	if (msg_get_str(ask, K_PORTS, &list) < 0 ||
 	    portlist_parse(list, ports, PORTLIST_MAX, &np, why, whylen) < 0) {
 		free(list);
-		free(d);
 		if (!why[0])
 			snprintf(why, whylen, "a port list that does not parse");
 		return -EINVAL;
 	}
 	free(list);
+	if (!(d = calloc(DIAL_MAX, sizeof(*d))))
+		return -ENOMEM;
 	while (msg_next_field(ask, &off, &key, &p, &len) == 1) {
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+		bool dup = false;
 		ssize_t h;
 
 		if (key != K_HOLDER || len >= sizeof(node))
@@ -295,26 +321,34 @@ int dr_dial(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 		memcpy(node, p, len);
 		node[len] = '\0';
 		h = repl.cluster ? hosts_find(&repl.hosts, node) : -1;
+		for (size_t i = 0; i < nn; i++)
+			dup |= h >= 0 && seen[i] == h;
+		if (dup)
+			continue;
+		if (nn == DR_NODES_MAX) {
+			snprintf(why, whylen, "a dial question naming more than %d nodes", DR_NODES_MAX);
+			free(d);
+			return -E2BIG;
+		}
+		seen[nn++] = h;
+		/* Resolved once per node, whatever the ports. */
+		if (h >= 0 && getaddrinfo(repl.hosts.v[h].host, NULL, &hints, &ai) != 0)
+			ai = NULL;
 		for (size_t i = 0; i < np; i++) {
-			struct dial *x = &d[nd];
+			struct dial *x = &d[nd++];
 
-			memset(x, 0, sizeof(*x));
 			snprintf(x->name, sizeof(x->name), "dial.%s.%u", node, ports[i]);
 			if (h < 0) {
 				x->fd = -1;
 				x->state = "unreachable|not in this node's hosts file";
 			} else {
-				dial_start(x, &repl.hosts.v[h], ports[i]);
-			}
-			if (++nd == DIAL_BATCH) {
-				dial_batch(d, nd, (int)timeout);
-				for (size_t k = 0; k < nd; k++)
-					dr_put(ans, d[k].name, "%s", d[k].state);
-				nd = 0;
+				dial_start(x, ai, ports[i]);
 			}
 		}
+		if (ai)
+			freeaddrinfo(ai);
 	}
-	dial_batch(d, nd, (int)timeout);
+	dial_all(d, nd, (int)timeout);
 	for (size_t k = 0; k < nd; k++)
 		dr_put(ans, d[k].name, "%s", d[k].state);
 	free(d);

@@ -126,18 +126,26 @@ static void for_each_node(struct run *r, void (*fn)(struct run *r, size_t i))
 {
 	struct each *e = calloc(r->in.nnodes, sizeof(*e));
 
+	size_t self = r->in.nnodes;
+
+	/* The others' threads first, so that this node's own part (in place)
+	 * runs alongside theirs rather than before them. */
 	for (size_t i = 0; i < r->in.nnodes; i++) {
 		if (!r->in.nodes[i].up)
 			continue;
-		if (!e || r->in.nodes[i].self) {
-			fn(r, i);
+		if (r->in.nodes[i].self) {
+			self = i;
 			continue;
 		}
-		e[i] = (struct each){ .r = r, .i = i, .fn = fn };
-		e[i].started = pthread_create(&e[i].t, NULL, each_main, &e[i]) == 0;
-		if (!e[i].started)
+		if (e) {
+			e[i] = (struct each){ .r = r, .i = i, .fn = fn };
+			e[i].started = pthread_create(&e[i].t, NULL, each_main, &e[i]) == 0;
+		}
+		if (!e || !e[i].started)
 			fn(r, i);
 	}
+	if (self < r->in.nnodes)
+		fn(r, self);
 	for (size_t i = 0; e && i < r->in.nnodes; i++)
 		if (e[i].started)
 			pthread_join(e[i].t, NULL);
@@ -173,7 +181,7 @@ static void facts_and_clock(struct run *r, size_t i)
 	 * the least room for asymmetry, so its offset is kept. */
 	for (int round = 0; round < DR_TIME_ROUNDS && x; round++) {
 		uint64_t t1, t2, t3, t4;
-		char why[256];
+		char why[256] = "";
 
 		ask_init(&q, r, "time");
 		t1 = wall_ns();
@@ -181,9 +189,13 @@ static void facts_and_clock(struct run *r, size_t i)
 		if (ask(r, n, &q, &a, &x, ASK_IO_MS, why, sizeof(why)) == 0) {
 			t4 = wall_ns();
 			if (msg_get_u64(&a, K_T2, &t2) == 0 && msg_get_u64(&a, K_T3, &t3) == 0) {
-				double delay = ((double)(t4 - t1) - ((double)t3 - (double)t2)) / 1e6;
-				double off = (((double)t2 - (double)t1) + ((double)t3 - (double)t4)) /
-					     2e6;
+				/* Differences in integers first: ns since the epoch
+				 * lose precision as doubles, and either clock may
+				 * step back between two readings. */
+				int64_t d41 = (int64_t)(t4 - t1), d32 = (int64_t)(t3 - t2);
+				int64_t d21 = (int64_t)(t2 - t1), d34 = (int64_t)(t3 - t4);
+				double delay = (double)(d41 - d32) / 1e6;
+				double off = ((double)d21 + (double)d34) / 2e6;
 
 				if (delay < best_delay) {
 					best_delay = delay;
@@ -195,6 +207,8 @@ static void facts_and_clock(struct run *r, size_t i)
 			msg_free(&a);
 		}
 		msg_free(&q);
+		if (!n->has_clock && why[0])
+			snprintf(n->clock_why, sizeof(n->clock_why), "%s", why);
 	}
 	if (x)
 		x->ops->close(x);
@@ -294,23 +308,84 @@ static bool wanted(const struct dr_in *in, size_t a, size_t b)
 	return false;
 }
 
+/* The rounds: no node in two pairs of a round, both directions of a pair
+ * in the same one. Every pair: the circle method, N-1 rounds (N even; N
+ * odd: N, a node resting in each). A ring and a sample: first fit, a
+ * handful of rounds. Pairs come as couples, 2c and 2c+1 the two
+ * directions. Returns the number of rounds. */
+static size_t plan_rounds(struct dr_in *in, const size_t *pos, size_t nup)
+{
+	size_t M = nup + (nup & 1), rounds = 0, ncouples = in->npairs / 2;
+	bool *busy;
+
+	if (!in->sampled) {
+		for (size_t c = 0; c < ncouples; c++) {
+			size_t i = pos[in->pairs[2 * c].a], j = pos[in->pairs[2 * c].b], r;
+
+			if (i > j) {
+				size_t t = i;
+
+				i = j;
+				j = t;
+			}
+			/* Round r pairs i with j where i + j = 2r (mod M-1), and the
+			 * node with i = r with the fixed node M-1. */
+			r = j == M - 1 ? i : ((i + j) * (M / 2)) % (M - 1);
+			in->pairs[2 * c].round = in->pairs[2 * c + 1].round = r;
+		}
+		return M - 1;
+	}
+	busy = calloc(in->nnodes, sizeof(*busy));
+	for (size_t c = 0; c < ncouples; c++)
+		in->pairs[2 * c].round = in->pairs[2 * c + 1].round = SIZE_MAX;
+	for (size_t left = ncouples; left && busy; rounds++) {
+		memset(busy, 0, in->nnodes * sizeof(*busy));
+		for (size_t c = 0; c < ncouples; c++) {
+			struct dr_pair *p = &in->pairs[2 * c];
+
+			if (p->round != SIZE_MAX || busy[p->a] || busy[p->b])
+				continue;
+			busy[p->a] = busy[p->b] = true;
+			p->round = in->pairs[2 * c + 1].round = rounds;
+			left--;
+		}
+	}
+	if (!busy)      /* no memory: one pair at a time */
+		for (size_t c = 0; c < ncouples; c++)
+			in->pairs[2 * c].round = in->pairs[2 * c + 1].round = rounds++;
+	free(busy);
+	return rounds;
+}
+
 /* Both directions of every pair to measure; a ring and a sample when
  * there are more nodes than pairs_max. */
-static int plan_pairs(struct run *r)
+static int plan_pairs(struct run *r, size_t *rounds)
 {
 	struct dr_in *in = &r->in;
-	size_t up[HOSTS_MAX_NODES], nup = 0, cap;
+	size_t *up = calloc(in->nnodes, sizeof(*up)), *pos = calloc(in->nnodes, sizeof(*pos));
+	size_t nup = 0, cap;
 
+	if (!up || !pos) {
+		free(up);
+		free(pos);
+		return -ENOMEM;
+	}
 	for (size_t i = 0; i < in->nnodes; i++)
-		if (in->nodes[i].up)
+		if (in->nodes[i].up) {
+			pos[i] = nup;
 			up[nup++] = i;
+		}
+	*rounds = 0;
 	if (nup < 2)
-		return 0;
+		goto out;
 	in->sampled = nup > in->pairs_max;
 	cap = in->sampled ? 4 * nup : nup * (nup - 1);
 	in->pairs = calloc(cap, sizeof(*in->pairs));
-	if (!in->pairs)
+	if (!in->pairs) {
+		free(up);
+		free(pos);
 		return -ENOMEM;
+	}
 	for (size_t x = 0; x < nup; x++)
 		for (size_t y = x + 1; y < nup; y++) {
 			bool ring = y == x + 1 || (x == 0 && y == nup - 1);
@@ -333,6 +408,10 @@ static int plan_pairs(struct run *r)
 		in->pairs[in->npairs++] = (struct dr_pair){ .a = x, .b = y };
 		in->pairs[in->npairs++] = (struct dr_pair){ .a = y, .b = x };
 	}
+	*rounds = plan_rounds(in, pos, nup);
+out:
+	free(up);
+	free(pos);
 	return 0;
 }
 
@@ -365,41 +444,23 @@ static void *pair_main(void *arg)
 	return NULL;
 }
 
-/* Rounds: each takes every pair whose two nodes are both free this round,
- * both directions together. */
-static void network(struct run *r)
+/* Round after round, every pair of a round at once (plan_rounds). */
+static void network(struct run *r, size_t rounds)
 {
 	struct dr_in *in = &r->in;
-	bool *done = calloc(in->npairs, sizeof(*done)), *busy = calloc(in->nnodes, sizeof(*busy));
-	struct pjob *pj = calloc(in->npairs, sizeof(*pj));
-	size_t left = in->npairs;
+	struct pjob *pj = calloc(in->npairs ? in->npairs : 1, sizeof(*pj));
 
-	if (!done || !busy || !pj) {
+	if (!pj) {
 		for (size_t k = 0; k < in->npairs; k++)
 			snprintf(in->pairs[k].why, sizeof(in->pairs[k].why), "out of memory");
-		goto out;
+		return;
 	}
-	while (left && !job_cancelled(r->j)) {
+	for (size_t round = 0; round < rounds && !job_cancelled(r->j); round++) {
 		size_t n = 0;
 
-		memset(busy, 0, in->nnodes * sizeof(*busy));
-		for (size_t k = 0; k < in->npairs; k++) {
-			struct dr_pair *p = &in->pairs[k];
-
-			if (done[k] || busy[p->a] || busy[p->b])
-				continue;
-			/* The reverse direction goes in the same round. */
-			for (size_t m = 0; m < in->npairs; m++)
-				if (!done[m] && in->pairs[m].a == p->b && in->pairs[m].b == p->a) {
-					done[m] = true;
-					pj[n++] = (struct pjob){ .r = r, .p = &in->pairs[m] };
-					left--;
-				}
-			done[k] = true;
-			busy[p->a] = busy[p->b] = true;
-			pj[n++] = (struct pjob){ .r = r, .p = p };
-			left--;
-		}
+		for (size_t k = 0; k < in->npairs; k++)
+			if (in->pairs[k].round == round)
+				pj[n++] = (struct pjob){ .r = r, .p = &in->pairs[k] };
 		for (size_t k = 0; k < n; k++)
 			pj[k].started = pthread_create(&pj[k].t, NULL, pair_main, &pj[k]) == 0;
 		for (size_t k = 0; k < n; k++)
@@ -409,9 +470,9 @@ static void network(struct run *r)
 				pair_main(&pj[k]);
 		job_progress(r->j, false);
 	}
-out:
-	free(done);
-	free(busy);
+	for (size_t k = 0; k < in->npairs; k++)
+		if (!in->pairs[k].measured && !in->pairs[k].why[0])
+			snprintf(in->pairs[k].why, sizeof(in->pairs[k].why), "cancelled");
 	free(pj);
 }
 
@@ -539,6 +600,10 @@ static void run_free(struct run *r)
 
 static void phase(struct run *r, const char *what)
 {
+	char why[256];
+
+	/* This node's own lease, between questions it may not answer itself. */
+	dr_session_take(r->session, repl_self_name(), 0, why, sizeof(why));
 	atomic_store(&r->j->phase, what);
 	job_set_what(r->j, "doctor: %s", what);
 	job_progress(r->j, true);
@@ -548,7 +613,7 @@ void doctor_run(struct job *j, const char *nodes, const char *ports)
 {
 	struct run r = { .j = j, .cfg = j->cfg, .quick = (j->flags & REQ_QUICK) != 0 };
 	struct msg *frames = NULL;
-	size_t nframes = 0, up = 0;
+	size_t nframes = 0, up = 0, rounds = 0;
 	unsigned problems = 0;
 	uint8_t id[DR_SESSION_LEN / 2];
 	char why[600] = "";
@@ -573,7 +638,7 @@ void doctor_run(struct job *j, const char *nodes, const char *ports)
 	r.in.sampled = r.in.nnodes > r.in.pairs_max;
 	r.in.streams = (unsigned)r.cfg->doctor_streams;
 	/* This node first: a doctor already running here is the usual clash. */
-	if (dr_session_take(r.session, repl_self_name(), why, sizeof(why)) < 0) {
+	if (dr_session_take(r.session, repl_self_name(), 0, why, sizeof(why)) < 0) {
 		job_result(j, 1, NULL, NULL, "%s", why);
 		run_free(&r);
 		return;
@@ -587,6 +652,7 @@ void doctor_run(struct job *j, const char *nodes, const char *ports)
 		/* Another doctor holding a node: nothing of this one can be trusted. */
 		if (!n->up && strstr(n->why, "a doctor is already running")) {
 			for_each_node(&r, session_end);
+			dr_session_end(r.session);
 			job_result(j, 1, NULL, NULL, "%s", n->why);
 			run_free(&r);
 			return;
@@ -603,11 +669,12 @@ void doctor_run(struct job *j, const char *nodes, const char *ports)
 			for_each_node(&r, ports_dial);
 		for_each_node(&r, ports_release);
 	}
-	if (!job_cancelled(j) && plan_pairs(&r) == 0 && r.in.npairs) {
+	if (!job_cancelled(j) && plan_pairs(&r, &rounds) == 0 && r.in.npairs) {
 		phase(&r, "network");
-		network(&r);
+		network(&r, rounds);
 	}
 	for_each_node(&r, session_end);
+	dr_session_end(r.session);    /* when this node was not among those asked */
 	if (job_cancelled(j)) {
 		job_result(j, 1, NULL, NULL, "doctor cancelled");
 		run_free(&r);

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -36,7 +38,8 @@ static struct {
 	int64_t until_ms;                  /* mono_ms when the lease ends */
 } lock = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-int dr_session_take(const char *session, const char *asker, char *why, size_t whylen)
+int dr_session_take(const char *session, const char *asker, int64_t busy_ms, char *why,
+		    size_t whylen)
 {
 	int64_t now = mono_ms();
 	bool stale;
@@ -52,8 +55,12 @@ int dr_session_take(const char *session, const char *asker, char *why, size_t wh
 		if (strcmp(lock.session, session) != 0) {
 			snprintf(lock.session, sizeof(lock.session), "%s", session);
 			snprintf(lock.asker, sizeof(lock.asker), "%s", asker);
+			lock.until_ms = 0;
 		}
-		lock.until_ms = now + DR_LEASE_MS;
+		/* Questions of one session overlap (the streams of a bandwidth
+		 * test): the lease is the latest any of them needs. */
+		if (now + busy_ms + DR_LEASE_MS > lock.until_ms)
+			lock.until_ms = now + busy_ms + DR_LEASE_MS;
 	}
 	pthread_mutex_unlock(&lock.mu);
 	if (stale)
@@ -81,7 +88,8 @@ static int answer_facts(const struct dr_ctx *c, const struct msg *ask, struct ms
 	struct dr_fact facts[DR_FACTS_MAX];
 	struct dr_rdma_port ports[16];
 	struct dr_clock clk;
-	size_t n = 0, off = 0, len;
+	ssize_t routed[DR_NODES_MAX];
+	size_t n = 0, off = 0, len, nroutes = 0;
 	const uint8_t *p;
 	uint16_t key;
 
@@ -97,10 +105,12 @@ static int answer_facts(const struct dr_ctx *c, const struct msg *ask, struct ms
 		dr_put(ans, "clock.synced", "%d", clk.synced);
 		dr_put(ans, "clock.maxerror_us", "%ld", clk.maxerror_us);
 	}
-	/* The interface toward each node the asker names. */
-	while (msg_next_field(ask, &off, &key, &p, &len) == 1) {
+	/* The interface toward each node the asker names (its peers: at most
+	 * DR_NODES_MAX, each once). */
+	while (msg_next_field(ask, &off, &key, &p, &len) == 1 && nroutes < DR_NODES_MAX) {
 		char node[256], name[300], why[256];
 		struct dr_route r;
+		bool dup = false;
 		ssize_t h;
 
 		if (key != K_HOLDER || len >= sizeof(node))
@@ -108,6 +118,11 @@ static int answer_facts(const struct dr_ctx *c, const struct msg *ask, struct ms
 		memcpy(node, p, len);
 		node[len] = '\0';
 		h = repl.cluster ? hosts_find(&repl.hosts, node) : -1;
+		for (size_t i = 0; i < nroutes; i++)
+			dup |= routed[i] == h;
+		if (dup)
+			continue;
+		routed[nroutes++] = h;
 		snprintf(name, sizeof(name), "route.%s", node);
 		if (h < 0)
 			dr_put(ans, name, "!%s is not in this node's hosts file", node);
@@ -164,31 +179,48 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 	dev_t devs[3];
 	uint64_t size = 0, newest;
 	char what[600] = "", name[48];
-	size_t nd = 0;
 
+	/* The asker says how much; this node's own config is the most it
+	 * writes or reads, whoever asks. */
 	msg_get_u64(ask, K_SIZE, &size);
+	if (!size || size > c->cfg->doctor_storage_size)
+		size = c->cfg->doctor_storage_size;
 	for (size_t i = 0; i < 3; i++) {
 		struct dr_disk d;
-		size_t same = nd;
+		struct statvfs vf;
+		struct stat st;
+		uint64_t here = size;
+		size_t same = i;
 		int rc;
 
-		memset(&d, 0, sizeof(d));
-		rc = dr_disk_probe(roots[i].path, size, stopping, NULL, &d);
-		if (rc == -ECANCELED)
-			return rc;
 		snprintf(name, sizeof(name), "disk.%zu.root", i);
 		dr_put(ans, name, "%s", roots[i].name);
 		snprintf(name, sizeof(name), "disk.%zu.path", i);
 		dr_put(ans, name, "%s", roots[i].path);
+		/* A root on the file system of one above is not measured again. */
+		devs[i] = stat(roots[i].path, &st) == 0 ? st.st_dev : (dev_t)-1;
+		for (size_t k = 0; k < i; k++)
+			if (devs[k] == devs[i] && devs[i] != (dev_t)-1)
+				same = k;
+		if (same < i) {
+			snprintf(name, sizeof(name), "disk.%zu.same", i);
+			dr_put(ans, name, "%zu", same);
+			continue;
+		}
+		/* Never more than a tenth of what is free: a trainer's next save
+		 * must not meet a full disk because the doctor was measuring. */
+		if (statvfs(roots[i].path, &vf) == 0 &&
+		    (uint64_t)vf.f_bavail * vf.f_frsize / 10 < here)
+			here = (uint64_t)vf.f_bavail * vf.f_frsize / 10;
+		memset(&d, 0, sizeof(d));
+		rc = dr_disk_probe(roots[i].path, here, stopping, NULL, &d);
+		if (rc == -ECANCELED)
+			return rc;
 		if (rc < 0) {
 			snprintf(name, sizeof(name), "disk.%zu.err", i);
 			dr_put(ans, name, "%s", d.why[0] ? d.why : strerror(-rc));
 			continue;
 		}
-		for (size_t k = 0; k < nd; k++)
-			if (devs[k] == d.dev)
-				same = k;
-		devs[nd++] = d.dev;
 		snprintf(name, sizeof(name), "disk.%zu.write", i);
 		dr_put(ans, name, "%.0f", d.write_Bps);
 		snprintf(name, sizeof(name), "disk.%zu.read", i);
@@ -197,10 +229,6 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		dr_put(ans, name, "%d", d.direct);
 		snprintf(name, sizeof(name), "disk.%zu.free", i);
 		dr_put(ans, name, "%llu", (unsigned long long)d.free_bytes);
-		if (same < nd - 1) {
-			snprintf(name, sizeof(name), "disk.%zu.same", i);
-			dr_put(ans, name, "%zu", same);
-		}
 	}
 	newest = newest_bytes(what, sizeof(what));
 	dr_put(ans, "newest", "%llu", (unsigned long long)newest);
@@ -232,6 +260,18 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 
 /* ------------------------------------------------------------ dispatch */
 
+/* How long a question may keep this node busy, so that its lease does not
+ * run out while it runs: a bandwidth test's two figures and its pings, a
+ * sink of one, the storage probes. */
+static int64_t busy_ms(const char *kind, const struct stage_config *cfg)
+{
+	if (strcmp(kind, "bw") == 0 || strcmp(kind, "sink") == 0)
+		return 2 * (int64_t)cfg->doctor_duration_ms + 10000;
+	if (strcmp(kind, "disk") == 0 || strcmp(kind, "facts") == 0)
+		return 120000;
+	return 0;
+}
+
 int dr_answer(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *why,
 	      size_t whylen)
 {
@@ -250,7 +290,7 @@ int dr_answer(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, ch
 		rc = 0;
 		goto out;
 	}
-	rc = dr_session_take(session, c->asker, why, whylen);
+	rc = dr_session_take(session, c->asker, busy_ms(kind, c->cfg), why, whylen);
 	if (rc < 0)
 		goto out;
 	if (strcmp(kind, "time") == 0) {
@@ -278,6 +318,8 @@ int dr_answer(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, ch
 	}
 	if (rc < 0 && !why[0])
 		snprintf(why, whylen, "%s", strerror(-rc));
+	if (rc >= 0)
+		dr_session_take(session, c->asker, 0, why, whylen);   /* from its end */
 out:
 	free(kind);
 	free(session);
