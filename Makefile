@@ -112,7 +112,8 @@ integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND)
 # definite leak fails its test (tests/integration/conftest.py,
 # STAGE_VALGRIND). Replications compress (float) so that the codec runs.
 # Pulls, verify, commit and replication, resume, a full disk, dedup,
-# verify --cluster and restore, the hostile-network and lying-peer tests.
+# verify --cluster and restore, the hostile-network and lying-peer tests, a
+# whole doctor run (its figures are not judged under valgrind: too slow).
 VG_BUILD := build-vg
 VG_TESTS := $(addprefix tests/integration/, \
 	test_pull.py::test_messy_tree_is_copied_exactly \
@@ -134,7 +135,9 @@ VG_TESTS := $(addprefix tests/integration/, \
 	test_restore.py::test_holder_down \
 	test_dedup.py::test_damaged_local_copy_is_fetched_instead \
 	test_hostile.py \
-	test_evil_peer.py)
+	test_evil_peer.py \
+	test_doctor.py::test_loopback_fact_values \
+	test_doctor.py::test_bad_input)
 .PHONY: valgrind
 valgrind:
 	@command -v valgrind >/dev/null || { echo "make valgrind: no valgrind (make deps)" >&2; exit 2; }
@@ -166,6 +169,7 @@ bench-smoke: $(BIN)
 	@tools/bench/replicate --smoke
 	@tools/bench/restore --smoke
 	@tools/bench/trainer --smoke
+	@tools/bench/doctor --smoke
 
 # libFuzzer targets, one per parser of outside bytes; built with clang.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))

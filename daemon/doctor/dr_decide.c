@@ -304,7 +304,10 @@ static void decide_bandwidth(const struct dr_in *in, struct out *o)
 			       "accepts at once", b, a, b);
 			continue;
 		}
-		if (n >= 3 && mb < FAR_BELOW * med) {
+		/* Two nodes at one address share a machine, not a link: their
+		 * figure is the machine's CPU, nothing to judge a path by. */
+		if (n >= 3 && mb < FAR_BELOW * med &&
+		    in->nodes[p->a].twin != in->nodes[p->b].twin) {
 			m = check(o, "bandwidth", subj, false,
 				  "%.2f Gbit/s from %s to %s, far below the others' median %.2f",
 				  GBIT(mb), a, b, GBIT(med));

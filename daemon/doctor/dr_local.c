@@ -20,7 +20,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/timex.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -28,9 +27,6 @@
 
 #include "common/clock.h"
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434         /* the same number on every architecture */
-#endif
 
 static bool blank(unsigned char c)
 {
@@ -516,13 +512,12 @@ out_destroy_fa:
 }
 
 /* Waits for pid until deadline (ms, monotonic): 0 with *status, or
- * -ETIMEDOUT. With a pidfd the wait is a poll; without (before Linux 5.3)
- * short sleeps. */
-static int wait_until(pid_t pid, int pidfd, int64_t deadline, int *status)
+ * -ETIMEDOUT, in short sleeps. */
+static int wait_until(pid_t pid, int64_t deadline, int *status)
 {
 	for (;;) {
 		pid_t r = waitpid(pid, status, WNOHANG);
-		int64_t left;
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
 
 		if (r == pid)
 			return 0;
@@ -533,23 +528,15 @@ static int wait_until(pid_t pid, int pidfd, int64_t deadline, int *status)
 			*status = 0;
 			return 0;
 		}
-		left = deadline - mono_ms();
-		if (left <= 0)
+		if (deadline - mono_ms() <= 0)
 			return -ETIMEDOUT;
-		if (pidfd >= 0) {
-			struct pollfd p = { .fd = pidfd, .events = POLLIN };
-
-			poll(&p, 1, (int)left);
-		} else {
-			struct timespec ts = { 0, 5 * 1000 * 1000 };
-
-			nanosleep(&ts, NULL);
-		}
+		/* Polled, not a pidfd: the program has closed its stdout by now,
+		 * so this is its last few ms, and pidfd_open is a syscall some
+		 * tools (valgrind 3.19) do not know. */
+		nanosleep(&ts, NULL);
 	}
 }
 
-/* A child that SIGKILL has not ended yet (stuck in the kernel, a hung GPU
- * driver): reaped whenever it does end, so that no zombie stays. */
 static void *reap(void *arg)
 {
 	waitpid((pid_t)(intptr_t)arg, NULL, 0);
@@ -573,8 +560,8 @@ static void eval_run(char *const argv[], char *out)
 {
 	char buf[DR_FACT_READ_MAX];
 	size_t len = 0;
-	int p[2], rc, status = 0, pidfd;
-	bool timed_out = false, gone = false;
+	int p[2], rc, status = 0;
+	bool timed_out = false;
 	int64_t deadline;
 	pid_t pid;
 
@@ -593,13 +580,11 @@ static void eval_run(char *const argv[], char *out)
 		return;
 	}
 	deadline = mono_ms() + DR_FACT_RUN_MS;
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	fcntl(p[0], F_SETFL, O_NONBLOCK);
-	/* Until EOF, the cap, or the program's end (then what is in the pipe:
-	 * something it left running may hold the pipe open, not waited for). */
+	/* Until EOF, the cap, or the deadline (something the program left
+	 * running that holds the pipe open costs the deadline). */
 	for (;;) {
-		struct pollfd pf[2] = { { .fd = p[0], .events = POLLIN },
-					{ .fd = pidfd, .events = POLLIN } };
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
 		ssize_t r = read(p[0], buf + len, sizeof(buf) - len);
 		int64_t left;
 
@@ -609,7 +594,7 @@ static void eval_run(char *const argv[], char *out)
 				break;
 			continue;
 		}
-		if (r == 0 || (errno != EAGAIN && errno != EINTR) || gone)
+		if (r == 0 || (errno != EAGAIN && errno != EINTR))
 			break;
 		if (errno == EINTR)
 			continue;
@@ -618,22 +603,18 @@ static void eval_run(char *const argv[], char *out)
 			timed_out = true;
 			break;
 		}
-		if (poll(pf, pidfd >= 0 ? 2 : 1, (int)left) > 0 && pidfd >= 0 &&
-		    (pf[1].revents & POLLIN))
-			gone = true;
+		poll(&pf, 1, (int)left);
 	}
 	/* Past the cap, a closed pipe ends a program that writes on. */
 	close(p[0]);
-	if (!timed_out && wait_until(pid, pidfd, deadline, &status) < 0)
+	if (!timed_out && wait_until(pid, deadline, &status) < 0)
 		timed_out = true;
 	if (timed_out) {
 		kill(-pid, SIGKILL);
 		kill(pid, SIGKILL);        /* if it left its group */
-		if (wait_until(pid, pidfd, mono_ms() + 1000, &status) < 0)
+		if (wait_until(pid, mono_ms() + 1000, &status) < 0)
 			reap_later(pid);
 	}
-	if (pidfd >= 0)
-		close(pidfd);
 	if (timed_out) {
 		paren(out, "(timed out after %d s)", DR_FACT_RUN_MS / 1000);
 		return;
@@ -641,7 +622,11 @@ static void eval_run(char *const argv[], char *out)
 	normalize(buf, len, out);
 	if (out[0])
 		return;
-	if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+	/* 127 without a word: the exec failed in the child (where spawn
+	 * cannot report it, as under valgrind), the shells' "not found". */
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+		paren(out, "(not installed)");
+	else if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
 		paren(out, "(exit %d)", WEXITSTATUS(status));
 	else if (WIFSIGNALED(status))
 		paren(out, "(killed by signal %d)", WTERMSIG(status));
