@@ -928,3 +928,32 @@ def test_doctor_already_running(loop4):
     ev = doctor_json(cp)
     assert cp.returncode == expected_code(set()), cp.stdout + cp.stderr
     assert_only_problems(ev, set(), "a doctor after the first ended")
+
+
+@pytest.mark.timeout(60)
+def test_client_gone_ends_the_doctor(make_cluster):
+    """A doctor whose client is killed mid-run stops at the next round (its
+    bandwidth tests go no further) and releases every node, so a doctor from
+    another node runs at once rather than 30 s later; its daemon keeps
+    serving."""
+    nodes = make_cluster(4, transfer={"watch": "off"},
+                         doctor={**DOCTOR, "duration_ms": 3000, "ports": free_port(),
+                                 "port_range": "none"})
+    n0, n1 = nodes[0], nodes[1]
+    first = n0.popen("doctor")
+    wait_for(lambda: "doctor" in n0.status().stdout, 10, "the first doctor to start", 0.05)
+    time.sleep(1.0)
+    first.kill()
+    first.wait()
+    t0 = time.monotonic()
+
+    def second_runs():
+        cp = n1.run("doctor", "--quick", "--json", timeout=60)
+        return "already running" not in cp.stdout + cp.stderr and cp
+
+    cp = wait_for(second_runs, 20, "a second doctor to be let in after the first client died", 0.2)
+    took = time.monotonic() - t0
+    assert took < 15, f"the first doctor's session outlived its client by {took:.1f} s"
+    ev = doctor_json(cp)
+    assert matrix(ev, "bandwidth")["nodes"] == NODES
+    n0.assert_serving()
