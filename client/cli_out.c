@@ -395,12 +395,15 @@ int cli_out_frame(struct cli_out *o, const struct msg *m)
 	}
 	if (k->json) {
 		k->json(o, m, k->event);
-		return 0;
+	} else {
+		cli_json_begin(&j, o->out, k->event);
+		for (size_t i = 0; i < k->nfields; i++)
+			json_field(o, &j, &k->fields[i], m);
+		cli_json_end(&j);
 	}
-	cli_json_begin(&j, o->out, k->event);
-	for (size_t i = 0; i < k->nfields; i++)
-		json_field(o, &j, &k->fields[i], m);
-	cli_json_end(&j);
+	/* A line per event as it happens: a script reading a pipe watches a
+	 * long command's progress, not everything at its exit. */
+	fflush(o->out);
 	return 0;
 }
 
