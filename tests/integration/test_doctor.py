@@ -957,3 +957,29 @@ def test_client_gone_ends_the_doctor(make_cluster):
     ev = doctor_json(cp)
     assert matrix(ev, "bandwidth")["nodes"] == NODES
     n0.assert_serving()
+
+
+@pytest.mark.timeout(60)
+def test_single_node_checks_what_one_node_can(make_daemon):
+    """A daemon without a hosts file: stage doctor checks what one node can
+    (its clock, facts, a port, its disks and source root), measures no pair,
+    and --nodes naming another node is a usage error."""
+    d = make_daemon(doctor={**DOCTOR, "ports": free_port(), "port_range": "none"})
+    (d.src_root / "data.bin").write_bytes(os.urandom(4 << 20))
+    cp = d.run("doctor", "--quick", "--json", timeout=60)
+    ev = doctor_json(cp)
+    assert cp.returncode == expected_code(set()), cp.stdout + cp.stderr
+    assert_only_problems(ev, set(), "one node")
+    c = by_key(ev)
+    assert c[("nodes", SUMMARY)]["answered"] == [d.name], c[("nodes", SUMMARY)]
+    assert ("fact", SUMMARY) in c and ("port", SUMMARY) in c
+    st = c[("storage", f"{d.name}:stage_root")]
+    assert st["write_mbps"] > 0 and st["read_mbps"] > 0, st
+    src = c[("source", f"{d.name}:{d.src_root}")]
+    assert src["read_mbps"] > 0 and src["files_per_s"] > 0, src
+    assert not [e for e in ev if e["event"] == "matrix"], "a matrix with one node"
+    assert not [e for e in checks_of(ev) if e["check"] == "bandwidth"]
+    cp = d.run("doctor", "--nodes", "elsewhere", timeout=30)
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    assert "--nodes" in cp.stderr and "no hosts file" in cp.stderr, cp.stderr
+    d.assert_serving()
