@@ -19,6 +19,7 @@
  */
 #include "common/hostlist.h"
 #include "common/config.h"
+#include "common/why.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,7 +32,6 @@
 #include <string.h>
 
 #define NUM_DIGITS_MAX 18       /* significant digits: the value fits in uint64_t */
-#define QUOTE_MAX      80       /* bytes of outside text a message quotes */
 
 struct range {
 	uint64_t lo, hi;        /* lo <= hi */
@@ -63,39 +63,6 @@ struct nameset {
 	size_t repeats;         /* names made that v already held */
 };
 
-static int fail(char *why, size_t whylen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-/* The message quotes text from outside (an environment variable, the
- * command line): control bytes become '?' so that it cannot drive a
- * terminal. */
-static int fail(char *why, size_t whylen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!why || !whylen)
-		return rc;
-	va_start(ap, fmt);
-	vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-	for (char *s = why; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
-	return rc;
-}
-
-/* len bytes of s for a message, cut with "..." when long so that the
- * reason after the quote still fits. */
-static const char *quote(char q[QUOTE_MAX + 1], const char *s, size_t len)
-{
-	if (len > QUOTE_MAX) {
-		memcpy(q, s, QUOTE_MAX - 3);
-		memcpy(q + QUOTE_MAX - 3, "...", 4);
-	} else {
-		memcpy(q, s, len);
-		q[len] = '\0';
-	}
-	return q;
-}
 
 static bool is_digit(char c)
 {
@@ -153,27 +120,27 @@ static int parse_range(struct item *it, const char *s, const char *e, char *why,
 {
 	const char *dash = memchr(s, '-', (size_t)(e - s));
 	const char *lo_end = dash ? dash : e;
-	char qi[QUOTE_MAX + 1], qe[QUOTE_MAX + 1];
+	char qi[WHY_QUOTE_MAX + 1], qe[WHY_QUOTE_MAX + 1];
 	struct range r;
 	bool ok = s < lo_end && (!dash || dash + 1 < e);        /* "[1-]": Slurm reads 1 */
 
 	for (const char *p = s; ok && p < e; p++)
 		ok = is_digit(*p) || p == dash;
 	if (!ok)
-		return fail(why, whylen, -EINVAL, "'%s': '%s' is not a number or a range LO-HI",
-			    quote(qi, it->s, it->len), quote(qe, s, (size_t)(e - s)));
+		return why_fail(why, whylen, -EINVAL, "'%s': '%s' is not a number or a range LO-HI",
+			    why_quote(qi, it->s, it->len), why_quote(qe, s, (size_t)(e - s)));
 	if (parse_num(s, lo_end, &r.lo) || (dash && parse_num(dash + 1, e, &r.hi)))
-		return fail(why, whylen, -EINVAL, "'%s': '%s' has a number of more than %d digits",
-			    quote(qi, it->s, it->len), quote(qe, s, (size_t)(e - s)), NUM_DIGITS_MAX);
+		return why_fail(why, whylen, -EINVAL, "'%s': '%s' has a number of more than %d digits",
+			    why_quote(qi, it->s, it->len), why_quote(qe, s, (size_t)(e - s)), NUM_DIGITS_MAX);
 	if (!dash)
 		r.hi = r.lo;
 	if (r.hi < r.lo)
-		return fail(why, whylen, -EINVAL, "'%s': the range '%s' runs backwards",
-			    quote(qi, it->s, it->len), quote(qe, s, (size_t)(e - s)));
+		return why_fail(why, whylen, -EINVAL, "'%s': the range '%s' runs backwards",
+			    why_quote(qi, it->s, it->len), why_quote(qe, s, (size_t)(e - s)));
 	/* Not bigger than the item, which is not bigger than an int: split_items. */
 	r.width = (int)(lo_end - s);
 	if (grow((void **)&it->r, &it->rcap, it->nr + 1, sizeof(*it->r)))
-		return fail(why, whylen, -ENOMEM, "out of memory");
+		return why_fail(why, whylen, -ENOMEM, "out of memory");
 	it->r[it->nr++] = r;
 	return 0;
 }
@@ -184,20 +151,20 @@ static int parse_group(struct item *it, const char *lit, const char *s, const ch
 		       char *why, size_t whylen)
 {
 	struct group g = { .lit = lit, .litlen = (size_t)(s - 1 - lit), .r0 = it->nr };
-	char qi[QUOTE_MAX + 1];
+	char qi[WHY_QUOTE_MAX + 1];
 	int rc;
 
 	if (s == e)
-		return fail(why, whylen, -EINVAL, "'%s': nothing between '[' and ']'",
-			    quote(qi, it->s, it->len));
+		return why_fail(why, whylen, -EINVAL, "'%s': nothing between '[' and ']'",
+			    why_quote(qi, it->s, it->len));
 	for (const char *p = s; p <= e;) {
 		const char *c = memchr(p, ',', (size_t)(e - p));
 
 		if (!c)
 			c = e;
 		if (c == p)
-			return fail(why, whylen, -EINVAL, "'%s': an empty number in brackets",
-				    quote(qi, it->s, it->len));
+			return why_fail(why, whylen, -EINVAL, "'%s': an empty number in brackets",
+				    why_quote(qi, it->s, it->len));
 		rc = parse_range(it, p, c, why, whylen);
 		if (rc)
 			return rc;
@@ -213,7 +180,7 @@ static int parse_group(struct item *it, const char *lit, const char *s, const ch
 			g.widest = w;
 	}
 	if (grow((void **)&it->g, &it->gcap, it->ng + 1, sizeof(*it->g)))
-		return fail(why, whylen, -ENOMEM, "out of memory");
+		return why_fail(why, whylen, -ENOMEM, "out of memory");
 	it->g[it->ng++] = g;
 	it->maxlen += g.litlen + (size_t)g.widest;
 	return 0;
@@ -222,12 +189,12 @@ static int parse_group(struct item *it, const char *lit, const char *s, const ch
 /* See the top: the longest name stands for all of the item's names. */
 static int check_names(const struct item *it, char *why, size_t whylen)
 {
-	char *name = malloc(it->maxlen + 1), *o = name, qi[QUOTE_MAX + 1];
+	char *name = malloc(it->maxlen + 1), *o = name, qi[WHY_QUOTE_MAX + 1];
 	const char *cwhy;
 	int rc;
 
 	if (!name)
-		return fail(why, whylen, -ENOMEM, "out of memory");
+		return why_fail(why, whylen, -ENOMEM, "out of memory");
 	if (it->ng == 0) {
 		memcpy(o, it->s, it->len);
 		o += it->len;
@@ -242,14 +209,14 @@ static int check_names(const struct item *it, char *why, size_t whylen)
 	rc = config_check_name(name, &cwhy);
 	free(name);
 	if (rc)
-		return fail(why, whylen, -EINVAL, "'%s': %s", quote(qi, it->s, it->len), cwhy);
+		return why_fail(why, whylen, -EINVAL, "'%s': %s", why_quote(qi, it->s, it->len), cwhy);
 	return 0;
 }
 
 static int parse_item(struct item *it, char *why, size_t whylen)
 {
 	const char *p = it->s, *end = it->s + it->len;
-	char qi[QUOTE_MAX + 1];
+	char qi[WHY_QUOTE_MAX + 1];
 	int rc;
 
 	while (p < end) {
@@ -258,8 +225,8 @@ static int parse_item(struct item *it, char *why, size_t whylen)
 		if (!open) {
 			/* Slurm refuses it too, and a name ending in "]-ib" is rare. */
 			if (it->ng)
-				return fail(why, whylen, -EINVAL, "'%s': nothing may follow the last ']'",
-					    quote(qi, it->s, it->len));
+				return why_fail(why, whylen, -EINVAL, "'%s': nothing may follow the last ']'",
+					    why_quote(qi, it->s, it->len));
 			it->maxlen = it->len;
 			break;
 		}
@@ -278,35 +245,35 @@ static int split_items(const char *expr, struct item **items, size_t *n, size_t 
 		       char *why, size_t whylen)
 {
 	const char *start = expr, *open = NULL;
-	char q[QUOTE_MAX + 1];
+	char q[WHY_QUOTE_MAX + 1];
 
 	if (!*expr)
-		return fail(why, whylen, -EINVAL, "an empty list");
+		return why_fail(why, whylen, -EINVAL, "an empty list");
 	for (const char *p = expr;; p++) {
 		size_t upto = (size_t)(p - start) + (*p ? 1 : 0);   /* the item so far, p's byte too */
 
 		if (*p == '[' && open)
-			return fail(why, whylen, -EINVAL, "'%s': '[' inside brackets", quote(q, start, upto));
+			return why_fail(why, whylen, -EINVAL, "'%s': '[' inside brackets", why_quote(q, start, upto));
 		if (*p == '[')
 			open = p;
 		else if (*p == ']' && !open)
-			return fail(why, whylen, -EINVAL, "'%s': ']' without '['", quote(q, start, upto));
+			return why_fail(why, whylen, -EINVAL, "'%s': ']' without '['", why_quote(q, start, upto));
 		else if (*p == ']')
 			open = NULL;
 		else if (!*p && open)
-			return fail(why, whylen, -EINVAL, "'%s': '[' without ']'", quote(q, start, upto));
+			return why_fail(why, whylen, -EINVAL, "'%s': '[' without ']'", why_quote(q, start, upto));
 		if (*p && (*p != ',' || open))
 			continue;
 		if (p == start && *n == 0)
-			return fail(why, whylen, -EINVAL, "an empty name at the start of the list");
+			return why_fail(why, whylen, -EINVAL, "an empty name at the start of the list");
 		if (p == start)
-			return fail(why, whylen, -EINVAL, "an empty name after '%s'",
-				    quote(q, (*items)[*n - 1].s, (*items)[*n - 1].len));
+			return why_fail(why, whylen, -EINVAL, "an empty name after '%s'",
+				    why_quote(q, (*items)[*n - 1].s, (*items)[*n - 1].len));
 		if ((size_t)(p - start) > INT_MAX)
-			return fail(why, whylen, -EINVAL, "'%s': an item of more than %d bytes",
-				    quote(q, start, (size_t)(p - start)), INT_MAX);
+			return why_fail(why, whylen, -EINVAL, "'%s': an item of more than %d bytes",
+				    why_quote(q, start, (size_t)(p - start)), INT_MAX);
 		if (grow((void **)items, cap, *n + 1, sizeof(**items)))
-			return fail(why, whylen, -ENOMEM, "out of memory");
+			return why_fail(why, whylen, -ENOMEM, "out of memory");
 		(*items)[(*n)++] = (struct item){ .s = start, .len = (size_t)(p - start) };
 		if (!*p)
 			return 0;
@@ -360,27 +327,27 @@ static int nameset_add(struct nameset *ns, const char *name, size_t max, const s
 		       char *why, size_t whylen)
 {
 	size_t *slot = find_slot(ns, name);
-	char q[QUOTE_MAX + 1];
+	char q[WHY_QUOTE_MAX + 1];
 
 	if (*slot) {
 		if (++ns->repeats > HOSTLIST_REPEATS_MAX)
-			return fail(why, whylen, -E2BIG, "'%s': more than %d names given twice",
-				    quote(q, it->s, it->len), HOSTLIST_REPEATS_MAX);
+			return why_fail(why, whylen, -E2BIG, "'%s': more than %d names given twice",
+				    why_quote(q, it->s, it->len), HOSTLIST_REPEATS_MAX);
 		return 0;
 	}
 	if (ns->n >= max)
-		return fail(why, whylen, -E2BIG, "'%s': more than %zu name%s",
-			    quote(q, it->s, it->len), max, max == 1 ? "" : "s");
+		return why_fail(why, whylen, -E2BIG, "'%s': more than %zu name%s",
+			    why_quote(q, it->s, it->len), max, max == 1 ? "" : "s");
 	if (grow((void **)&ns->v, &ns->cap, ns->n + 1, sizeof(*ns->v)))
-		return fail(why, whylen, -ENOMEM, "out of memory");
+		return why_fail(why, whylen, -ENOMEM, "out of memory");
 	if (2 * (ns->n + 1) > ns->nslot) {
 		if (rehash(ns, 2 * ns->nslot))
-			return fail(why, whylen, -ENOMEM, "out of memory");
+			return why_fail(why, whylen, -ENOMEM, "out of memory");
 		slot = find_slot(ns, name);
 	}
 	ns->v[ns->n] = strdup(name);
 	if (!ns->v[ns->n])
-		return fail(why, whylen, -ENOMEM, "out of memory");
+		return why_fail(why, whylen, -ENOMEM, "out of memory");
 	*slot = ++ns->n;
 	return 0;
 }
@@ -404,7 +371,7 @@ static int expand_item(struct nameset *ns, const struct item *it, size_t max, ch
 	int rc = 0;
 
 	if (!name || !ri || !v) {
-		rc = fail(why, whylen, -ENOMEM, "out of memory");
+		rc = why_fail(why, whylen, -ENOMEM, "out of memory");
 		goto out_free;
 	}
 	if (it->ng == 0) {
@@ -469,7 +436,7 @@ int hostlist_expand(const char *expr, size_t max, char ***names, size_t *n, char
 		goto out_items;
 	ns.slot = calloc(ns.nslot, sizeof(*ns.slot));
 	if (!ns.slot) {
-		rc = fail(why, whylen, -ENOMEM, "out of memory");
+		rc = why_fail(why, whylen, -ENOMEM, "out of memory");
 		goto out_items;
 	}
 	for (size_t i = 0; rc == 0 && i < nitems; i++)

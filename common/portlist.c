@@ -7,6 +7,7 @@
  */
 #include "common/portlist.h"
 #include "common/textfile.h"
+#include "common/why.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -15,42 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define QUOTE_MAX 80            /* bytes of outside text a message quotes */
 
-static int fail(char *why, size_t whylen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-/* The message quotes text from outside (the command line, a peer's
- * question): control bytes become '?' so that it cannot drive a terminal. */
-static int fail(char *why, size_t whylen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!why || !whylen)
-		return rc;
-	va_start(ap, fmt);
-	vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-	for (char *s = why; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
-	return rc;
-}
-
-/* [s, e) for a message, cut with "..." when long so that the reason after
- * the quote still fits. */
-static const char *quote(char q[QUOTE_MAX + 1], const char *s, const char *e)
-{
-	size_t len = (size_t)(e - s);
-
-	if (len > QUOTE_MAX) {
-		memcpy(q, s, QUOTE_MAX - 3);
-		memcpy(q + QUOTE_MAX - 3, "...", 4);
-	} else {
-		memcpy(q, s, len);
-		q[len] = '\0';
-	}
-	return q;
-}
 
 static bool is_blank(char c)
 {
@@ -93,27 +59,29 @@ static int parse_range(const char *s, const char *e, uint16_t *lo, uint16_t *hi,
 {
 	const char *dash = memchr(s, '-', (size_t)(e - s));
 	const char *a = s, *ae = dash ? dash : e, *b = dash ? dash + 1 : e, *be = e;
-	char qi[QUOTE_MAX + 1], qp[QUOTE_MAX + 1];
+	char qi[WHY_QUOTE_MAX + 1], qp[WHY_QUOTE_MAX + 1];
 
 	if (!dash) {
 		if (!parse_port(s, e, lo))
-			return fail(why, whylen, -EINVAL, "'%s' is not a port number (1-65535)",
-				    quote(qi, s, e));
+			return why_fail(why, whylen, -EINVAL, "'%s' is not a port number (1-65535)",
+				    why_quote(qi, s, (size_t)(e - s)));
 		*hi = *lo;
 		return 0;
 	}
 	trim(&a, &ae);
 	trim(&b, &be);
 	if (a == ae || b == be)
-		return fail(why, whylen, -EINVAL, "'%s' is not a port range (LO-HI)", quote(qi, s, e));
+		return why_fail(why, whylen, -EINVAL, "'%s' is not a port range (LO-HI)",
+				       why_quote(qi, s, (size_t)(e - s)));
 	if (!parse_port(a, ae, lo))
-		return fail(why, whylen, -EINVAL, "'%s': '%s' is not a port number (1-65535)",
-			    quote(qi, s, e), quote(qp, a, ae));
+		return why_fail(why, whylen, -EINVAL, "'%s': '%s' is not a port number (1-65535)",
+			    why_quote(qi, s, (size_t)(e - s)), why_quote(qp, a, (size_t)(ae - a)));
 	if (!parse_port(b, be, hi))
-		return fail(why, whylen, -EINVAL, "'%s': '%s' is not a port number (1-65535)",
-			    quote(qi, s, e), quote(qp, b, be));
+		return why_fail(why, whylen, -EINVAL, "'%s': '%s' is not a port number (1-65535)",
+			    why_quote(qi, s, (size_t)(e - s)), why_quote(qp, b, (size_t)(be - b)));
 	if (*hi < *lo)
-		return fail(why, whylen, -EINVAL, "'%s': the range runs backwards", quote(qi, s, e));
+		return why_fail(why, whylen, -EINVAL, "'%s': the range runs backwards",
+				       why_quote(qi, s, (size_t)(e - s)));
 	return 0;
 }
 
@@ -122,7 +90,7 @@ int portlist_parse(const char *s, uint16_t *ports, size_t cap, size_t *n, char *
 	uint64_t seen[65536 / 64] = { 0 };
 	const char *full = NULL;        /* the item that passed cap, if one did */
 	const char *full_end = NULL;
-	char q[QUOTE_MAX + 1];
+	char q[WHY_QUOTE_MAX + 1];
 	size_t k = 0;
 
 	*n = 0;
@@ -137,9 +105,9 @@ int portlist_parse(const char *s, uint16_t *ports, size_t cap, size_t *n, char *
 
 		trim(&b, &e);
 		if (b == e && !c && p == s)
-			return fail(why, whylen, -EINVAL, "no ports");
+			return why_fail(why, whylen, -EINVAL, "no ports");
 		if (b == e)
-			return fail(why, whylen, -EINVAL, "an empty item in the list");
+			return why_fail(why, whylen, -EINVAL, "an empty item in the list");
 		rc = parse_range(b, e, &lo, &hi, why, whylen);
 		if (rc)
 			return rc;
@@ -159,7 +127,8 @@ int portlist_parse(const char *s, uint16_t *ports, size_t cap, size_t *n, char *
 		p = c;
 	}
 	if (full)
-		return fail(why, whylen, -E2BIG, "'%s': more than %zu ports", quote(q, full, full_end), cap);
+		return why_fail(why, whylen, -E2BIG, "'%s': more than %zu ports",
+				       why_quote(q, full, (size_t)(full_end - full)), cap);
 	*n = k;
 	return 0;
 }
@@ -174,13 +143,13 @@ static int read_ephemeral(uint16_t *lo, uint16_t *hi, char *why, size_t whylen)
 	int rc = textfile_read(path, 64, &buf, &len);
 
 	if (rc)
-		return fail(why, whylen, rc, "%s: %s", path, strerror(-rc));
+		return why_fail(why, whylen, rc, "%s: %s", path, strerror(-rc));
 	/* The buffer holds max + 1 bytes: room for the NUL unless it is full. */
 	if (len <= 64)
 		buf[len] = '\0';
 	if (len > 64 || sscanf(buf, "%u %u %c", &a, &b, &extra) != 2 ||
 	    a < 1 || b > 65535 || a > b)
-		rc = fail(why, whylen, -EINVAL, "%s: does not hold a port range LO HI", path);
+		rc = why_fail(why, whylen, -EINVAL, "%s: does not hold a port range LO HI", path);
 	else {
 		*lo = (uint16_t)a;
 		*hi = (uint16_t)b;
@@ -192,7 +161,7 @@ static int read_ephemeral(uint16_t *lo, uint16_t *hi, char *why, size_t whylen)
 int portrange_parse(const char *s, uint16_t *lo, uint16_t *hi, char *why, size_t whylen)
 {
 	const char *b = s ? s : "", *e = b + strlen(b);
-	char q[QUOTE_MAX + 1];
+	char q[WHY_QUOTE_MAX + 1];
 
 	if (why && whylen)
 		why[0] = '\0';
@@ -204,6 +173,7 @@ int portrange_parse(const char *s, uint16_t *lo, uint16_t *hi, char *why, size_t
 		return 0;
 	}
 	if (!memchr(b, '-', (size_t)(e - b)))
-		return fail(why, whylen, -EINVAL, "'%s': expected ephemeral, none or LO-HI", quote(q, b, e));
+		return why_fail(why, whylen, -EINVAL, "'%s': expected ephemeral, none or LO-HI",
+				       why_quote(q, b, (size_t)(e - b)));
 	return parse_range(b, e, lo, hi, why, whylen);
 }

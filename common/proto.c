@@ -8,6 +8,8 @@
 #include "common/proto.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -179,6 +181,18 @@ void msg_put_u64(struct msg *m, uint16_t key, uint64_t v)
 void msg_put_str(struct msg *m, uint16_t key, const char *s)
 {
 	msg_put_bytes(m, key, s, strlen(s));
+}
+
+void msg_put_pairf(struct msg *m, const char *name, const char *fmt, ...)
+{
+	char v[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(v, sizeof(v), fmt, ap);
+	va_end(ap);
+	msg_put_str(m, K_NAME, name);
+	msg_put_str(m, K_VALUE, v);
 }
 
 int msg_get_bytes(const struct msg *m, uint16_t key, const uint8_t **p, size_t *n)

@@ -147,6 +147,10 @@ void msg_free(struct msg *m);
 void msg_put_u64(struct msg *m, uint16_t key, uint64_t v);
 void msg_put_bytes(struct msg *m, uint16_t key, const void *p, size_t n);
 void msg_put_str(struct msg *m, uint16_t key, const char *s); /* strlen(s) bytes */
+/* A K_NAME/K_VALUE pair, the value formatted (at most 1023 bytes): the
+ * lines of `stage status`, a doctor's answers. */
+void msg_put_pairf(struct msg *m, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* Lookup: 0, -ENOENT if absent, -EBADMSG if the length is wrong for a u64. */
 int msg_get_u64(const struct msg *m, uint16_t key, uint64_t *v);

@@ -114,21 +114,6 @@ void ctl_unlisten(const struct stage_config *cfg, int fd)
 	unlink(cfg->socket);
 }
 
-static void put_pair(struct msg *m, const char *name, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void put_pair(struct msg *m, const char *name, const char *fmt, ...)
-{
-	char v[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(v, sizeof(v), fmt, ap);
-	va_end(ap);
-	msg_put_str(m, K_NAME, name);
-	msg_put_str(m, K_VALUE, v);
-}
-
 static void serve_status(const struct stage_config *cfg, int fd)
 {
 	struct msg m;
@@ -139,16 +124,16 @@ static void serve_status(const struct stage_config *cfg, int fd)
 		n += (size_t)snprintf(roots + n, n < sizeof(roots) ? sizeof(roots) - n : 0, "%s%s",
 				      i ? ", " : "", cfg->source_roots[i]);
 	msg_init(&m, MSG_STATUS);
-	put_pair(&m, "node", "%s", cfg->name);
-	put_pair(&m, "daemon", "staged %s, pid %d, up %llu s", STAGE_VERSION, (int)getpid(),
+	msg_put_pairf(&m, "node", "%s", cfg->name);
+	msg_put_pairf(&m, "daemon", "staged %s, pid %d, up %llu s", STAGE_VERSION, (int)getpid(),
 		 (unsigned long long)((mono_ns() - started_ns) / 1000000000ull));
-	put_pair(&m, "socket", "%s", cfg->socket);
-	put_pair(&m, "source_roots", "%s", roots);
-	put_pair(&m, "stage_root", "%s", cfg->stage_root);
-	put_pair(&m, "ckpt_root", "%s", cfg->ckpt_root);
-	put_pair(&m, "replica_root", "%s", cfg->replica_root);
+	msg_put_pairf(&m, "socket", "%s", cfg->socket);
+	msg_put_pairf(&m, "source_roots", "%s", roots);
+	msg_put_pairf(&m, "stage_root", "%s", cfg->stage_root);
+	msg_put_pairf(&m, "ckpt_root", "%s", cfg->ckpt_root);
+	msg_put_pairf(&m, "replica_root", "%s", cfg->replica_root);
 	repl_status(&m);
-	put_pair(&m, "jobs", "%u", jobs_count());
+	msg_put_pairf(&m, "jobs", "%u", jobs_count());
 	jobs_status(&m);
 	msg_send(fd, &m);
 	msg_free(&m);

@@ -236,9 +236,9 @@ int dr_bw(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *
 		goto out;
 	}
 	qsort(st[0].rtt_ns, DR_PINGS, sizeof(st[0].rtt_ns[0]), cmp_u64);
-	dr_put(ans, "rtt_min_us", "%.1f", (double)st[0].rtt_ns[0] / 1e3);
-	dr_put(ans, "rtt_med_us", "%.1f", (double)st[0].rtt_ns[DR_PINGS / 2] / 1e3);
-	dr_put(ans, "one_Bps", "%.0f", rate_of(&st[0], 1));
+	msg_put_pairf(ans, "rtt_min_us", "%.1f", (double)st[0].rtt_ns[0] / 1e3);
+	msg_put_pairf(ans, "rtt_med_us", "%.1f", (double)st[0].rtt_ns[DR_PINGS / 2] / 1e3);
+	msg_put_pairf(ans, "one_Bps", "%.0f", rate_of(&st[0], 1));
 	/* Several streams at once, the cap shared between them. */
 	memset(st, 0, sizeof(st));
 	for (size_t i = 0; i < streams; i++) {
@@ -253,11 +253,11 @@ int dr_bw(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *
 	for (size_t i = 0; i < streams; i++)
 		if (st[i].started)
 			pthread_join(st[i].thread, NULL);
-	dr_put(ans, "streams", "%llu", (unsigned long long)streams);
-	dr_put(ans, "multi_Bps", "%.0f", rate_of(st, streams));
+	msg_put_pairf(ans, "streams", "%llu", (unsigned long long)streams);
+	msg_put_pairf(ans, "multi_Bps", "%.0f", rate_of(st, streams));
 	for (size_t i = 0; i < streams; i++)
 		if (st[i].err < 0) {
-			dr_put(ans, "multi_err", "%s", st[i].why);
+			msg_put_pairf(ans, "multi_err", "%s", st[i].why);
 			break;
 		}
 out:
@@ -321,8 +321,8 @@ int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char
 			snprintf(why, whylen, "%s", strerror(-rc));
 		return rc;
 	}
-	dr_put(ans, "bytes", "%llu", (unsigned long long)bytes);
-	dr_put(ans, "first_ns", "%llu", (unsigned long long)first);
-	dr_put(ans, "last_ns", "%llu", (unsigned long long)last);
+	msg_put_pairf(ans, "bytes", "%llu", (unsigned long long)bytes);
+	msg_put_pairf(ans, "first_ns", "%llu", (unsigned long long)first);
+	msg_put_pairf(ans, "last_ns", "%llu", (unsigned long long)last);
 	return 0;
 }

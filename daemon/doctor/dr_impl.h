@@ -2,7 +2,7 @@
  * (dr_serve.c) and the measurements (dr_bw.c, dr_ports.c) share.
  *
  * Every question is a MSG_DOCTOR_ASK of one kind; every answer a
- * MSG_DOCTOR_ANS of K_NAME/K_VALUE pairs (dr_put/dr_get), so that a new
+ * MSG_DOCTOR_ANS of K_NAME/K_VALUE pairs (msg_put_pairf/dr_get), so that a new
  * measurement is a new name, not a new frame. The asking node answers its
  * own questions in place through the same dr_answer.
  */
@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/config.h"
 #include "common/proto.h"
@@ -35,14 +36,18 @@ struct dr_ctx {
 int dr_answer(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *why,
 	      size_t whylen);
 
-/* One K_NAME/K_VALUE pair. */
-void dr_put(struct msg *m, const char *name, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 /* The value of the first pair called name, copied into out: true, or false
  * when there is none. */
 bool dr_get(const struct msg *m, const char *name, char *out, size_t cap);
 /* The same as a number; dflt when absent or not a number. */
 double dr_getf(const struct msg *m, const char *name, double dflt);
+/* The nodes a question names (K_HOLDER), each once, at most cap: the name
+ * and its index in this node's hosts file (-1: not in it). Their count. */
+struct dr_holder {
+	char name[256];
+	ssize_t host;
+};
+size_t dr_holders(const struct msg *ask, struct dr_holder *out, size_t cap);
 
 /* The session lock: one doctor at a time on a node. Take refreshes the
  * lease of the session holding it, or takes it when free or expired, for

@@ -8,17 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dr_put(struct msg *m, const char *name, const char *fmt, ...)
-{
-	char v[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(v, sizeof(v), fmt, ap);
-	va_end(ap);
-	msg_put_str(m, K_NAME, name);
-	msg_put_str(m, K_VALUE, v);
-}
+#include "daemon/repl/repl_impl.h"
 
 bool dr_get(const struct msg *m, const char *name, char *out, size_t cap)
 {
@@ -59,3 +49,24 @@ double dr_getf(const struct msg *m, const char *name, double dflt)
 	return end != v && *end == '\0' ? d : dflt;
 }
 
+
+size_t dr_holders(const struct msg *ask, struct dr_holder *out, size_t cap)
+{
+	size_t off = 0, len, n = 0;
+	const uint8_t *p;
+	uint16_t key;
+
+	while (n < cap && msg_next_field(ask, &off, &key, &p, &len) == 1) {
+		bool dup = false;
+
+		if (key != K_HOLDER || len >= sizeof(out[n].name))
+			continue;
+		memcpy(out[n].name, p, len);
+		out[n].name[len] = '\0';
+		out[n].host = repl.cluster ? hosts_find(&repl.hosts, out[n].name) : -1;
+		for (size_t i = 0; i < n; i++)
+			dup |= strcmp(out[i].name, out[n].name) == 0;
+		n += !dup;
+	}
+	return n;
+}

@@ -183,13 +183,13 @@ int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 		rc = listen_port(ports[i], &fd);
 		if (rc == 0) {
 			h->fds[h->n++] = fd;
-			dr_put(ans, name, "open");
+			msg_put_pairf(ans, name, "open");
 		} else if (rc == -EADDRINUSE) {
 			if (dr_port_owner(ports[i], who, sizeof(who)) < 0)
 				snprintf(who, sizeof(who), "another process");
-			dr_put(ans, name, "in-use|%s", who);
+			msg_put_pairf(ans, name, "in-use|%s", who);
 		} else {
-			dr_put(ans, name, "error|%s", strerror(-rc));
+			msg_put_pairf(ans, name, "error|%s", strerror(-rc));
 		}
 	}
 	rc = pthread_create(&h->thread, NULL, accepter, h);
@@ -290,13 +290,11 @@ static void dial_all(struct dial *d, size_t n, int timeout_ms)
 int dr_dial(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 {
 	uint16_t ports[PORTLIST_MAX];
-	ssize_t seen[DR_NODES_MAX];
+	struct dr_holder *holders;
 	struct dial *d;
-	char *list = NULL, node[256];
+	char *list = NULL;
 	uint64_t timeout = 1000;
-	size_t np = 0, nd = 0, nn = 0, off = 0, len;
-	const uint8_t *p;
-	uint16_t key;
+	size_t np = 0, nd = 0, nh;
 
 	msg_get_u64(ask, K_SIZE, &timeout);
 	if (timeout < 10 || timeout > 10000)
@@ -309,35 +307,26 @@ int dr_dial(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 		return -EINVAL;
 	}
 	free(list);
-	if (!(d = calloc(DIAL_MAX, sizeof(*d))))
+	d = calloc(DIAL_MAX, sizeof(*d));
+	holders = calloc(DR_NODES_MAX, sizeof(*holders));
+	if (!d || !holders) {
+		free(d);
+		free(holders);
 		return -ENOMEM;
-	while (msg_next_field(ask, &off, &key, &p, &len) == 1) {
+	}
+	nh = dr_holders(ask, holders, DR_NODES_MAX);
+	for (size_t j = 0; j < nh; j++) {
 		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-		bool dup = false;
-		ssize_t h;
+		ssize_t h = holders[j].host;
 
-		if (key != K_HOLDER || len >= sizeof(node))
-			continue;
-		memcpy(node, p, len);
-		node[len] = '\0';
-		h = repl.cluster ? hosts_find(&repl.hosts, node) : -1;
-		for (size_t i = 0; i < nn; i++)
-			dup |= h >= 0 && seen[i] == h;
-		if (dup)
-			continue;
-		if (nn == DR_NODES_MAX) {
-			snprintf(why, whylen, "a dial question naming more than %d nodes", DR_NODES_MAX);
-			free(d);
-			return -E2BIG;
-		}
-		seen[nn++] = h;
 		/* Resolved once per node, whatever the ports. */
 		if (h >= 0 && getaddrinfo(repl.hosts.v[h].host, NULL, &hints, &ai) != 0)
 			ai = NULL;
 		for (size_t i = 0; i < np; i++) {
 			struct dial *x = &d[nd++];
 
-			snprintf(x->name, sizeof(x->name), "dial.%s.%u", node, ports[i]);
+			snprintf(x->name, sizeof(x->name), "dial.%.255s.%u", holders[j].name,
+				 ports[i]);
 			if (h < 0) {
 				x->fd = -1;
 				x->state = "unreachable|not in this node's hosts file";
@@ -350,7 +339,8 @@ int dr_dial(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 	}
 	dial_all(d, nd, (int)timeout);
 	for (size_t k = 0; k < nd; k++)
-		dr_put(ans, d[k].name, "%s", d[k].state);
+		msg_put_pairf(ans, d[k].name, "%s", d[k].state);
+	free(holders);
 	free(d);
 	return 0;
 }

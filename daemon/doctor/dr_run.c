@@ -225,7 +225,7 @@ static void storage(struct run *r, size_t i)
 	msg_put_u64(&q, K_SIZE, size);
 	if (ask(r, n, &q, &n->disk, NULL, ASK_IO_MS * 4, why, sizeof(why)) < 0) {
 		msg_init(&n->disk, MSG_DOCTOR_ANS);
-		dr_put(&n->disk, "err", "%s", why);
+		msg_put_pairf(&n->disk, "err", "%s", why);
 	}
 	msg_free(&q);
 }
@@ -245,7 +245,7 @@ static void ports_listen(struct run *r, size_t i)
 	msg_put_str(&q, K_PORTS, r->portlist);
 	if (ask(r, n, &q, &n->listen, NULL, ASK_IO_MS, why, sizeof(why)) < 0) {
 		msg_init(&n->listen, MSG_DOCTOR_ANS);
-		dr_put(&n->listen, "err", "%s", why);
+		msg_put_pairf(&n->listen, "err", "%s", why);
 	}
 	msg_free(&q);
 }
@@ -271,7 +271,7 @@ static void ports_dial(struct run *r, size_t i)
 	free(peers);
 	if (ask(r, n, &q, &n->dial, NULL, ASK_IO_MS, why, sizeof(why)) < 0) {
 		msg_init(&n->dial, MSG_DOCTOR_ANS);
-		dr_put(&n->dial, "err", "%s", why);
+		msg_put_pairf(&n->dial, "err", "%s", why);
 	}
 	msg_free(&q);
 }

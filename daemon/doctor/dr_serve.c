@@ -87,50 +87,37 @@ static int answer_facts(const struct dr_ctx *c, const struct msg *ask, struct ms
 {
 	struct dr_fact facts[DR_FACTS_MAX];
 	struct dr_rdma_port ports[16];
+	struct dr_holder holders[DR_NODES_MAX];
 	struct dr_clock clk;
-	ssize_t routed[DR_NODES_MAX];
-	size_t n = 0, off = 0, len, nroutes = 0;
-	const uint8_t *p;
-	uint16_t key;
+	size_t n = 0, nh;
 
-	dr_put(ans, "version", "%s", STAGE_VERSION);
+	msg_put_pairf(ans, "version", "%s", STAGE_VERSION);
 	if (dr_facts_eval(c->cfg->doctor_facts, facts, DR_FACTS_MAX, &n) == 0)
 		for (size_t i = 0; i < n; i++) {
 			char name[DR_FACT_NAME_MAX + 8];
 
 			snprintf(name, sizeof(name), "fact.%.*s", DR_FACT_NAME_MAX, facts[i].name);
-			dr_put(ans, name, "%s", facts[i].value);
+			msg_put_pairf(ans, name, "%s", facts[i].value);
 		}
 	if (dr_clock_state(&clk) == 0) {
-		dr_put(ans, "clock.synced", "%d", clk.synced);
-		dr_put(ans, "clock.maxerror_us", "%ld", clk.maxerror_us);
+		msg_put_pairf(ans, "clock.synced", "%d", clk.synced);
+		msg_put_pairf(ans, "clock.maxerror_us", "%ld", clk.maxerror_us);
 	}
-	/* The interface toward each node the asker names (its peers: at most
-	 * DR_NODES_MAX, each once). */
-	while (msg_next_field(ask, &off, &key, &p, &len) == 1 && nroutes < DR_NODES_MAX) {
-		char node[256], name[300], why[256];
+	/* The interface toward each node the asker names (its peers). */
+	nh = dr_holders(ask, holders, DR_NODES_MAX);
+	for (size_t i = 0; i < nh; i++) {
+		const struct dr_holder *h = &holders[i];
+		char name[300], why[256];
 		struct dr_route r;
-		bool dup = false;
-		ssize_t h;
 
-		if (key != K_HOLDER || len >= sizeof(node))
-			continue;
-		memcpy(node, p, len);
-		node[len] = '\0';
-		h = repl.cluster ? hosts_find(&repl.hosts, node) : -1;
-		for (size_t i = 0; i < nroutes; i++)
-			dup |= routed[i] == h;
-		if (dup)
-			continue;
-		routed[nroutes++] = h;
-		snprintf(name, sizeof(name), "route.%s", node);
-		if (h < 0)
-			dr_put(ans, name, "!%s is not in this node's hosts file", node);
-		else if (dr_route(repl.hosts.v[h].host, repl.hosts.v[h].port, &r, why,
+		snprintf(name, sizeof(name), "route.%.255s", h->name);
+		if (h->host < 0)
+			msg_put_pairf(ans, name, "!%s is not in this node's hosts file", h->name);
+		else if (dr_route(repl.hosts.v[h->host].host, repl.hosts.v[h->host].port, &r, why,
 				  sizeof(why)) < 0)
-			dr_put(ans, name, "!%s", why);
+			msg_put_pairf(ans, name, "!%s", why);
 		else
-			dr_put(ans, name, "%s|%d|%ld|%s", r.ifname, r.mtu, r.speed_mbps, r.local);
+			msg_put_pairf(ans, name, "%s|%d|%ld|%s", r.ifname, r.mtu, r.speed_mbps, r.local);
 	}
 	n = 0;
 	if (dr_rdma_ports(ports, sizeof(ports) / sizeof(ports[0]), &n) == 0)
@@ -138,7 +125,7 @@ static int answer_facts(const struct dr_ctx *c, const struct msg *ask, struct ms
 			char name[32];
 
 			snprintf(name, sizeof(name), "rdma.%zu", i);
-			dr_put(ans, name, "%s/%d|%s|%s", ports[i].dev, ports[i].port, ports[i].state,
+			msg_put_pairf(ans, name, "%s/%d|%s|%s", ports[i].dev, ports[i].port, ports[i].state,
 			       ports[i].rate);
 		}
 	return 0;
@@ -194,9 +181,9 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		int rc;
 
 		snprintf(name, sizeof(name), "disk.%zu.root", i);
-		dr_put(ans, name, "%s", roots[i].name);
+		msg_put_pairf(ans, name, "%s", roots[i].name);
 		snprintf(name, sizeof(name), "disk.%zu.path", i);
-		dr_put(ans, name, "%s", roots[i].path);
+		msg_put_pairf(ans, name, "%s", roots[i].path);
 		/* A root on the file system of one above is not measured again. */
 		devs[i] = stat(roots[i].path, &st) == 0 ? st.st_dev : (dev_t)-1;
 		for (size_t k = 0; k < i; k++)
@@ -204,7 +191,7 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 				same = k;
 		if (same < i) {
 			snprintf(name, sizeof(name), "disk.%zu.same", i);
-			dr_put(ans, name, "%zu", same);
+			msg_put_pairf(ans, name, "%zu", same);
 			continue;
 		}
 		/* Never more than a tenth of what is free: a trainer's next save
@@ -218,21 +205,21 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 			return rc;
 		if (rc < 0) {
 			snprintf(name, sizeof(name), "disk.%zu.err", i);
-			dr_put(ans, name, "%s", d.why[0] ? d.why : strerror(-rc));
+			msg_put_pairf(ans, name, "%s", d.why[0] ? d.why : strerror(-rc));
 			continue;
 		}
 		snprintf(name, sizeof(name), "disk.%zu.write", i);
-		dr_put(ans, name, "%.0f", d.write_Bps);
+		msg_put_pairf(ans, name, "%.0f", d.write_Bps);
 		snprintf(name, sizeof(name), "disk.%zu.read", i);
-		dr_put(ans, name, "%.0f", d.read_Bps);
+		msg_put_pairf(ans, name, "%.0f", d.read_Bps);
 		snprintf(name, sizeof(name), "disk.%zu.direct", i);
-		dr_put(ans, name, "%d", d.direct);
+		msg_put_pairf(ans, name, "%d", d.direct);
 		snprintf(name, sizeof(name), "disk.%zu.free", i);
-		dr_put(ans, name, "%llu", (unsigned long long)d.free_bytes);
+		msg_put_pairf(ans, name, "%llu", (unsigned long long)d.free_bytes);
 	}
 	newest = newest_bytes(what, sizeof(what));
-	dr_put(ans, "newest", "%llu", (unsigned long long)newest);
-	dr_put(ans, "newest.step", "%s", what);
+	msg_put_pairf(ans, "newest", "%llu", (unsigned long long)newest);
+	msg_put_pairf(ans, "newest.step", "%s", what);
 	for (int i = 0; i < c->cfg->n_source_roots; i++) {
 		struct dr_source s;
 		int rc;
@@ -242,18 +229,18 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		if (rc == -ECANCELED)
 			return rc;
 		snprintf(name, sizeof(name), "src.%d.path", i);
-		dr_put(ans, name, "%s", c->cfg->source_roots[i]);
+		msg_put_pairf(ans, name, "%s", c->cfg->source_roots[i]);
 		if (rc < 0) {
 			snprintf(name, sizeof(name), "src.%d.err", i);
-			dr_put(ans, name, "%s", s.why[0] ? s.why : strerror(-rc));
+			msg_put_pairf(ans, name, "%s", s.why[0] ? s.why : strerror(-rc));
 			continue;
 		}
 		snprintf(name, sizeof(name), "src.%d.read", i);
-		dr_put(ans, name, "%.0f", s.read_Bps);
+		msg_put_pairf(ans, name, "%.0f", s.read_Bps);
 		snprintf(name, sizeof(name), "src.%d.meta", i);
-		dr_put(ans, name, "%.0f", s.files_per_s);
+		msg_put_pairf(ans, name, "%.0f", s.files_per_s);
 		snprintf(name, sizeof(name), "src.%d.bytes", i);
-		dr_put(ans, name, "%llu", (unsigned long long)s.bytes_read);
+		msg_put_pairf(ans, name, "%llu", (unsigned long long)s.bytes_read);
 	}
 	return 0;
 }

@@ -39,40 +39,40 @@ static void healthy(struct world *w)
 		*n = (struct dr_node){ .name = names[i], .host = i, .self = i == 0, .up = true,
 				       .has_clock = true, .offset_ms = 0.2, .twin = i };
 		msg_init(&n->facts, MSG_DOCTOR_ANS);
-		dr_put(&n->facts, "fact.kernel", "6.1.0-18-amd64");
-		dr_put(&n->facts, "fact.image", "a");
-		dr_put(&n->facts, "clock.synced", "1");
+		msg_put_pairf(&n->facts, "fact.kernel", "6.1.0-18-amd64");
+		msg_put_pairf(&n->facts, "fact.image", "a");
+		msg_put_pairf(&n->facts, "clock.synced", "1");
 		for (size_t j = 0; j < N; j++)
 			if (j != i) {
 				char name[32];
 
 				snprintf(name, sizeof(name), "route.%s", names[j]);
-				dr_put(&n->facts, name, "eth0|9000|10000|10.0.0.%zu", i + 1);
+				msg_put_pairf(&n->facts, name, "eth0|9000|10000|10.0.0.%zu", i + 1);
 			}
 		msg_init(&n->listen, MSG_DOCTOR_ANS);
-		dr_put(&n->listen, "port.29500", "open");
-		dr_put(&n->listen, "port.40001", "open");
+		msg_put_pairf(&n->listen, "port.29500", "open");
+		msg_put_pairf(&n->listen, "port.40001", "open");
 		msg_init(&n->dial, MSG_DOCTOR_ANS);
 		for (size_t j = 0; j < N; j++)
 			if (j != i) {
 				char name[32];
 
 				snprintf(name, sizeof(name), "dial.%s.29500", names[j]);
-				dr_put(&n->dial, name, "open");
+				msg_put_pairf(&n->dial, name, "open");
 				snprintf(name, sizeof(name), "dial.%s.40001", names[j]);
-				dr_put(&n->dial, name, "open");
+				msg_put_pairf(&n->dial, name, "open");
 			}
 		msg_init(&n->disk, MSG_DOCTOR_ANS);
-		dr_put(&n->disk, "disk.0.root", "stage_root");
-		dr_put(&n->disk, "disk.0.path", "/var/lib/stage/data");
-		dr_put(&n->disk, "disk.0.write", "1000000000");
-		dr_put(&n->disk, "disk.0.read", "2000000000");
-		dr_put(&n->disk, "disk.0.direct", "1");
-		dr_put(&n->disk, "disk.0.free", "100000000000");
-		dr_put(&n->disk, "disk.1.root", "ckpt_root");
-		dr_put(&n->disk, "disk.1.path", "/var/lib/stage/ckpt");
-		dr_put(&n->disk, "disk.1.same", "0");
-		dr_put(&n->disk, "newest", "0");
+		msg_put_pairf(&n->disk, "disk.0.root", "stage_root");
+		msg_put_pairf(&n->disk, "disk.0.path", "/var/lib/stage/data");
+		msg_put_pairf(&n->disk, "disk.0.write", "1000000000");
+		msg_put_pairf(&n->disk, "disk.0.read", "2000000000");
+		msg_put_pairf(&n->disk, "disk.0.direct", "1");
+		msg_put_pairf(&n->disk, "disk.0.free", "100000000000");
+		msg_put_pairf(&n->disk, "disk.1.root", "ckpt_root");
+		msg_put_pairf(&n->disk, "disk.1.path", "/var/lib/stage/ckpt");
+		msg_put_pairf(&n->disk, "disk.1.same", "0");
+		msg_put_pairf(&n->disk, "newest", "0");
 	}
 	for (size_t a = 0; a < N; a++)
 		for (size_t b = 0; b < N; b++) {
@@ -83,9 +83,9 @@ static void healthy(struct world *w)
 			p = &w->pairs[k++];
 			*p = (struct dr_pair){ .a = a, .b = b, .measured = true };
 			msg_init(&p->ans, MSG_DOCTOR_ANS);
-			dr_put(&p->ans, "multi_Bps", "%.0f", 9.4e9 / 8);
-			dr_put(&p->ans, "one_Bps", "%.0f", 8e9 / 8);
-			dr_put(&p->ans, "rtt_med_us", "50");
+			msg_put_pairf(&p->ans, "multi_Bps", "%.0f", 9.4e9 / 8);
+			msg_put_pairf(&p->ans, "one_Bps", "%.0f", 8e9 / 8);
+			msg_put_pairf(&p->ans, "rtt_med_us", "50");
 		}
 	w->ports[0] = 29500;
 	w->ports[1] = 40001;
@@ -123,7 +123,7 @@ static void replace(struct msg *m, const char *name, const char *value)
 		if (key == K_VALUE)
 			skip = false;
 	}
-	dr_put(&fresh, name, "%s", value);
+	msg_put_pairf(&fresh, name, "%s", value);
 	msg_free(m);
 	*m = fresh;
 }
@@ -269,7 +269,7 @@ static void test_space_for_the_next_checkpoint(void **state)
 
 	healthy(&w);
 	replace(&w.nodes[2].disk, "newest", "200000000000");
-	dr_put(&w.nodes[2].disk, "newest.step", "llama/step-900");
+	msg_put_pairf(&w.nodes[2].disk, "newest.step", "llama/step-900");
 	assert_int_equal(failed(&w, out, sizeof(out)), 1);
 	assert_string_equal(out, "space n2:ckpt_root\n");
 	world_free(&w);
