@@ -36,7 +36,7 @@ int cli_check_human(FILE *out, const struct msg *m)
 	uint16_t key;
 
 	msg_get_u64(m, K_CODE, &code);
-	fprintf(out, "%s %-9.*s %-14.*s ", code ? "✗" : "✓", (int)check.n, check.p,
+	fprintf(out, "%s %-9.*s %-16.*s ", code ? "✗" : "✓", (int)check.n, check.p,
 		(int)subject.n, subject.p);
 	put(out, field(m, K_TEXT));
 	fputc('\n', out);

@@ -733,7 +733,7 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 			continue;
 		}
 		for (int k = 0; k < 3; k++) {
-			char root[32], path[512], same[8];
+			char root[32], path[512], same[8], shared[80];
 			double w, r, freeb;
 			bool direct;
 
@@ -763,9 +763,23 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 			freeb = dr_getf(&n->disk, name, 0);
 			if (k == 0)
 				stage_read = r;
-			m = check(o, "storage", subj, true, "%s write %s, read %s%s, %s free", root,
+			/* The roots on this one's file system, measured with it. */
+			shared[0] = '\0';
+			for (int k2 = k + 1; k2 < 3; k2++) {
+				char r2[32], key2[48];
+				size_t l = strlen(shared);
+
+				snprintf(key2, sizeof(key2), "disk.%d.same", k2);
+				if (dr_getf(&n->disk, key2, -1) != k)
+					continue;
+				snprintf(key2, sizeof(key2), "disk.%d.root", k2);
+				if (dr_get(&n->disk, key2, r2, sizeof(r2)))
+					snprintf(shared + l, sizeof(shared) - l, "%s%s", l ? ", " : "", r2);
+			}
+			m = check(o, "storage", subj, true, "write %s, read %s%s, %s free%s%s%s",
 				  fmt_rate(w, a, sizeof(a)), fmt_rate(r, b, sizeof(b)),
-				  direct ? "" : " (cached: no direct I/O)", fmt_bytes(freeb, c, sizeof(c)));
+				  direct ? "" : " (cached: no direct I/O)", fmt_bytes(freeb, c, sizeof(c)),
+				  shared[0] ? " (" : "", shared, shared[0] ? " too)" : "");
 			num(m, "write_mbps", w / 1e6);
 			num(m, "read_mbps", r / 1e6);
 			flag(m, "direct", direct);
@@ -810,13 +824,12 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 			snprintf(name, sizeof(name), "src.%d.meta", k);
 			meta = dr_getf(&n->disk, name, 0);
 			if (r <= 0) {
-				m = check(o, "source", subj, true, "%s: no file to read; %.0f entries/s",
-					  path, meta);
+				m = check(o, "source", subj, true, "no file to read; %.0f entries/s", meta);
 				num(m, "files_per_s", meta);
 				continue;
 			}
 			m = check(o, "source", subj, !(stage_read > 0 && r < stage_read / 2),
-				  "%s reads at %s, %.0f entries/s", path, fmt_rate(r, a, sizeof(a)), meta);
+				  "reads at %s, %.0f entries/s", fmt_rate(r, a, sizeof(a)), meta);
 			num(m, "read_mbps", r / 1e6);
 			num(m, "files_per_s", meta);
 			if (stage_read > 0 && r < stage_read / 2)

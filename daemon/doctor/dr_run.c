@@ -605,7 +605,7 @@ static void phase(struct run *r, const char *what)
 	/* This node's own lease, between questions it may not answer itself. */
 	dr_session_take(r->session, repl_self_name(), 0, why, sizeof(why));
 	atomic_store(&r->j->phase, what);
-	job_set_what(r->j, "doctor: %s", what);
+	job_set_what(r->j, "of %zu node%s (%s)", r->in.nnodes, r->in.nnodes == 1 ? "" : "s", what);
 	job_progress(r->j, true);
 }
 
