@@ -4,16 +4,16 @@
  *   facts + clock   every node at once (one connection each: the facts,
  *                   then DR_TIME_ROUNDS NTP-style exchanges)
  *   storage         every node at once, each measuring its own disks
- *   ports           every node opens them, then every node dials every
- *                   other's, then they are released
+ *   ports           every node opens them, then every node dials its
+ *                   peers' (dr_peers), then they are released
  *   network         rounds of disjoint pairs (no node in two pairs of a
  *                   round, so a node's link carries one test at a time),
  *                   both directions of a pair at once (links are full
  *                   duplex): latency, one stream, several streams
  *
- * Up to pairs_max nodes every pair is measured; beyond, the ring (each
- * node and the next) plus as many random pairs as nodes, so the cost grows
- * with N and not N^2. Each phase asks every node on a thread of its own,
+ * Up to pairs_max nodes every pair is measured (the circle method's N-1
+ * rounds); beyond, the ring (each node and the next) plus as many random
+ * pairs as nodes, so the cost grows with N and not N^2. Each phase asks every node on a thread of its own,
  * as verify --cluster does; a node that does not answer the first question
  * is down and asked nothing more.
  */
