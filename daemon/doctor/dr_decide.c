@@ -175,9 +175,42 @@ static void decide_nodes(const struct dr_in *in, struct out *o)
 
 /* ------------------------------------------------------------ clocks */
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n)
+{
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Offsets are measured from the asking node, but judged from the median
+ * of every clock measured (the asker's own is 0): an asker whose clock is
+ * off is then the one named, not everyone else. */
+static double clock_median(const struct dr_in *in)
+{
+	double *v = calloc(in->nnodes + 1, sizeof(*v)), med;
+	size_t n = 0;
+
+	if (!v)
+		return 0;
+	for (size_t i = 0; i < in->nnodes; i++)
+		if (in->nodes[i].up && in->nodes[i].has_clock)
+			v[n++] = in->nodes[i].offset_ms;
+	med = median(v, n);
+	free(v);
+	return med;
+}
+
 static void decide_clocks(const struct dr_in *in, struct out *o)
 {
-	double worst = 0;
+	double worst = 0, med = clock_median(in);
 	size_t bad = 0, seen = 0;
 
 	for (size_t i = 0; i < in->nnodes; i++) {
@@ -200,20 +233,22 @@ static void decide_clocks(const struct dr_in *in, struct out *o)
 			       "not the clock's", n->name);
 			continue;
 		}
-		off_ok = fabs(n->offset_ms) <= in->clock_bound_ms;
-		if (fabs(n->offset_ms) > fabs(worst))
-			worst = n->offset_ms;
+		off_ok = fabs(n->offset_ms - med) <= in->clock_bound_ms;
+		if (fabs(n->offset_ms - med) > fabs(worst))
+			worst = n->offset_ms - med;
 		if (off_ok && (synced || !known))
 			continue;
 		bad++;
 		if (!off_ok)
-			m = check(o, "clock", n->name, false, "%+.3f s from this node (bound %d ms)%s",
-				  n->offset_ms / 1e3, in->clock_bound_ms,
+			m = check(o, "clock", n->name, false,
+				  "%+.3f s from the others' median (bound %d ms)%s",
+				  (n->offset_ms - med) / 1e3, in->clock_bound_ms,
 				  synced ? "" : ", and not synchronised");
 		else
 			m = check(o, "clock", n->name, false, "not synchronised (offset %+.1f ms)",
-				  n->offset_ms);
+				  n->offset_ms - med);
 		num(m, "offset_ms", n->offset_ms);
+		num(m, "median_ms", med);
 		num(m, "delay_ms", n->delay_ms);
 		flag(m, "synced", synced);
 		if (!off_ok)
@@ -225,7 +260,7 @@ static void decide_clocks(const struct dr_in *in, struct out *o)
 	}
 	if (!bad && seen) {
 		struct msg *m = check(o, "clock", "all", true,
-				      "%zu clock%s synchronised, offsets within %.1f ms (bound %d ms)",
+				      "%zu clock%s synchronised, within %.1f ms of their median (bound %d ms)",
 				      seen, seen == 1 ? "" : "s", fabs(worst), in->clock_bound_ms);
 
 		num(m, "worst_offset_ms", worst);
@@ -234,20 +269,6 @@ static void decide_clocks(const struct dr_in *in, struct out *o)
 
 /* ------------------------------------------------------------ network */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, size_t n)
-{
-	if (!n)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void decide_bandwidth(const struct dr_in *in, struct out *o)
 {

@@ -194,6 +194,13 @@ static void test_clock_offset_and_unsynced(void **state)
 	w.nodes[3].offset_ms = -99.0;
 	replace(&w.nodes[2].facts, "clock.synced", "1");
 	assert_int_equal(failed(&w, out, sizeof(out)), 0);
+	/* The asker's own clock 3 s ahead: every other node reads -3 s from
+	 * it, and the asker is the one named. */
+	w.nodes[0].offset_ms = 0;
+	for (size_t i = 1; i < N; i++)
+		w.nodes[i].offset_ms = -3000.0 + (double)i;
+	assert_int_equal(failed(&w, out, sizeof(out)), 1);
+	assert_string_equal(out, "clock n0\n");
 	world_free(&w);
 }
 
