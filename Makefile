@@ -44,7 +44,7 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 BIN := $(BUILD)/bin/staged $(BUILD)/bin/stage
 
-.PHONY: all check unit calls integration demo deps help clean bench-smoke fuzz fuzz-smoke
+.PHONY: all check unit calls integration demo deps help clean bench-smoke fuzz fuzz-smoke install
 all: $(BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -198,6 +198,26 @@ fuzz-smoke: $(FUZZ_BIN)
 		tail -n 1 $(BUILD)/fuzz/$$n.log; \
 	done
 
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the two programs, the
+# systemd unit (its ExecStart names PREFIX), a sample config that never
+# replaces one already there, and the README.
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR ?= $(PREFIX)/share/doc/stage
+install: $(BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSCONFDIR)/stage \
+		$(DESTDIR)$(DOCDIR)
+	install -m 0755 $(BUILD)/bin/staged $(BUILD)/bin/stage $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		-e 's|@DOCDIR@|$(DOCDIR)|g' tools/install/staged.service.in \
+		> $(DESTDIR)$(SYSTEMD_UNIT_DIR)/staged.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/staged.service
+	install -m 0644 tools/install/staged.conf $(DESTDIR)$(SYSCONFDIR)/stage/staged.conf.sample
+	test -e $(DESTDIR)$(SYSCONFDIR)/stage/staged.conf || \
+		install -m 0644 tools/install/staged.conf $(DESTDIR)$(SYSCONFDIR)/stage/staged.conf
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+
 help:
 	@echo "make              build build/bin/staged and build/bin/stage (warnings are errors)"
 	@echo "make check        install missing dependencies, build, run unit and integration tests"
@@ -207,6 +227,7 @@ help:
 	@echo "make integration  run the pytest integration tests (real daemons)"
 	@echo "make valgrind     plain build in build-vg; integration tests with daemons and clients under memcheck"
 	@echo "make deps         apt-get what the build, tests and benchmarks need"
+	@echo "make install      PREFIX=/usr/local SYSCONFDIR=/etc DESTDIR=: programs, systemd unit, sample config"
 	@echo "make fuzz         build the libFuzzer targets (clang); make fuzz-smoke runs each briefly"
 	@echo "make SANITIZE=address|undefined ...   build with sanitizers"
 	@echo "make clean"
