@@ -65,9 +65,12 @@ DOWN = 3                         # killed in the last test
 IMAGE, ODD_IMAGE = "img-2024.06-cuda12.4", "img-2024.05-cuda12.1"
 NODES = [f"n{i}" for i in range(4)]
 # Quick runs: half-second measurements, 16 MiB per storage root, two sampled
-# ephemeral ports, a cap of 1 GiB/s per pair (every unshaped pair then
-# measures about the same, far above the slow pair, on a 2-CPU machine too).
-DOCTOR = {"duration_ms": 500, "storage_size": "16MiB", "port_sample": 2, "rate": "1GiB"}
+# ephemeral ports, and a cap of 64 MiB/s (0.54 Gbit/s) per direction of a
+# pair: every unshaped pair then measures the cap, whatever the 2 CPUs have
+# free (a 1 GiB/s cap left them CPU-bound, and under ASan one direction read
+# 0.66 against a median of 1.70: "far below"), still far above the slow
+# pair's 200 Mbit/s.
+DOCTOR = {"duration_ms": 500, "storage_size": "16MiB", "port_sample": 2, "rate": "64MiB"}
 # Summary checks ("bandwidth / all", "latency / all"): present, not held to a
 # particular ok when a pair is a problem.
 SUMMARY = "all"
