@@ -90,6 +90,7 @@ struct pull {
 	unsigned nretry;
 	/* results */
 	uint64_t files, bytes, copied, bytes_copied, removed, failed;
+	uint64_t changed;            /* of the failed: written to while copied */
 	uint64_t dropped;            /* staged files verify found bad, removed */
 	uint64_t landed, landed_bytes; /* P_LANDED entries in the window */
 	uint64_t unsynced;           /* ... of which not fdatasync'd on their own */
@@ -188,6 +189,13 @@ static void on_copied(struct cp_file *cf, void *arg)
 		} else if (cf->err_dst) {
 			note_fatal(p, cf->err, "%s/%s: %s (its temporary)", p->dst, pe->e.path,
 				   cf->err_op);
+		} else if (cf->err == -ESTALE) {
+			/* Someone is still writing it: advice, not an I/O error. */
+			p->failed++;
+			p->changed++;
+			job_note(p->job, LOG_ERROR, "changed", pe->e.path,
+				 "%s/%s changed while it was copied; pull again when it is quiet",
+				 p->src, pe->e.path);
 		} else {
 			p->failed++;
 			job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot copy %s/%s (%s): %s",
@@ -728,7 +736,7 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	char why[2048];
 	int ret;
 
-	p->files = p->bytes = p->failed = 0;
+	p->files = p->bytes = p->failed = p->changed = 0;
 	dirstack_init(&p->dirs, p->dst_fd, p->as_root, p->dst);
 	atomic_store(&j->files_done, 0);
 	atomic_store(&j->bytes_done, 0);
@@ -770,11 +778,20 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 		snprintf(why, sizeof(why), "%s%s", p->fatal_why,
 			 p->fatal == -ENOSPC || p->fatal == -EDQUOT
 			 ? " (the destination file system is full)" : "");
+	} else if (p->failed && p->failed == p->changed) {
+		snprintf(why, sizeof(why),
+			 "%llu file%s of %s changed while %s copied (listed above); pull again when "
+			 "%s quiet; %s has no manifest until a pull completes",
+			 (unsigned long long)p->changed, p->changed == 1 ? "" : "s", p->src,
+			 p->changed == 1 ? "it was" : "they were", p->changed == 1 ? "it is" : "they are",
+			 p->dst);
 	} else if (p->failed) {
 		snprintf(why, sizeof(why),
-			 "%llu entries of %s could not be copied (listed above); %s has no "
+			 "%llu entries of %s could not be copied (listed above%s); %s has no "
 			 "manifest until a pull completes",
-			 (unsigned long long)p->failed, p->src, p->dst);
+			 (unsigned long long)p->failed, p->src,
+			 p->changed ? "; those changed while copied: pull again when they are quiet" : "",
+			 p->dst);
 	} else if ((ret = finish(p, root)) < 0) {
 		snprintf(why, sizeof(why), "%s: finishing the manifest: %s", p->dst, strerror(-ret));
 	} else {

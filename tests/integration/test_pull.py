@@ -5,6 +5,7 @@ import socket
 import stat
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -365,3 +366,45 @@ def test_directory_never_pulled_has_no_manifest(daemon):
     assert cp.returncode in (1, 2) and cp.stderr.strip()
     cp = daemon.run("verify", daemon.src_root / "x")
     assert cp.returncode in (1, 2) and (cp.stderr.strip() or cp.stdout.strip())
+
+
+@pytest.mark.timeout(120)
+def test_file_written_during_the_pull_is_named_with_advice(daemon):
+    """A source file that grows while it is copied: the pull exits 1 naming
+    it, "changed while it was copied; pull again when it is quiet" (not an
+    I/O error), publishes no manifest; once it is quiet the next pull is
+    whole."""
+    src = daemon.src_root / "busy"
+    src.mkdir()
+    (src / "quiet.bin").write_bytes(os.urandom(100_000))
+    grow = src / "grow.bin"
+    grow.write_bytes(os.urandom(64 << 20))
+    stop = threading.Event()
+
+    def writer():
+        with open(grow, "ab") as f:
+            while not stop.is_set():
+                f.write(os.urandom(4096))
+                f.flush()
+                time.sleep(0.001)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(5):
+            cp = daemon.pull(src)
+            if cp.returncode != 0:
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert re.search(r"^changed grow\.bin$", cp.stdout, re.M), cp.stdout
+    assert f"1 file of {src} changed while it was copied (listed above); pull again when it is " \
+           "quiet" in cp.stderr, cp.stderr
+    assert "Stale file handle" not in cp.stdout + cp.stderr
+    dest = daemon.dest_of(src)
+    assert not (dest / ".stage" / "manifest").exists()
+    cp = daemon.pull(src)
+    assert cp.returncode == 0, cp.stderr
+    assert (dest / "grow.bin").read_bytes() == grow.read_bytes()
