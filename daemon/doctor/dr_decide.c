@@ -743,7 +743,7 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 	for (size_t i = 0; i < in->nnodes; i++) {
 		const struct dr_node *n = &in->nodes[i];
 		double stage_read = 0;
-		char v[600], name[48], subj[800], a[32], b[32], c[32];
+		char v[600], subj[800], a[32], b[32], c[32];
 		struct msg *m;
 
 		if (!n->up)
@@ -758,43 +758,33 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 			double w, r, freeb;
 			bool direct;
 
-			snprintf(name, sizeof(name), "disk.%d.root", k);
-			if (!dr_get(&n->disk, name, root, sizeof(root)))
+			if (!dr_get_at(&n->disk, "disk", (size_t)k, "root", root, sizeof(root)))
 				continue;
-			snprintf(name, sizeof(name), "disk.%d.path", k);
-			dr_get(&n->disk, name, path, sizeof(path));
-			snprintf(name, sizeof(name), "disk.%d.same", k);
-			if (dr_get(&n->disk, name, same, sizeof(same)))
+			dr_get_at(&n->disk, "disk", (size_t)k, "path", path, sizeof(path));
+			if (dr_get_at(&n->disk, "disk", (size_t)k, "same", same, sizeof(same)))
 				continue;    /* the same file system as a root above */
 			snprintf(subj, sizeof(subj), "%s:%s", n->name, root);
-			snprintf(name, sizeof(name), "disk.%d.err", k);
-			if (dr_get(&n->disk, name, v, sizeof(v))) {
+			if (dr_get_at(&n->disk, "disk", (size_t)k, "err", v, sizeof(v))) {
 				m = check(o, "storage", subj, false, "%s: %s", root, v);
 				attr(m, "path", "%s", path);
 				advice(m, "make %s writable by staged on %s", path, n->name);
 				continue;
 			}
-			snprintf(name, sizeof(name), "disk.%d.write", k);
-			w = dr_getf(&n->disk, name, 0);
-			snprintf(name, sizeof(name), "disk.%d.read", k);
-			r = dr_getf(&n->disk, name, 0);
-			snprintf(name, sizeof(name), "disk.%d.direct", k);
-			direct = dr_getf(&n->disk, name, 0) != 0;
-			snprintf(name, sizeof(name), "disk.%d.free", k);
-			freeb = dr_getf(&n->disk, name, 0);
+			w = dr_getf_at(&n->disk, "disk", (size_t)k, "write", 0);
+			r = dr_getf_at(&n->disk, "disk", (size_t)k, "read", 0);
+			direct = dr_getf_at(&n->disk, "disk", (size_t)k, "direct", 0) != 0;
+			freeb = dr_getf_at(&n->disk, "disk", (size_t)k, "free", 0);
 			if (k == 0)
 				stage_read = r;
 			/* The roots on this one's file system, measured with it. */
 			shared[0] = '\0';
 			for (int k2 = k + 1; k2 < 3; k2++) {
-				char r2[32], key2[48];
+				char r2[32];
 				size_t l = strlen(shared);
 
-				snprintf(key2, sizeof(key2), "disk.%d.same", k2);
-				if (dr_getf(&n->disk, key2, -1) != k)
+				if (dr_getf_at(&n->disk, "disk", (size_t)k2, "same", -1) != k)
 					continue;
-				snprintf(key2, sizeof(key2), "disk.%d.root", k2);
-				if (dr_get(&n->disk, key2, r2, sizeof(r2)))
+				if (dr_get_at(&n->disk, "disk", (size_t)k2, "root", r2, sizeof(r2)))
 					snprintf(shared + l, sizeof(shared) - l, "%s%s", l ? ", " : "", r2);
 			}
 			m = check(o, "storage", subj, true, "write %s, read %s%s, %s free%s%s%s",
@@ -830,20 +820,16 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 			char path[512];
 			double r, meta;
 
-			snprintf(name, sizeof(name), "src.%d.path", k);
-			if (!dr_get(&n->disk, name, path, sizeof(path)))
+			if (!dr_get_at(&n->disk, "src", (size_t)k, "path", path, sizeof(path)))
 				break;
 			snprintf(subj, sizeof(subj), "%s:%s", n->name, path);
-			snprintf(name, sizeof(name), "src.%d.err", k);
-			if (dr_get(&n->disk, name, v, sizeof(v))) {
+			if (dr_get_at(&n->disk, "src", (size_t)k, "err", v, sizeof(v))) {
 				m = check(o, "source", subj, false, "%s: %s", path, v);
 				advice(m, "check the mount of %s on %s", path, n->name);
 				continue;
 			}
-			snprintf(name, sizeof(name), "src.%d.read", k);
-			r = dr_getf(&n->disk, name, 0);
-			snprintf(name, sizeof(name), "src.%d.meta", k);
-			meta = dr_getf(&n->disk, name, 0);
+			r = dr_getf_at(&n->disk, "src", (size_t)k, "read", 0);
+			meta = dr_getf_at(&n->disk, "src", (size_t)k, "meta", 0);
 			if (r <= 0) {
 				m = check(o, "source", subj, true, "no file to read; %.0f entries/s", meta);
 				num(m, "files_per_s", meta);

@@ -41,6 +41,14 @@ int dr_answer(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, ch
 bool dr_get(const struct msg *m, const char *name, char *out, size_t cap);
 /* The same as a number; dflt when absent or not a number. */
 double dr_getf(const struct msg *m, const char *name, double dflt);
+/* The same for "GROUP.I.FIELD" names (disk.0.write, src.1.read): one
+ * figure of the I-th root or item of an answer. */
+void dr_put_at(struct msg *m, const char *group, size_t i, const char *field, const char *fmt,
+	       ...) __attribute__((format(printf, 5, 6)));
+bool dr_get_at(const struct msg *m, const char *group, size_t i, const char *field, char *out,
+	       size_t cap);
+double dr_getf_at(const struct msg *m, const char *group, size_t i, const char *field,
+		  double dflt);
 /* The nodes a question names (K_HOLDER), each once, at most cap: the name
  * and its index in this node's hosts file (-1: not in it). Their count. */
 struct dr_holder {

@@ -70,3 +70,40 @@ size_t dr_holders(const struct msg *ask, struct dr_holder *out, size_t cap)
 	}
 	return n;
 }
+
+/* "GROUP.I.FIELD": the name of one root's (or one item's) figure. */
+static void name_at(char *out, size_t len, const char *group, size_t i, const char *field)
+{
+	snprintf(out, len, "%s.%zu.%s", group, i, field);
+}
+
+void dr_put_at(struct msg *m, const char *group, size_t i, const char *field, const char *fmt,
+	       ...)
+{
+	char name[96], v[1024];
+	va_list ap;
+
+	name_at(name, sizeof(name), group, i, field);
+	va_start(ap, fmt);
+	vsnprintf(v, sizeof(v), fmt, ap);
+	va_end(ap);
+	msg_put_pairf(m, name, "%s", v);
+}
+
+bool dr_get_at(const struct msg *m, const char *group, size_t i, const char *field, char *out,
+	       size_t cap)
+{
+	char name[96];
+
+	name_at(name, sizeof(name), group, i, field);
+	return dr_get(m, name, out, cap);
+}
+
+double dr_getf_at(const struct msg *m, const char *group, size_t i, const char *field,
+		  double dflt)
+{
+	char name[96];
+
+	name_at(name, sizeof(name), group, i, field);
+	return dr_getf(m, name, dflt);
+}

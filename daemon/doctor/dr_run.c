@@ -103,6 +103,19 @@ static int ask(const struct run *r, const struct dr_node *n, const struct msg *q
 	return rc;
 }
 
+/* ask() for an answer kept in *out: one that did not come is kept as an
+ * answer saying why ("err"), so the decision reads every node the same way. */
+static void ask_kept(const struct run *r, const struct dr_node *n, const struct msg *q,
+		     struct msg *out, int io_ms)
+{
+	char why[512];
+
+	if (ask(r, n, q, out, NULL, io_ms, why, sizeof(why)) < 0) {
+		msg_init(out, MSG_DOCTOR_ANS);
+		msg_put_pairf(out, "err", "%s", why);
+	}
+}
+
 /* ------------------------------------------------------------ every node at once */
 
 struct each {
@@ -218,15 +231,11 @@ static void storage(struct run *r, size_t i)
 {
 	struct dr_node *n = &r->in.nodes[i];
 	uint64_t size = r->cfg->doctor_storage_size / (r->quick ? 8 : 1);
-	char why[512];
 	struct msg q;
 
 	ask_init(&q, r, "disk");
 	msg_put_u64(&q, K_SIZE, size);
-	if (ask(r, n, &q, &n->disk, NULL, ASK_IO_MS * 4, why, sizeof(why)) < 0) {
-		msg_init(&n->disk, MSG_DOCTOR_ANS);
-		msg_put_pairf(&n->disk, "err", "%s", why);
-	}
+	ask_kept(r, n, &q, &n->disk, ASK_IO_MS * 4);
 	msg_free(&q);
 }
 
@@ -235,28 +244,21 @@ static void storage(struct run *r, size_t i)
 static void ports_listen(struct run *r, size_t i)
 {
 	struct dr_node *n = &r->in.nodes[i];
-	char why[512];
 	struct msg q;
 
 	if (n->twin != i)
 		return;
-
 	ask_init(&q, r, "listen");
 	msg_put_str(&q, K_PORTS, r->portlist);
-	if (ask(r, n, &q, &n->listen, NULL, ASK_IO_MS, why, sizeof(why)) < 0) {
-		msg_init(&n->listen, MSG_DOCTOR_ANS);
-		msg_put_pairf(&n->listen, "err", "%s", why);
-	}
+	ask_kept(r, n, &q, &n->listen, ASK_IO_MS);
 	msg_free(&q);
 }
 
 static void ports_dial(struct run *r, size_t i)
 {
 	struct dr_node *n = &r->in.nodes[i];
-	char why[512];
-	struct msg q;
-
 	size_t *peers = calloc(r->in.nnodes, sizeof(*peers)), np;
+	struct msg q;
 
 	ask_init(&q, r, "dial");
 	msg_put_str(&q, K_PORTS, r->portlist);
@@ -269,10 +271,7 @@ static void ports_dial(struct run *r, size_t i)
 			msg_put_str(&q, K_HOLDER, r->in.nodes[k].name);
 	}
 	free(peers);
-	if (ask(r, n, &q, &n->dial, NULL, ASK_IO_MS, why, sizeof(why)) < 0) {
-		msg_init(&n->dial, MSG_DOCTOR_ANS);
-		msg_put_pairf(&n->dial, "err", "%s", why);
-	}
+	ask_kept(r, n, &q, &n->dial, ASK_IO_MS);
 	msg_free(&q);
 }
 

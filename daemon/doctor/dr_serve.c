@@ -165,7 +165,7 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 	};
 	dev_t devs[3];
 	uint64_t size = 0, newest;
-	char what[600] = "", name[48];
+	char what[600] = "";
 
 	/* The asker says how much; this node's own config is the most it
 	 * writes or reads, whoever asks. */
@@ -180,18 +180,15 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		size_t same = i;
 		int rc;
 
-		snprintf(name, sizeof(name), "disk.%zu.root", i);
-		msg_put_pairf(ans, name, "%s", roots[i].name);
-		snprintf(name, sizeof(name), "disk.%zu.path", i);
-		msg_put_pairf(ans, name, "%s", roots[i].path);
+		dr_put_at(ans, "disk", i, "root", "%s", roots[i].name);
+		dr_put_at(ans, "disk", i, "path", "%s", roots[i].path);
 		/* A root on the file system of one above is not measured again. */
 		devs[i] = stat(roots[i].path, &st) == 0 ? st.st_dev : (dev_t)-1;
 		for (size_t k = 0; k < i; k++)
 			if (devs[k] == devs[i] && devs[i] != (dev_t)-1)
 				same = k;
 		if (same < i) {
-			snprintf(name, sizeof(name), "disk.%zu.same", i);
-			msg_put_pairf(ans, name, "%zu", same);
+			dr_put_at(ans, "disk", i, "same", "%zu", same);
 			continue;
 		}
 		/* Never more than a tenth of what is free: a trainer's next save
@@ -204,18 +201,13 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		if (rc == -ECANCELED)
 			return rc;
 		if (rc < 0) {
-			snprintf(name, sizeof(name), "disk.%zu.err", i);
-			msg_put_pairf(ans, name, "%s", d.why[0] ? d.why : strerror(-rc));
+			dr_put_at(ans, "disk", i, "err", "%s", d.why[0] ? d.why : strerror(-rc));
 			continue;
 		}
-		snprintf(name, sizeof(name), "disk.%zu.write", i);
-		msg_put_pairf(ans, name, "%.0f", d.write_Bps);
-		snprintf(name, sizeof(name), "disk.%zu.read", i);
-		msg_put_pairf(ans, name, "%.0f", d.read_Bps);
-		snprintf(name, sizeof(name), "disk.%zu.direct", i);
-		msg_put_pairf(ans, name, "%d", d.direct);
-		snprintf(name, sizeof(name), "disk.%zu.free", i);
-		msg_put_pairf(ans, name, "%llu", (unsigned long long)d.free_bytes);
+		dr_put_at(ans, "disk", i, "write", "%.0f", d.write_Bps);
+		dr_put_at(ans, "disk", i, "read", "%.0f", d.read_Bps);
+		dr_put_at(ans, "disk", i, "direct", "%d", d.direct);
+		dr_put_at(ans, "disk", i, "free", "%llu", (unsigned long long)d.free_bytes);
 	}
 	newest = newest_bytes(what, sizeof(what));
 	msg_put_pairf(ans, "newest", "%llu", (unsigned long long)newest);
@@ -228,19 +220,14 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		rc = dr_source_probe(c->cfg->source_roots[i], size, 20000, 500, stopping, NULL, &s);
 		if (rc == -ECANCELED)
 			return rc;
-		snprintf(name, sizeof(name), "src.%d.path", i);
-		msg_put_pairf(ans, name, "%s", c->cfg->source_roots[i]);
+		dr_put_at(ans, "src", (size_t)i, "path", "%s", c->cfg->source_roots[i]);
 		if (rc < 0) {
-			snprintf(name, sizeof(name), "src.%d.err", i);
-			msg_put_pairf(ans, name, "%s", s.why[0] ? s.why : strerror(-rc));
+			dr_put_at(ans, "src", (size_t)i, "err", "%s", s.why[0] ? s.why : strerror(-rc));
 			continue;
 		}
-		snprintf(name, sizeof(name), "src.%d.read", i);
-		msg_put_pairf(ans, name, "%.0f", s.read_Bps);
-		snprintf(name, sizeof(name), "src.%d.meta", i);
-		msg_put_pairf(ans, name, "%.0f", s.files_per_s);
-		snprintf(name, sizeof(name), "src.%d.bytes", i);
-		msg_put_pairf(ans, name, "%llu", (unsigned long long)s.bytes_read);
+		dr_put_at(ans, "src", (size_t)i, "read", "%.0f", s.read_Bps);
+		dr_put_at(ans, "src", (size_t)i, "meta", "%.0f", s.files_per_s);
+		dr_put_at(ans, "src", (size_t)i, "bytes", "%llu", (unsigned long long)s.bytes_read);
 	}
 	return 0;
 }
