@@ -113,7 +113,8 @@ integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND)
 # STAGE_VALGRIND). Replications compress (float) so that the codec runs.
 # Pulls, verify, commit and replication, resume, a full disk, dedup,
 # verify --cluster and restore, the hostile-network and lying-peer tests, a
-# whole doctor run (its figures are not judged under valgrind: too slow).
+# whole doctor run (its figures are not judged under valgrind: too slow), the
+# metrics of a replication and the textfile writer.
 VG_BUILD := build-vg
 VG_TESTS := $(addprefix tests/integration/, \
 	test_pull.py::test_messy_tree_is_copied_exactly \
@@ -137,7 +138,9 @@ VG_TESTS := $(addprefix tests/integration/, \
 	test_hostile.py \
 	test_evil_peer.py \
 	test_doctor.py::test_loopback_fact_values \
-	test_doctor.py::test_bad_input)
+	test_doctor.py::test_bad_input \
+	test_metrics.py::test_replication_both_ends_and_a_partner_down \
+	test_metrics.py::test_unwritable_textfile_warns_once_and_recovers)
 .PHONY: valgrind
 valgrind:
 	@command -v valgrind >/dev/null || { echo "make valgrind: no valgrind (make deps)" >&2; exit 2; }

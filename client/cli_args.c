@@ -23,6 +23,7 @@ static const struct cli_command {
 	{ "ls", CLI_CMD_LS, 0, "ls" },
 	{ "restore", CLI_CMD_RESTORE, 1, "restore DIR [--from NODE]" },
 	{ "doctor", CLI_CMD_DOCTOR, 0, "doctor [--nodes LIST] [--ports LIST] [--quick]" },
+	{ "metrics", CLI_CMD_METRICS, 0, "metrics" },
 	{ "codec", CLI_CMD_NONE, 0, NULL },
 };
 

@@ -31,6 +31,7 @@ enum cli_cmd {
 	CLI_CMD_LS,
 	CLI_CMD_RESTORE,
 	CLI_CMD_DOCTOR,
+	CLI_CMD_METRICS,
 };
 
 /* What the user asked for. Strings point into argv. */

@@ -126,6 +126,11 @@ static const struct jfield status_fields[] = {
 	{ 0, J_PAIRS, NULL },
 };
 
+/* A slice of the Prometheus text: with --json, {"event":"metrics","text":...}. */
+static const struct jfield metrics_fields[] = {
+	{ K_DATA, J_STR, "text" },
+};
+
 static void json_pairs(struct cli_json *j, const struct msg *m)
 {
 	struct span name, value, n2, v2;
@@ -319,6 +324,16 @@ static int status_human(struct cli_out *o, const struct msg *m)
 	return 0;
 }
 
+/* The daemon's text as it is: the slices join into one exposition. */
+static int metrics_human(struct cli_out *o, const struct msg *m)
+{
+	struct span s;
+
+	if (get_str(m, K_DATA, &s))
+		fwrite(s.p, 1, s.n, o->out);
+	return 0;
+}
+
 static int cells_human(struct cli_out *o, const struct msg *m)
 {
 	return cli_cells_human(o->out, m);
@@ -369,6 +384,7 @@ static const struct frame_kind {
 	{ MSG_CELLS, "copy", NULL, 0, NULL, cells_human, cells_json },
 	{ MSG_CHECK, "check", NULL, 0, NULL, check_human, check_json },
 	{ MSG_MATRIX, "matrix", NULL, 0, NULL, matrix_human, matrix_json },
+	{ MSG_METRICS, "metrics", metrics_fields, COUNT(metrics_fields), NULL, metrics_human, NULL },
 };
 
 int cli_out_frame(struct cli_out *o, const struct msg *m)

@@ -58,6 +58,7 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 		[CLI_CMD_LS] = MSG_LS_REQ,
 		[CLI_CMD_RESTORE] = MSG_RESTORE_REQ,
 		[CLI_CMD_DOCTOR] = MSG_DOCTOR_REQ,
+		[CLI_CMD_METRICS] = MSG_METRICS_REQ,
 	};
 	/* Each option belongs to one command (cli_args saw to it), so the
 	 * flags need not ask which command this is. */
@@ -71,7 +72,7 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 		msg_put_str(req, K_PATH, path);
 	if (dest)
 		msg_put_str(req, K_DEST, dest);
-	if (a->cmd != CLI_CMD_STATUS && a->cmd != CLI_CMD_LS)
+	if (a->cmd != CLI_CMD_STATUS && a->cmd != CLI_CMD_LS && a->cmd != CLI_CMD_METRICS)
 		msg_put_u64(req, K_FLAGS, flags);
 	/* A node name, passed as given: the daemon knows the hosts file. */
 	if (a->from)

@@ -55,6 +55,7 @@ enum cfg_type {
 
 #define F_POW2 (1u << 0)        /* numbers: must be a power of two */
 #define F_ALL  (1u << 1)        /* T_INT: "all" means CFG_REPLICAS_ALL */
+#define F_NONE (1u << 2)        /* T_PATH: "" means none */
 
 struct cfg_entry {
 	const char *section;
@@ -69,7 +70,8 @@ struct cfg_entry {
 	/* A default that depends on the host; returns def's replacement. */
 	const char *(*def_fn)(const struct cfg_entry *e, char *buf, size_t len);
 	const char *doc;                /* one line for --print-config */
-	/* T_TEXT: the key's own syntax, 0 or -EINVAL with why (a message). */
+	/* The key's own syntax (any string type), checked after the type's:
+	 * 0 or -EINVAL with why (a message). */
 	int (*check)(const char *s, char *why, size_t whylen);
 };
 
@@ -120,6 +122,19 @@ static int check_port_range(const char *s, char *why, size_t whylen)
 	if (strcmp(s, "ephemeral") == 0)
 		return 0;
 	return portrange_parse(s, &lo, &hi, why, whylen) < 0 ? -EINVAL : 0;
+}
+
+/* node_exporter's textfile collector reads *.prom files and nothing else. */
+static int check_textfile(const char *s, char *why, size_t whylen)
+{
+	const char *base = strrchr(s, '/');
+	size_t n = strlen(base ? base + 1 : s);
+
+	if (!*s || (n > 5 && strcmp(s + strlen(s) - 5, ".prom") == 0))
+		return 0;
+	snprintf(why, whylen, "'%s' must end in .prom: node_exporter's textfile collector reads "
+		 "nothing else", s);
+	return -EINVAL;
 }
 
 static const struct cfg_entry cfg_table[] = {
@@ -200,6 +215,14 @@ static const struct cfg_entry cfg_table[] = {
 		 " | gpu: run nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"
 		 " | rdma: dir /sys/class/infiniband",
 	  .doc = "facts that must agree on every node: NAME: file PATH | NAME: dir PATH | NAME: run PROG ARG..." },
+
+	/* [metrics]: extension, the textfile collector (docs/ARCHITECTURE.md, "Metrics") */
+	{ KEY_PATH("metrics", "textfile", metrics_textfile), .flags = F_NONE, .def = "",
+	  .check = check_textfile,
+	  .doc = "a *.prom file in node_exporter's textfile directory, rewritten every interval; "
+		 "empty: none" },
+	{ KEY_INT("metrics", "interval", metrics_interval), .min = 1, .max = 3600, .def = "5",
+	  .doc = "seconds between rewrites of textfile" },
 };
 
 #define N_ENTRIES (sizeof(cfg_table) / sizeof(cfg_table[0]))
@@ -641,6 +664,10 @@ static int parse_string(const struct cfg_entry *e, const char *s, char **out, co
 		rc = check_text(s, why);
 		break;
 	default:
+		if ((e->flags & F_NONE) && !*s) {
+			rc = 0;
+			break;
+		}
 		return parse_path(s, e->max, out, why);
 	}
 	if (rc)

@@ -59,6 +59,9 @@ struct stage_config {
 	int doctor_pairs_max;
 	uint64_t doctor_storage_size;
 	char *doctor_facts;         /* daemon/doctor/dr_local.h's syntax */
+	/* [metrics]: extension, `stage metrics` and the textfile collector */
+	char *metrics_textfile;     /* a *.prom path, "" for none */
+	int metrics_interval;       /* seconds between rewrites */
 };
 
 /* Fills every key with its default (strings allocated). 0 or -ENOMEM. */

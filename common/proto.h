@@ -33,6 +33,7 @@ enum msg_type {
 	MSG_LS_REQ = 5,     /* no fields */
 	MSG_RESTORE_REQ = 6,/* K_PATH, K_FLAGS, K_HOLDER (--from, optional) */
 	MSG_DOCTOR_REQ = 7, /* K_FLAGS (REQ_QUICK), K_NODES (--nodes), K_PORTS (--ports) */
+	MSG_METRICS_REQ = 8,/* no fields */
 	/* daemon -> client */
 	MSG_PROGRESS = 16,  /* K_PHASE, K_FILES_DONE/TOTAL, K_BYTES_DONE/TOTAL */
 	MSG_NOTE = 17,      /* K_LEVEL, K_TEXT, K_PATH: one finding for the user */
@@ -42,6 +43,7 @@ enum msg_type {
 	MSG_CELLS = 21,     /* verify --cluster: copy groups (below), before the result */
 	MSG_CHECK = 22,     /* doctor: K_CHECK, K_SUBJECT, K_CODE (0 ok, 1 problem), K_TEXT,
 			     * K_ADVICE, then K_NUM / K_ATTR "name=value" members */
+	MSG_METRICS = 24,   /* K_DATA: a slice of the Prometheus text, in order, before the result */
 	MSG_MATRIX = 23,    /* doctor: K_NAME, K_ATTR "unit=...", K_HOLDER per node (rows
 			     * and columns), K_VALUE per cell, row-major */
 

@@ -20,6 +20,7 @@
 #include "daemon/cluster/cverify.h"
 #include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
+#include "daemon/metrics.h"
 #include "daemon/pull/pull.h"
 #include "daemon/repl/repl.h"
 #include "daemon/fs/roots.h"
@@ -182,6 +183,9 @@ static void serve(const struct stage_config *cfg, int fd)
 	switch (m.type) {
 	case MSG_STATUS_REQ:
 		serve_status(cfg, fd);
+		break;
+	case MSG_METRICS_REQ:
+		metrics_serve(cfg, fd);
 		break;
 	case MSG_LS_REQ:
 		msg_free(&m);

@@ -29,6 +29,7 @@
 #include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
 #include "daemon/repl/repl.h"
+#include "daemon/metrics.h"
 #include "daemon/fs/roots.h"
 
 #define STOP_GRACE_S 30
@@ -278,11 +279,17 @@ int main(int argc, char **argv)
 		ret = 2;
 		goto out_close_signal;
 	}
+	ret = metrics_start(&d.cfg, why, sizeof(why));
+	if (ret < 0) {
+		log_err("%s", why);
+		ret = 1;
+		goto out_close_repl;
+	}
 	ret = io_uring_queue_init(64, &d.ring, 0);
 	if (ret < 0) {
 		log_err("io_uring: %s", strerror(-ret));
 		ret = 1;
-		goto out_close_repl;
+		goto out_stop_metrics;
 	}
 	log_info("node %s listening on %s (stage_root %s)", d.cfg.name, d.cfg.socket,
 		 d.cfg.stage_root);
@@ -303,6 +310,8 @@ int main(int argc, char **argv)
 	}
 	log_info("stopped");
 	ret = ret < 0 ? 1 : 0;
+out_stop_metrics:
+	metrics_stop();
 out_close_repl:
 	repl_close();
 out_close_signal:

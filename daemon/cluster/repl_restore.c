@@ -52,6 +52,7 @@
 #include "daemon/engine/cbuild.h"
 #include "daemon/pull/damage.h"
 #include "daemon/pull/verify.h"
+#include "daemon/obs/obs.h"
 
 #define MF_FETCHED "restore.manifest"
 #define TMP_DIR "tmp"
@@ -280,6 +281,7 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, uint64_t chunk
 			return rc;
 		}
 		r->bytes_fetched += raw;
+		obs_add(OBS_RESTORE_BYTES, raw);
 	}
 	if (rc == 0 && r->cb.at != end) {
 		snprintf(r->why, sizeof(r->why), "%s sent %llu of %llu bytes of %s", r->holder,
@@ -513,6 +515,7 @@ static int patch(struct restore *r, const struct mf_entry *e, uint64_t chunk_siz
 	if (rc == 0) {
 		r->chunks_kept += e->nchunks - b->nchunks;
 		r->files_patched++;
+		obs_add(OBS_RESTORE_FILES, 1);
 	}
 	close(fd);
 	return rc;
@@ -554,8 +557,10 @@ static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chun
 		     patch(r, e, chunk_size, parent, base, b) : -EAGAIN;
 		if (rc == -EAGAIN) {
 			rc = rebuild(r, e, chunk_size, parent, base);
-			if (rc == 0)
+			if (rc == 0) {
 				r->files_fixed++;
+				obs_add(OBS_RESTORE_FILES, 1);
+			}
 		}
 		close(parent);
 		return rc;

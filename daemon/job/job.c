@@ -10,6 +10,7 @@
 #include <errno.h>
 
 #include "common/clock.h"
+#include "daemon/obs/obs.h"
 
 atomic_bool stage_stopping;
 
@@ -197,6 +198,7 @@ void job_result(struct job *j, int code, const char *path, struct msg *m,
 	if (path)
 		msg_put_str(m, K_PATH, path);
 	msg_put_u64(m, K_ELAPSED_NS, mono_ns() - j->t_start_ns);
+	obs_job_done(j->kind, code, mono_ns() - j->t_start_ns);
 	if (code)
 		log_warn("%s %s: %s", j->kind, j->what, text);
 	else

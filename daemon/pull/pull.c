@@ -46,6 +46,7 @@
 #include "daemon/fs/treeops.h"
 #include "daemon/pull/verify.h"
 #include "daemon/fs/walk.h"
+#include "daemon/obs/obs.h"
 
 #define WINDOW 8192u
 #define RETRY_MAX 64u
@@ -277,6 +278,8 @@ static void settle_landed(struct pull *p)
 			pe->st = P_READY;
 			p->copied++;
 			p->bytes_copied += pe->e.size;
+			obs_add(OBS_PULL_FILES, 1);
+			obs_add(OBS_PULL_BYTES, pe->e.size);
 		}
 	}
 	if (pfd >= 0)

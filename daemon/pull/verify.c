@@ -21,6 +21,7 @@
 #include "daemon/fs/roots.h"
 #include "daemon/fs/walk.h"
 #include "daemon/pull/damage.h"
+#include "daemon/obs/obs.h"
 
 struct vitem {             /* a file being re-hashed */
 	struct cp_file cf;
@@ -51,6 +52,7 @@ static void finding_chunks(struct verify *v, const char *kind, const char *rel,
 			   const char *detail, const uint64_t *bad, uint64_t nbad)
 {
 	v->findings++;
+	obs_finding(rel ? kind : "unreadable");
 	if (!rel)
 		job_note(v->job, LOG_ERROR, NULL, NULL, "%s: %s", v->path, detail);
 	else

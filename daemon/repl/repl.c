@@ -28,6 +28,7 @@
 #include "daemon/repl/repl_impl.h"
 #include "daemon/fs/roots.h"
 #include "daemon/ckpt/watch.h"
+#include "daemon/obs/obs.h"
 
 #define QUIET_MS 2000      /* after a marker: writers finishing other files */
 
@@ -101,7 +102,7 @@ static void *committer_main(void *arg)
 	while (!repl.stopping) {
 		struct record *r = repl.records;
 		char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[1024];
-		uint64_t files = 0, bytes = 0;
+		uint64_t files = 0, bytes = 0, t0;
 		digest_t root;
 		int rc;
 
@@ -115,7 +116,13 @@ static void *committer_main(void *arg)
 		strcpy(step, r->step);
 		r->rehash = false;
 		pthread_mutex_unlock(&repl.lock);
+		t0 = mono_ns();
 		rc = ckpt_manifest(repl.cfg, job, step, &root, &files, &bytes, why, sizeof(why));
+		obs_add(rc == 0 ? OBS_COMMITS : OBS_COMMIT_FAILURES, 1);
+		if (rc == 0) {
+			obs_add(OBS_COMMIT_BYTES, bytes);
+			obs_last(OBS_LAST_COMMIT_NS, mono_ns() - t0);
+		}
 		pthread_mutex_lock(&repl.lock);
 		r = repl_rec_find(job, step);
 		if (!r || r->state != R_HASHING)

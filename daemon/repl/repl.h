@@ -44,6 +44,10 @@ void repl_commit_run(struct job *j, const char *path);
 void repl_status(struct msg *m);
 /* K_NAME/K_VALUE pairs for `stage ls`, one per checkpoint. */
 void repl_ls(struct msg *m);
+/* The per-partner families of `stage metrics` (repl_metrics.c): a few
+ * series per partner, so at most a few per node of the hosts file. */
+struct prom;
+void repl_metrics(struct prom *p);
 
 /* A restore under way (or interrupted) leaves DIR/.stage/RESTORE_MARK until
  * the step is whole again; no commit of the step is made while it is there. */

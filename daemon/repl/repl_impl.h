@@ -73,6 +73,9 @@ struct record {
 
 enum pstate { PEER_IDLE, PEER_UP, PEER_DOWN };
 
+/* Why a copy's try ended without a confirmation, for the metrics. */
+enum pfail { PFAIL_CONNECT, PFAIL_LOST, PFAIL_REFUSED, PFAIL_CHANGED, PFAIL__N };
+
 struct partner {
 	size_t host;               /* index in repl.hosts */
 	pthread_t thread;
@@ -83,6 +86,8 @@ struct partner {
 	const char *codec;         /* what the last piece went as, for status */
 	uint64_t wire, raw;        /* bytes sent on the wire / their raw size, ever */
 	uint64_t held;             /* bytes not sent: the partner held them, ever */
+	uint64_t confirmed;        /* copies confirmed, ever (under repl.lock) */
+	uint64_t fails[PFAIL__N];  /* tries that failed, by cause (under repl.lock) */
 };
 
 struct repl {

@@ -51,6 +51,7 @@
 #include "common/log.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
+#include "daemon/obs/obs.h"
 
 /* Requests other than offers, by frame type: set before the listener opens
  * (repl_recv_serve), read-only afterwards. */
@@ -251,6 +252,8 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	msg_put_str(&m, K_ROOT, "");
 	rc = r->x->ops->send(r->x, &m);
 	msg_free(&m);
+	obs_add(OBS_REPLICAS, 1);
+	obs_add(OBS_REPLICA_BYTES, r->slot.got);
 	log_info("%s: received and published (%llu bytes received, %llu from local copies)",
 		 r->slot.key, (unsigned long long)r->slot.got, (unsigned long long)r->slot.local);
 out:
@@ -320,6 +323,7 @@ static void *rx_main(void *arg)
 			rx_drop_incoming(r);
 		}
 		if (rc < 0) {
+			obs_add(OBS_REPLICA_FAILURES, 1);
 			log_warn("from %s: %s", r->peer, r->why);
 			peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
 			break;

@@ -38,6 +38,7 @@
 #include "daemon/fs/treeops.h"
 #include "daemon/repl/zpolicy.h"
 #include "daemon/engine/psend.h"
+#include "daemon/obs/obs.h"
 
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
@@ -484,6 +485,15 @@ static void retry_pause(unsigned tries)
 		;
 }
 
+/* Whether every partner has r: under lock. */
+static bool all_confirmed(const struct record *r)
+{
+	for (size_t i = 0; i < repl.npartners; i++)
+		if (r->copies[i].state != C_CONFIRMED)
+			return false;
+	return true;
+}
+
 /* The oldest copy this partner still needs: under lock. */
 static struct record *next_copy(size_t i)
 {
@@ -544,9 +554,13 @@ void *repl_send_main(void *arg)
 			r->copies[i].why[0] = '\0';
 			r->copies[i].tries = 0;
 			s.lost = 0;
+			p->confirmed++;
 			log_info("%s/%s: confirmed on %s", job, step, s.h->name);
 			repl_rec_save(r);
+			if (all_confirmed(r))
+				obs_last(OBS_LAST_REPLICATED_NS, wall_ns() - r->seq);
 		} else if (rc == -EREMOTEIO || rc == -ESTALE) {
+			p->fails[rc == -ESTALE ? PFAIL_CHANGED : PFAIL_REFUSED]++;
 			snprintf(r->copies[i].why, sizeof(r->copies[i].why), "%s", why);
 			log_warn("%s/%s to %s: %s", job, step, s.h->name, why);
 			r->copies[i].state = rc == -ESTALE || ++r->copies[i].tries >= REPL_MAX_TRIES ?
@@ -554,6 +568,7 @@ void *repl_send_main(void *arg)
 			if (r->copies[i].state == C_PENDING)
 				retry_pause(r->copies[i].tries);
 		} else {
+			p->fails[crc ? PFAIL_CONNECT : PFAIL_LOST]++;
 			r->copies[i].state = C_PENDING;
 			if (why[0] && p->state == PEER_UP) {
 				log_warn("%s/%s to %s: %s; will resume", job, step, s.h->name, why);

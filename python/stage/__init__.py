@@ -8,7 +8,8 @@ import socket as _socket
 import struct
 
 __all__ = ["StageError", "StageFailed", "StageUsageError", "StageUnreachable",
-           "commit", "verify", "pull", "restore", "status", "ls", "doctor", "socket_path"]
+           "commit", "verify", "pull", "restore", "status", "ls", "doctor", "metrics",
+           "socket_path"]
 
 MAGIC = b"STG1"
 HDR = struct.Struct("<4sHHII")
@@ -16,8 +17,9 @@ FIELD = struct.Struct("<HHI")
 MAX_PAYLOAD = (1 << 20) + 4096
 
 # Message types and keys (common/proto.h).
-PULL, VERIFY, STATUS, COMMIT, LS, RESTORE, DOCTOR = 1, 2, 3, 4, 5, 6, 7
+PULL, VERIFY, STATUS, COMMIT, LS, RESTORE, DOCTOR, METRICS = 1, 2, 3, 4, 5, 6, 7, 8
 PROGRESS, NOTE, RESULT, STATUS_ANS, LS_ANS, CELLS, CHECK, MATRIX = 16, 17, 18, 19, 20, 21, 22, 23
+METRICS_ANS, K_DATA = 24, 27
 K_PATH, K_DEST, K_FLAGS, K_TEXT, K_CODE, K_LEVEL, K_PHASE = 1, 2, 3, 4, 5, 6, 7
 K_ROOT, K_KIND, K_NAME, K_VALUE = 16, 17, 18, 19
 K_ORIGIN, K_STEP, K_HOLDER, K_STATE = 21, 23, 29, 30
@@ -217,6 +219,8 @@ def _ask(mtype, fields, sock=None, timeout=None):
                 out.setdefault("checks", []).append(_check(f))
             elif t == MATRIX:
                 out.setdefault("matrices", []).append(_matrix(f))
+            elif t == METRICS_ANS:
+                out["metrics"] = out.get("metrics", "") + _first(f, K_DATA, "")
             elif t == RESULT:
                 out["code"] = _first(f, K_CODE, 1)
                 out["text"] = _first(f, K_TEXT, "")
@@ -295,6 +299,12 @@ def ls(sock=None, timeout=None):
             entry[k] = int(v) if v.isdigit() else v
         out.append(entry)
     return out
+
+
+def metrics(sock=None, timeout=None):
+    """The daemon's counters in the Prometheus text format, as `stage
+    metrics` prints them (a str)."""
+    return _ask(METRICS, [], sock, timeout).get("metrics", "")
 
 
 def doctor(nodes=None, ports=None, quick=False, sock=None, timeout=None):

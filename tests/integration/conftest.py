@@ -110,11 +110,13 @@ class Daemon:
     """
 
     def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None, name=None,
-                 listen=None, cluster=None, netns=None, doctor=None, exec_prefix=None):
+                 listen=None, cluster=None, netns=None, doctor=None, metrics=None, exec_prefix=None):
         # listen: fixed "HOST:PORT" (default: a fresh free port each write_config);
         # cluster: {key: value} written as a [cluster] section (default: none);
         # netns: run the daemon inside this network namespace (ip netns exec);
         # doctor: {key: value} written as a [doctor] section (default: none);
+        # metrics: the same for [metrics] (also settable later: self.metrics,
+        # then write_config);
         # exec_prefix: argv put before the daemon (after ip netns exec), e.g.
         # ["faketime", "-f", "+3s"]; read at each start, so a test may change
         # it and restart().
@@ -122,6 +124,7 @@ class Daemon:
         self.cluster = dict(cluster) if cluster else None
         self.netns = netns
         self.doctor = dict(doctor) if doctor else None
+        self.metrics = dict(metrics) if metrics else None
         self.exec_prefix = list(exec_prefix or [])
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
@@ -171,7 +174,9 @@ class Daemon:
             f"{t}\n"
         ) + ("[cluster]\n" + "".join(f"{k} = {v}\n" for k, v in self.cluster.items())
              if self.cluster else "") + \
-            ("[doctor]\n" + "".join(f"{k} = {v}\n" for k, v in self.doctor.items()) if self.doctor else "")
+            ("[doctor]\n" + "".join(f"{k} = {v}\n" for k, v in self.doctor.items()) if self.doctor else "") + \
+            ("[metrics]\n" + "".join(f"{k} = {v}\n" for k, v in self.metrics.items())
+             if self.metrics else "")
 
     def write_config(self):
         self.config_path.write_text(self.config_text())

@@ -39,6 +39,10 @@ def test_commit_verify_status_ls(make_cluster):
     entries = stage.ls(sock=n0.socket)
     e = next(e for e in entries if e["name"] == "job1/step-100")
     assert e["origin"] == "n0" and e["state"] == "committed" and e["files"] == 4, e
+    # The same text `stage metrics` prints; the step's copy counted on both ends.
+    text = stage.metrics(sock=n0.socket)
+    assert 'stage_replication_confirmed_total{peer="n1"} 1\n' in text, text[:2000]
+    assert "\nstage_replicas_received_total 1\n" in stage.metrics(sock=n1.socket)
 
 
 @pytest.mark.timeout(120)
