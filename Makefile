@@ -208,10 +208,13 @@ PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 DOCDIR ?= $(PREFIX)/share/doc/stage
+# Where bash-completion loads a command's completion from, on first use.
+BASH_COMPLETION_DIR ?= $(PREFIX)/share/bash-completion/completions
 install: $(BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSCONFDIR)/stage \
-		$(DESTDIR)$(DOCDIR)
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASH_COMPLETION_DIR)
 	install -m 0755 $(BUILD)/bin/staged $(BUILD)/bin/stage $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 tools/install/stage.bash $(DESTDIR)$(BASH_COMPLETION_DIR)/stage
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 		-e 's|@DOCDIR@|$(DOCDIR)|g' tools/install/staged.service.in \
 		> $(DESTDIR)$(SYSTEMD_UNIT_DIR)/staged.service
@@ -230,7 +233,8 @@ help:
 	@echo "make integration  run the pytest integration tests (real daemons)"
 	@echo "make valgrind     plain build in build-vg; integration tests with daemons and clients under memcheck"
 	@echo "make deps         apt-get what the build, tests and benchmarks need"
-	@echo "make install      PREFIX=/usr/local SYSCONFDIR=/etc DESTDIR=: programs, systemd unit, sample config"
+	@echo "make install      PREFIX=/usr/local SYSCONFDIR=/etc DESTDIR=: programs, systemd unit, sample config,"
+	@echo "                  bash completion"
 	@echo "make fuzz         build the libFuzzer targets (clang); make fuzz-smoke runs each briefly"
 	@echo "make SANITIZE=address|undefined ...   build with sanitizers"
 	@echo "make clean"

@@ -181,6 +181,40 @@ int cli_args_parse(struct cli_args *a, int argc, char **argv, char *err, size_t 
 	return check(a, cmd, seen, nops, ops, err, errlen);
 }
 
+const char *cli_args_command_name(size_t i)
+{
+	return i < COUNT(commands) ? commands[i].name : NULL;
+}
+
+const char *cli_args_option_name(const char *cmd, size_t i, bool *has_arg)
+{
+	const struct cli_command *c = cmd ? find_command(cmd) : NULL;
+	unsigned want = c && c->cmd != CLI_CMD_NONE ? CMD_BIT(c->cmd) : ALL_CMDS;
+
+	for (size_t k = 0; k < COUNT(options); k++) {
+		const struct cli_option *o = &options[k];
+
+		if (want == ALL_CMDS ? o->cmds != ALL_CMDS : !(o->cmds & want))
+			continue;
+		if (i-- == 0) {
+			*has_arg = o->has_arg;
+			return o->name;
+		}
+	}
+	return NULL;
+}
+
+bool cli_args_option_has_arg(const char *arg, bool *has_arg)
+{
+	const char *value;
+	const struct cli_option *o = arg[0] == '-' ? find_option(arg, &value) : NULL;
+
+	if (!o || value)
+		return false;
+	*has_arg = o->has_arg;
+	return true;
+}
+
 int cli_args_command_index(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {

@@ -61,6 +61,16 @@ int cli_args_parse(struct cli_args *a, int argc, char **argv, char *err, size_t 
 
 void cli_args_usage(FILE *f);
 
+/* The tables as completion sees them (cli_complete.c), so that it offers
+ * exactly what the parser takes: the name of command i (NULL past the
+ * last; "codec", which main hands to its own module, included), and the
+ * name of option i of command `cmd` (NULL: before any command, the options
+ * every command takes), NULL past the last, with whether it takes a value.
+ * find: the option named by "--name" or "-c" (no "=value"), or NULL. */
+const char *cli_args_command_name(size_t i);
+const char *cli_args_option_name(const char *cmd, size_t i, bool *has_arg);
+bool cli_args_option_has_arg(const char *arg, bool *has_arg);
+
 /* The index in argv of the command word, skipping the options before it and
  * their values; -1 if there is none, or --help/--version comes first. Lets
  * main hand commands with their own parser (codec) their part of the line. */

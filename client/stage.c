@@ -13,6 +13,7 @@
 
 #include "client/cli_args.h"
 #include "client/cli_codec.h"
+#include "client/cli_complete.h"
 #include "client/cli_conn.h"
 #include "client/cli_manifest.h"
 #include "client/cli_out.h"
@@ -141,6 +142,10 @@ int main(int argc, char **argv)
 
 	/* A daemon gone mid-write must be an EPIPE we report, not a silent death. */
 	signal(SIGPIPE, SIG_IGN);
+	/* Completion's helper (tools/install/stage.bash), before any parsing:
+	 * the line it is given is half-typed by definition. */
+	if (argc > 1 && strcmp(argv[1], "__complete") == 0)
+		return finish(cli_complete_main(argc - 1, argv + 1));
 	/* codec has subcommands and options of its own: its module parses them. */
 	rc = cli_args_command_index(argc, argv);
 	if (rc > 0 && strcmp(argv[rc], "codec") == 0)

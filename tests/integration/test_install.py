@@ -28,6 +28,9 @@ def test_install_tree_and_unit(tmp_path):
     for prog in ("staged", "stage"):
         p = prefix / "bin" / prog
         assert p.is_file() and os.stat(p).st_mode & stat.S_IXUSR, p
+    # bash-completion loads share/bash-completion/completions/NAME for NAME.
+    comp = prefix / "share" / "bash-completion" / "completions" / "stage"
+    assert comp.is_file() and "complete -F _stage stage" in comp.read_text()
     unit = prefix / "lib" / "systemd" / "system" / "staged.service"
     text = unit.read_text()
     assert re.search(rf"^ExecStart={re.escape(str(prefix))}/bin/staged --config "
