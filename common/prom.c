@@ -67,17 +67,22 @@ static void puts_(struct prom *p, const char *s)
 	put(p, s, strlen(s));
 }
 
+/* Formats straight into the buffer, whatever the length. */
 static void putf(struct prom *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(struct prom *p, const char *fmt, ...)
 {
-	char tmp[64];
 	va_list ap;
 	int n;
 
 	va_start(ap, fmt);
-	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	n = vsnprintf(NULL, 0, fmt, ap);
 	va_end(ap);
-	put(p, tmp, n < 0 ? 0 : (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+	if (n < 0 || !reserve(p, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(p->buf + p->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	p->len += (size_t)n;
 }
 
 /* HELP text escapes \ and newline; a label value also the double quote. */

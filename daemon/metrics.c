@@ -75,7 +75,7 @@ static void render_process(struct prom *p)
 	prom_family(p, "stage_resident_memory_bytes", "gauge", "staged's resident memory.");
 	prom_u64(p, NULL, resident_bytes());
 	prom_family(p, "stage_open_fds", "gauge", "File descriptors staged holds open.");
-	prom_u64(p, NULL, count_entries("/proc/self/fd"));
+	prom_u64(p, NULL, count_entries("/proc/self/fd") - 1);  /* less the one reading it */
 	prom_family(p, "stage_threads", "gauge", "staged's threads.");
 	prom_u64(p, NULL, count_entries("/proc/self/task"));
 }
@@ -86,7 +86,8 @@ void metrics_render(const struct stage_config *cfg, struct prom *p)
 	prom_u64(p, (const char *[]){ "node", cfg->name, "version", STAGE_VERSION, NULL }, 1);
 	prom_family(p, "stage_start_time_seconds", "gauge", "When staged started, in Unix time.");
 	prom_f64(p, NULL, (double)(mx.start_wall_ns / 1000000) / 1e3);
-	prom_family(p, "stage_requests_running", "gauge", "Client requests being served.");
+	prom_family(p, "stage_jobs_running", "gauge",
+		    "Jobs being served: client requests, and the checks peers asked of this node.");
 	prom_u64(p, NULL, jobs_count());
 	obs_render(p);
 	repl_metrics(p);

@@ -304,7 +304,9 @@ int main(int argc, char **argv)
 	d.listen_fd = -1;
 	atomic_store(&stage_stopping, true);
 	if (!wait_for_jobs()) {
-		/* Threads still use the configuration: leave it to the exit. */
+		/* Threads still use the configuration: leave it to the exit.
+		 * The metrics file goes, though: it must not outlive us. */
+		metrics_stop();
 		log_info("stopped");
 		return 1;
 	}

@@ -835,8 +835,12 @@ static void decide_storage(const struct dr_in *in, struct out *o)
 				num(m, "files_per_s", meta);
 				continue;
 			}
-			m = check(o, "source", subj, !(stage_read > 0 && r < stage_read / 2),
-				  "reads at %s, %.0f entries/s", fmt_rate(r, a, sizeof(a)), meta);
+			/* A shared mount slower than local disk is every cluster
+			 * this is for, not a fault: a preflight that failed on it
+			 * would fail every job's launch script. It is said, with
+			 * what to do, under a line that passes. */
+			m = check(o, "source", subj, true, "reads at %s, %.0f entries/s",
+				  fmt_rate(r, a, sizeof(a)), meta);
 			num(m, "read_mbps", r / 1e6);
 			num(m, "files_per_s", meta);
 			if (stage_read > 0 && r < stage_read / 2)

@@ -839,7 +839,7 @@ static void verify_and_repair(struct pull *p, digest_t root)
 		p->dropped = 0;
 		ret = verify_tree(j, p->dst, p->dst_fd,
 				  &(struct verify_opts){ .deep = true, .direct = true,
-							   .bad = drop_bad, .arg = p });
+							   .bad = drop_bad, .arg = p, .count = pass == 1 });
 		if (ret == 0) {
 			result(p, root);
 			return;

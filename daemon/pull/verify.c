@@ -38,6 +38,7 @@ struct verify {
 	uint64_t files, bytes, findings;
 	verify_bad_fn bad;
 	void *bad_arg;
+	bool count;              /* findings go in the metrics */
 	struct damage rec;       /* being written, when rec.out */
 	struct damage old;       /* the last record, when trusting it (old.since) */
 	bool trusting;
@@ -52,7 +53,8 @@ static void finding_chunks(struct verify *v, const char *kind, const char *rel,
 			   const char *detail, const uint64_t *bad, uint64_t nbad)
 {
 	v->findings++;
-	obs_finding(rel ? kind : "unreadable");
+	if (v->count)
+		obs_finding(rel ? kind : "unreadable");
 	if (!rel)
 		job_note(v->job, LOG_ERROR, NULL, NULL, "%s: %s", v->path, detail);
 	else
@@ -253,7 +255,7 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_opts *o)
 {
 	struct verify v = { .job = j, .path = path, .dirfd = dirfd, .bad = o->bad,
-			    .bad_arg = o->arg };
+			    .bad_arg = o->arg, .count = o->count };
 	const char *mf = o->manifest ? o->manifest : "manifest";
 	bool deep = o->deep;
 	struct cursor mc;
@@ -402,7 +404,8 @@ void verify_run(struct job *j, const char *path_arg)
 	/* A checkpoint keeps the record of what its deep verify found, for a
 	 * restore after it (damage.h); a dataset has no restore to use it. */
 	ret = verify_tree(j, path, fd, &(struct verify_opts){
-				  .deep = deep, .record = beneath(j->cfg->ckpt_root, path) });
+				  .deep = deep, .record = beneath(j->cfg->ckpt_root, path),
+				  .count = true });
 	if (ret == 0)
 		job_result(j, 0, path, NULL, "verified %s%s: %llu files, %llu bytes", path,
 			   deep ? " (every byte)" : "",

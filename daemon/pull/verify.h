@@ -29,6 +29,8 @@ struct verify_opts {
 	verify_bad_fn bad;         /* may be NULL: hears of every entry that does not match */
 	void *arg;
 	const char *manifest;      /* its name in .stage; NULL: "manifest" */
+	bool count;                /* a verify a client asked for: its findings go in the
+				    * metrics (a restore's or a holder's own checks do not) */
 	digest_t *root;            /* may be NULL: the manifest's root, once read whole */
 	/* deep only (damage.h): */
 	bool record;               /* leave the record of what was found, for a restore */

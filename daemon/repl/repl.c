@@ -118,18 +118,18 @@ static void *committer_main(void *arg)
 		pthread_mutex_unlock(&repl.lock);
 		t0 = mono_ns();
 		rc = ckpt_manifest(repl.cfg, job, step, &root, &files, &bytes, why, sizeof(why));
-		obs_add(rc == 0 ? OBS_COMMITS : OBS_COMMIT_FAILURES, 1);
-		if (rc == 0) {
-			obs_add(OBS_COMMIT_BYTES, bytes);
-			obs_last(OBS_LAST_COMMIT_NS, mono_ns() - t0);
-		}
 		pthread_mutex_lock(&repl.lock);
 		r = repl_rec_find(job, step);
 		if (!r || r->state != R_HASHING)
 			continue;
 		if (r->rehash)
 			continue;       /* committed again meanwhile: hash again */
+		/* Counted here, once the hash stands: one thrown away for a
+		 * newer commit of the step is not a commit. */
+		obs_add(rc == 0 ? OBS_COMMITS : OBS_COMMIT_FAILURES, 1);
 		if (rc == 0) {
+			obs_add(OBS_COMMIT_BYTES, bytes);
+			obs_last(OBS_LAST_COMMIT_NS, mono_ns() - t0);
 			r->state = R_READY;
 			r->root = root;
 			r->files = files;

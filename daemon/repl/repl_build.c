@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "daemon/fs/roots.h"
 #include "daemon/fs/treeops.h"
+#include "daemon/obs/obs.h"
 
 int rx_fail(struct rx *r, int err, const char *fmt, ...)
 {
@@ -345,6 +346,7 @@ int rx_on_data(struct rx *r, const struct msg *m)
 	if (rc < 0)
 		return rc;
 	r->slot.got += raw;
+	obs_add(OBS_REPLICA_BYTES, raw);
 	return cbuild_done(&r->cb) ? finish_file(r) : 0;
 }
 

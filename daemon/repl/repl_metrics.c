@@ -21,6 +21,7 @@ static const char *const pfail_names[PFAIL__N] = {
 
 struct lag {
 	uint64_t copies, bytes, oldest_seq;    /* oldest_seq: 0 for none */
+	uint64_t failed;                       /* copies that failed for good */
 };
 
 static struct lag lag_of(size_t i)
@@ -30,6 +31,7 @@ static struct lag lag_of(size_t i)
 	for (const struct record *r = repl.records; r; r = r->next) {
 		const struct rcopy *c = &r->copies[i];
 
+		l.failed += r->state == R_READY && c->state == C_FAILED;
 		if (r->state != R_READY || (c->state != C_PENDING && c->state != C_SENDING))
 			continue;
 		l.copies++;
@@ -74,6 +76,7 @@ static uint64_t held_of(size_t i) { return repl.partners[i].held; }
 static uint64_t confirmed_of(size_t i) { return repl.partners[i].confirmed; }
 static uint64_t lag_copies_of(size_t i) { return lag_of(i).copies; }
 static uint64_t lag_bytes_of(size_t i) { return lag_of(i).bytes; }
+static uint64_t failed_of(size_t i) { return lag_of(i).failed; }
 
 /* The families with one sample per partner and no other label. */
 static const struct {
@@ -91,6 +94,9 @@ static const struct {
 	{ "stage_replication_lag_copies", "gauge",
 	  "Committed checkpoints not yet confirmed by each partner.", lag_copies_of },
 	{ "stage_replication_lag_bytes", "gauge", "Their bytes not yet sent.", lag_bytes_of },
+	{ "stage_replication_failed_copies", "gauge",
+	  "Checkpoints kept whose copy to each partner failed for good (refused 5 times, or the "
+	  "step changed): not retried until committed again.", failed_of },
 };
 
 void repl_metrics(struct prom *p)

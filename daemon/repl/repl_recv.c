@@ -247,13 +247,13 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	}
 	if ((rc = rx_advance_to(r, UINT64_MAX, 0)) < 0 || (rc = rx_publish(r)) < 0)
 		goto out;
+	/* Before DONE: a sender that hears it may look at our figures at once. */
+	obs_add(OBS_REPLICAS, 1);
 	msg_init(&m, MSG_DONE);
 	msg_put_u64(&m, K_CODE, 0);
 	msg_put_str(&m, K_ROOT, "");
 	rc = r->x->ops->send(r->x, &m);
 	msg_free(&m);
-	obs_add(OBS_REPLICAS, 1);
-	obs_add(OBS_REPLICA_BYTES, r->slot.got);
 	log_info("%s: received and published (%llu bytes received, %llu from local copies)",
 		 r->slot.key, (unsigned long long)r->slot.got, (unsigned long long)r->slot.local);
 out:

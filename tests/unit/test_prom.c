@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,29 @@ static void test_refusals(void **state)
 	prom_free(&p);
 }
 
+/* Names up to the limit come out whole (an early version cut any line
+ * past 64 bytes without an error). */
+static void test_long_names(void **state)
+{
+	char name[129], want[512];
+	struct prom p;
+
+	memset(name, 'n', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	prom_init(&p);
+	prom_family(&p, name, "gauge", "h");
+	assert_int_equal(prom_error(&p), -EINVAL);      /* 128 bytes: one too many */
+	prom_free(&p);
+	name[120] = '\0';
+	prom_init(&p);
+	prom_family(&p, name, "gauge", "h");
+	prom_u64(&p, NULL, 7);
+	assert_int_equal(prom_error(&p), 0);
+	snprintf(want, sizeof(want), "# HELP %s h\n# TYPE %s gauge\n%s 7\n", name, name, name);
+	assert_string_equal(p.buf, want);
+	prom_free(&p);
+}
+
 static void test_cap(void **state)
 {
 	char help[4096];
@@ -122,6 +146,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_text),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_long_names),
 		cmocka_unit_test(test_cap),
 	};
 
