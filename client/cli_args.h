@@ -32,6 +32,7 @@ enum cli_cmd {
 	CLI_CMD_RESTORE,
 	CLI_CMD_DOCTOR,
 	CLI_CMD_METRICS,
+	CLI_CMD_RESUME,
 };
 
 /* What the user asked for. Strings point into argv. */
@@ -47,7 +48,8 @@ struct cli_args {
 	bool cluster;               /* verify --cluster */
 	bool xxhsum;                /* manifest --xxhsum */
 	bool wait;                  /* commit --wait */
-	const char *nodes;          /* doctor --nodes LIST */
+	const char *nodes;          /* doctor, resume --nodes LIST */
+	bool dry_run;               /* resume --dry-run */
 	const char *ports;          /* doctor --ports LIST */
 	bool quick;                 /* doctor --quick */
 };

@@ -59,12 +59,15 @@ enum {                          /* what to offer of the daemon's answers */
 	ASK_ROOTS = 1 << 1,         /* stage_root, ckpt_root, replica_root */
 	ASK_CHECKPOINTS = 1 << 2,   /* from `stage ls` */
 	ASK_NODES = 1 << 3,
+	ASK_JOBS = 1 << 4,          /* the JOBs of `stage ls`, each once */
 };
 
 struct asked {
 	struct want *w;
 	unsigned what;              /* ASK_* */
 	char ckpt_root[4096], replica_root[4096];
+	char last_job[256];         /* ASK_JOBS: the one offered last (a job whose steps ls
+				     * lists apart comes twice: readline shows it once) */
 };
 
 static bool name_is(const uint8_t *p, size_t n, const char *s)
@@ -112,7 +115,18 @@ static void on_ls_pair(struct asked *a, const uint8_t *name, size_t nn, const ch
 	char path[8192], origin[256] = "";
 	const char *o = memmem(v, vn, "origin=", 7);
 	bool replica = memmem(v, vn, "state=replica", 13) != NULL;
+	const uint8_t *slash = memchr(name, '/', nn);
 
+	if (a->what & ASK_JOBS) {
+		size_t jn = slash ? (size_t)(slash - name) : nn;
+
+		if (jn < sizeof(a->last_job) && !name_is(name, jn, a->last_job)) {
+			memcpy(a->last_job, name, jn);
+			a->last_job[jn] = '\0';
+			offer(a->w, a->last_job, jn);
+		}
+		return;
+	}
 	if (o) {
 		size_t k = 0;
 
@@ -184,7 +198,7 @@ static void from_daemon(struct want *w, const char *socket_opt, unsigned what)
 {
 	struct asked a = { .w = w, .what = what };
 
-	if (ask(&a, socket_opt, MSG_STATUS_REQ) == 0 && (what & ASK_CHECKPOINTS))
+	if (ask(&a, socket_opt, MSG_STATUS_REQ) == 0 && (what & (ASK_CHECKPOINTS | ASK_JOBS)))
 		ask(&a, socket_opt, MSG_LS_REQ);
 }
 
@@ -245,6 +259,8 @@ static void offer_operand(struct want *w, const char *cmd, int nth, const char *
 		puts("!dirs");
 	} else if (strcmp(cmd, "manifest") == 0) {
 		puts("!dirs");
+	} else if (strcmp(cmd, "resume") == 0) {
+		from_daemon(w, socket_opt, ASK_JOBS);
 	}
 }
 

@@ -263,6 +263,25 @@ static int progress_human(struct cli_out *o, const struct msg *m)
 	return 0;
 }
 
+/* What a finding's text says after its path: its cause, when it gives one
+ * (": Input/output error", " (read): No space left on device", ": chunk 3
+ * differs"), else nothing (the result gives the advice). */
+static struct span cause_of(struct span text, struct span path)
+{
+	const char *p = text.p, *end = text.p + text.n, *at;
+
+	/* The path stands in the text as ROOT/PATH (or opens it). */
+	while (path.n && (at = memmem(p, (size_t)(end - p), path.p, path.n)) != NULL) {
+		struct span rest = { at + path.n, (size_t)(end - at - path.n) };
+
+		if ((at == text.p || at[-1] == '/') && rest.n >= 2 &&
+		    (memcmp(rest.p, ": ", 2) == 0 || memcmp(rest.p, " (", 2) == 0))
+			return rest;
+		p = at + 1;
+	}
+	return (struct span){ "", 0 };
+}
+
 static int note_human(struct cli_out *o, const struct msg *m)
 {
 	struct span kind, path, text;
@@ -272,6 +291,8 @@ static int note_human(struct cli_out *o, const struct msg *m)
 		if (get_str(m, K_PATH, &path)) {
 			fputc(' ', o->out);
 			put_span(o->out, path);
+			if (get_str(m, K_TEXT, &text))
+				put_span(o->out, cause_of(text, path));
 		}
 		fputc('\n', o->out);
 	} else if (get_str(m, K_TEXT, &text)) {

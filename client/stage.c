@@ -42,7 +42,8 @@ static int on_frame(void *out, const struct msg *m)
 static const char *lost_why(int rc)
 {
 	if (rc == -ENOTCONN || rc == -ECONNRESET)
-		return "it closed the connection before the result";
+		return "it closed the connection before the result (did it stop? `stage status` "
+		       "tells, and its log says why)";
 	if (rc == -EBADMSG)
 		return "malformed reply (is staged of another version?)";
 	return strerror(-rc);
@@ -60,16 +61,19 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 		[CLI_CMD_RESTORE] = MSG_RESTORE_REQ,
 		[CLI_CMD_DOCTOR] = MSG_DOCTOR_REQ,
 		[CLI_CMD_METRICS] = MSG_METRICS_REQ,
+		[CLI_CMD_RESUME] = MSG_RESUME_REQ,
 	};
 	/* Each option belongs to one command (cli_args saw to it), so the
 	 * flags need not ask which command this is. */
 	uint64_t flags = (a->verify ? REQ_VERIFY : 0) | (a->deep ? REQ_DEEP : 0) |
 			 (a->cluster ? REQ_CLUSTER : 0) | (a->wait ? REQ_WAIT : 0) |
-			 (a->quick ? REQ_QUICK : 0) |
+			 (a->quick ? REQ_QUICK : 0) | (a->dry_run ? REQ_DRYRUN : 0) |
 			 (progress ? REQ_PROGRESS : 0);
 
 	msg_init(req, types[a->cmd]);
-	if (path)
+	if (a->cmd == CLI_CMD_RESUME)
+		msg_put_str(req, K_JOB, a->operand);    /* a name, not a path */
+	else if (path)
 		msg_put_str(req, K_PATH, path);
 	if (dest)
 		msg_put_str(req, K_DEST, dest);
@@ -80,7 +84,8 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 		msg_put_str(req, K_HOLDER, a->from);
 	/* Lists as given, checked where the hosts file is. Without --nodes a
 	 * Slurm job's own nodes are the ones to check. */
-	if (a->cmd == CLI_CMD_DOCTOR && (a->nodes || getenv("SLURM_JOB_NODELIST")))
+	if ((a->cmd == CLI_CMD_DOCTOR || a->cmd == CLI_CMD_RESUME) &&
+	    (a->nodes || getenv("SLURM_JOB_NODELIST")))
 		msg_put_str(req, K_NODES, a->nodes ? a->nodes : getenv("SLURM_JOB_NODELIST"));
 	if (a->ports)
 		msg_put_str(req, K_PORTS, a->ports);
@@ -100,10 +105,20 @@ static int ask_daemon(struct cli_out *o, const struct cli_args *a, const char *p
 		return CLI_EXIT_USAGE;
 	}
 	rc = cli_conn_open(sock, &fd);
+	if (rc == -EACCES || rc == -EPERM) {
+		/* It runs: its socket is its owner's and group's only. */
+		cli_out_fail(o, CLI_EXIT_UNREACHABLE,
+			     "cannot use staged's socket %s: %s. It is open to the daemon's owner and "
+			     "group only: run as one of them (sudo), or join its group.", sock,
+			     strerror(-rc));
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out_free_sock;
+	}
 	if (rc < 0) {
 		cli_out_fail(o, CLI_EXIT_UNREACHABLE,
 			     "cannot reach staged at %s: %s. Is it running? Start it with `staged` "
-			     "(or point STAGE_SOCKET/--socket at its socket).", sock, strerror(-rc));
+			     "(or point STAGE_SOCKET/--socket at its socket; the system daemon's is "
+			     "/run/stage/staged.sock).", sock, strerror(-rc));
 		rc = CLI_EXIT_UNREACHABLE;
 		goto out_free_sock;
 	}
@@ -167,8 +182,8 @@ int main(int argc, char **argv)
 	}
 
 	cli_out_init(&o, stdout, stderr, a.json, isatty(STDERR_FILENO));
-	o.path_last = a.cmd == CLI_CMD_PULL;
-	if ((a.operand && (rc = absolute(a.operand, &path)) < 0) ||
+	o.path_last = a.cmd == CLI_CMD_PULL || a.cmd == CLI_CMD_RESUME;
+	if ((a.operand && a.cmd != CLI_CMD_RESUME && (rc = absolute(a.operand, &path)) < 0) ||
 	    (a.to && (rc = absolute(a.to, &dest)) < 0)) {
 		cli_out_fail(&o, CLI_EXIT_FAILED, "cannot make %s absolute: %s",
 			     path ? a.to : a.operand, strerror(-rc));

@@ -167,7 +167,12 @@ int auth_key_load(struct auth_key *k, const char *path, char *err, size_t errlen
 			say(err, errlen, "key file %s is a symbolic link; name the file itself", path);
 			return -EPERM;
 		}
-		say(err, errlen, "key file %s: %s", path, strerror(-rc));
+		if (rc == -ENOENT)
+			say(err, errlen, "key file %s ([cluster] key_file): %s; make one and copy it "
+			    "to every node: openssl rand -hex 32 > %s; chmod 600 %s", path,
+			    strerror(-rc), path, path);
+		else
+			say(err, errlen, "key file %s ([cluster] key_file): %s", path, strerror(-rc));
 		return rc;
 	}
 	if (fstat(fd, &st) != 0) {

@@ -970,7 +970,8 @@ int config_load(struct stage_config *c, const char *path, char *err, size_t errl
 	}
 	if (rc) {
 		if (err)
-			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+			snprintf(err, errlen, "configuration %s: %s", path,
+				 rc == -EFBIG ? "too large for a configuration file" : strerror(-rc));
 		return rc;
 	}
 	rc = config_parse(c, text, len, path, err, errlen);

@@ -336,7 +336,8 @@ int hosts_load(struct hosts *h, const char *path, char *err, size_t errlen)
 	rc = textfile_read(path, HOSTS_MAX_FILE, &buf, &len);
 	if (rc < 0) {
 		if (err && errlen)
-			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+			snprintf(err, errlen, "hosts file %s ([cluster] hosts): %s", path,
+				 rc == -EFBIG ? "too large for a hosts file" : strerror(-rc));
 		return rc;
 	}
 	rc = hosts_parse(h, buf, len, path, err, errlen);

@@ -34,6 +34,7 @@ enum msg_type {
 	MSG_RESTORE_REQ = 6,/* K_PATH, K_FLAGS, K_HOLDER (--from, optional) */
 	MSG_DOCTOR_REQ = 7, /* K_FLAGS (REQ_QUICK), K_NODES (--nodes), K_PORTS (--ports) */
 	MSG_METRICS_REQ = 8,/* no fields */
+	MSG_RESUME_REQ = 9, /* K_JOB, K_FLAGS (REQ_DRYRUN), K_NODES (optional) */
 	/* daemon -> client */
 	MSG_PROGRESS = 16,  /* K_PHASE, K_FILES_DONE/TOTAL, K_BYTES_DONE/TOTAL */
 	MSG_NOTE = 17,      /* K_LEVEL, K_TEXT, K_PATH: one finding for the user */
@@ -68,6 +69,9 @@ enum msg_type {
 	MSG_DOCTOR_ASK = 45,/* asker: K_KIND (facts, time, listen, release, dial, bw, sink,
 			     * disk), K_JOB (the doctor's session), fields per kind */
 	MSG_DOCTOR_ANS = 46,/* answer: K_NAME/K_VALUE pairs; or MSG_ERROR */
+	MSG_RESTORE_ASK = 47,/* resume's asker: K_JOB, K_STEP, K_HOLDER: restore your own
+			     * ckpt_root/JOB/STEP from that holder's copy */
+	MSG_RESTORE_ANS = 48,/* the node: K_CODE (a restore's exit code), K_TEXT */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group
@@ -135,6 +139,8 @@ enum msg_key {
 #define REQ_WAIT     (1u << 3)  /* commit: answer once every replica is confirmed */
 #define REQ_CLUSTER  (1u << 4)  /* verify: ask every node */
 #define REQ_QUICK    (1u << 5)  /* doctor: short measurements */
+#define REQ_DRYRUN   (1u << 6)  /* resume: say what would be done, change nothing */
+#define REQ_ALLSTEPS (1u << 7)  /* MSG_HOLD_REQ: every step held (no K_STEP), for resume */
 
 struct msg {
 	uint16_t type;

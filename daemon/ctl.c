@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "daemon/cluster/cverify.h"
+#include "daemon/cluster/resume.h"
 #include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
 #include "daemon/metrics.h"
@@ -28,6 +29,8 @@
 
 #include "common/version.h"
 #define MAX_CONNS 256
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static atomic_uint active;
 static uint64_t started_ns;
@@ -176,7 +179,8 @@ static void serve(const struct stage_config *cfg, int fd)
 		if (ret != -ENOTCONN)
 			log_warn("control: bad request: %s", strerror(-ret));
 		if (ret == -EBADMSG)
-			reply_error(fd, 2, "malformed request frame");
+			reply_error(fd, 2, "staged " STAGE_VERSION " could not read the request: are "
+				    "stage and staged the same version?");
 		return;
 	}
 	msg_get_u64(&m, K_FLAGS, &flags);
@@ -187,6 +191,20 @@ static void serve(const struct stage_config *cfg, int fd)
 	case MSG_METRICS_REQ:
 		metrics_serve(cfg, fd);
 		break;
+	case MSG_RESUME_REQ: {
+		char *job = NULL, *nodes = NULL;
+
+		if (msg_get_str(&m, K_JOB, &job) < 0 || msg_get_str(&m, K_NODES, &nodes) == -EINVAL) {
+			reply_error(fd, 2, "resume: a request without a job name");
+		} else {
+			job_begin(&j, fd, (uint32_t)flags, cfg, "resume", job);
+			resume_run(&j, job, nodes);
+			job_end(&j);
+		}
+		free(job);
+		free(nodes);
+		break;
+	}
 	case MSG_LS_REQ:
 		msg_free(&m);
 		msg_init(&m, MSG_LS);
@@ -239,7 +257,8 @@ static void serve(const struct stage_config *cfg, int fd)
 		break;
 	}
 	default:
-		reply_error(fd, 2, "unknown request type (a newer client?)");
+		reply_error(fd, 2, "staged " STAGE_VERSION " does not know this request: stage is "
+			    "newer than the daemon; restart staged after an upgrade");
 		break;
 	}
 	free(path);
@@ -266,7 +285,8 @@ int ctl_spawn(const struct stage_config *cfg, int fd)
 	int ret;
 
 	if (atomic_load(&active) >= MAX_CONNS) {
-		reply_error(fd, 1, "the daemon is busy: too many connections");
+		reply_error(fd, 1, "staged is busy: " STR(MAX_CONNS) " requests at once; try again in "
+			    "a moment");
 		close(fd);
 		return -EBUSY;
 	}

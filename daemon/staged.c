@@ -25,6 +25,7 @@
 #include "common/version.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/hold.h"
+#include "daemon/cluster/resume.h"
 #include "daemon/ctl.h"
 #include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
@@ -64,23 +65,77 @@ static void raise_nofile(void)
 	}
 }
 
+/* The daemon's side of the pipe its parent waits on, -1 when there is
+ * none (--foreground, or once said). */
+static int ready_fd = -1;
+
+/* The parent of a daemonized staged: it waits for the child to say how its
+ * start-up went, so that a hosts file or key file that is refused is said
+ * on the terminal that started it, with exit 2, not only in the log. The
+ * child writes one byte, the exit code, then the reason; EOF with nothing
+ * is a child that died. */
+_Noreturn static void await_child(int fd, const char *logpath)
+{
+	char buf[4096];
+	size_t n = 0;
+	ssize_t r;
+
+	while (n < sizeof(buf) - 1 && ((r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0 ||
+				       (r < 0 && errno == EINTR)))
+		n += r > 0 ? (size_t)r : 0;
+	buf[n] = '\0';
+	if (n == 0) {
+		fprintf(stderr, "staged: the daemon ended during start-up; %s says why\n", logpath);
+		_exit(1);
+	}
+	if (buf[0])
+		fprintf(stderr, "staged: %s\n", buf + 1);
+	_exit((unsigned char)buf[0]);
+}
+
+/* Start-up is over: code 0 (serving) or the exit code and why. Says it to
+ * the waiting parent once; the log has it too. */
+static void started(int code, const char *why)
+{
+	char buf[4096];
+	int n;
+
+	if (ready_fd < 0)
+		return;
+	n = snprintf(buf, sizeof(buf), "%c%s", code, why);
+	if (write(ready_fd, buf, n < 0 ? 1 : (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1)) {
+		/* nothing to do: a parent gone is no reason to stop */
+	}
+	close(ready_fd);
+	ready_fd = -1;
+}
+
 static int daemonize(const struct stage_config *cfg)
 {
 	char logpath[4096];
-	int fd;
+	int fd, pipefd[2];
 	pid_t pid;
 
 	snprintf(logpath, sizeof(logpath), "%s/staged.log", cfg->state_dir);
 	fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
 	if (fd < 0) {
-		fprintf(stderr, "staged: %s: %s\n", logpath, strerror(errno));
+		fprintf(stderr, "staged: cannot open its log %s (in state_dir): %s; fix that, or run "
+			"it with --foreground\n", logpath, strerror(errno));
+		return -errno;
+	}
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		close(fd);
 		return -errno;
 	}
 	pid = fork();
 	if (pid < 0)
 		return -errno;
-	if (pid > 0)
-		_exit(0);
+	if (pid > 0) {
+		close(pipefd[1]);
+		await_child(pipefd[0], logpath);
+	}
+	close(pipefd[0]);
+	ready_fd = pipefd[1];
 	setsid();
 	dup2(fd, STDERR_FILENO);
 	close(fd);
@@ -263,7 +318,9 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	d.sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
 	if (d.sig_fd < 0) {
-		log_err("signalfd: %s", strerror(errno));
+		snprintf(why, sizeof(why), "signalfd: %s", strerror(errno));
+		log_err("%s", why);
+		started(1, why);
 		ret = 1;
 		goto out_unlisten;
 	}
@@ -271,28 +328,35 @@ int main(int argc, char **argv)
 	repl_recv_serve(MSG_HOLD_REQ, hold_serve);
 	repl_recv_serve(MSG_FETCH_REQ, repl_fetch_serve);
 	repl_recv_serve(MSG_DOCTOR_ASK, doctor_serve);
+	repl_recv_serve(MSG_RESTORE_ASK, resume_serve);
 	ret = repl_open(&d.cfg, why, sizeof(why));
 	if (ret < 0) {
 		log_err("%s", why);
 		if (foreground)
 			fprintf(stderr, "staged: %s\n", why);
+		started(2, why);
 		ret = 2;
 		goto out_close_signal;
 	}
 	ret = metrics_start(&d.cfg, why, sizeof(why));
 	if (ret < 0) {
 		log_err("%s", why);
+		started(1, why);
 		ret = 1;
 		goto out_close_repl;
 	}
 	ret = io_uring_queue_init(64, &d.ring, 0);
 	if (ret < 0) {
-		log_err("io_uring: %s", strerror(-ret));
+		snprintf(why, sizeof(why), "io_uring: %s (kernel.io_uring_disabled, or the "
+			 "memlock limit?)", strerror(-ret));
+		log_err("%s", why);
+		started(1, why);
 		ret = 1;
 		goto out_stop_metrics;
 	}
 	log_info("node %s listening on %s (stage_root %s)", d.cfg.name, d.cfg.socket,
 		 d.cfg.stage_root);
+	started(0, "");
 
 	ret = event_loop(&d);
 	if (ret < 0)

@@ -170,9 +170,9 @@ static void on_hashed(struct cp_file *cf, void *arg)
 
 	if (cf->err) {
 		s->done = cf->err;
-		fail(b, cf->err, cf->err == -ESTALE ? "%s changed while it was hashed: is the "
-			"checkpoint still being written? (%s)" : "cannot read %s: %s",
-		     s->e.path, strerror(-cf->err));
+		fail(b, cf->err, cf->err == -ESTALE ? "%s changed while it was hashed: the trainer "
+			"is still writing the step%s; commit it again once it is finished" :
+			"cannot read %s: %s", s->e.path, cf->err == -ESTALE ? "" : strerror(-cf->err));
 	} else {
 		s->e.digest = cf->digest;
 		s->e.nchunks = cf->nchunks;

@@ -23,12 +23,25 @@ struct repl_answer {
 	size_t ncells;
 };
 /* Asks every node (this one answers in place; with `only`, just that node)
- * what it holds of JOB/STEP, all at once. *ans: one answer per node in hosts
+ * what it holds of JOB/STEP (step NULL: of every step, hold.h), all at once. *ans: one answer per node in hosts
  * file order, *n of them (a single node: one). 0, -ENOENT (`only` is not a
  * node of the hosts file) or -ENOMEM. */
 int repl_survey(const char *job, const char *step, bool deep, const char *only,
 		struct repl_answer **ans, size_t *n);
 void repl_answers_free(struct repl_answer *a, size_t n);
+/* A survey's answers side by side, as the decisions take them: per node
+ * its name, why it was not reached and whether it was; every node's copy
+ * groups in one array. The arrays are owned (repl_flat_free), the strings
+ * stay the answers'. 0 or -ENOMEM. */
+struct repl_flat {
+	const char **names, **why;
+	bool *reached;
+	size_t nnodes, unreached;
+	struct hold_cell *cells;
+	size_t ncells;
+};
+int repl_flatten(const struct repl_answer *ans, size_t n, struct repl_flat *f);
+void repl_flat_free(struct repl_flat *f);
 /* Where placement puts ORIGIN's copies: up to cap node names, in order. */
 size_t repl_placement(const char *origin, const char **holders, size_t cap);
 

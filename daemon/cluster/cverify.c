@@ -317,11 +317,9 @@ void cverify_run(struct job *j, const char *path)
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	char why[2048];
 	struct repl_answer *ans = NULL;
-	struct hold_cell *cells = NULL;
+	struct repl_flat flat = { 0 };
 	struct cverify_out out;
-	size_t nans = 0, ncells = 0;
-	const char **names = NULL, **whys = NULL;
-	bool *reached = NULL;
+	size_t nans = 0;
 	bool deep = j->flags & REQ_DEEP;
 	struct msg m;
 	int rc;
@@ -337,32 +335,12 @@ void cverify_run(struct job *j, const char *path)
 		job_result(j, 1, NULL, NULL, "verify --cluster %s/%s: %s", job, step, strerror(-rc));
 		return;
 	}
-	names = calloc(nans, sizeof(*names));
-	whys = calloc(nans, sizeof(*whys));
-	reached = calloc(nans, sizeof(*reached));
-	rc = names && whys && reached ? 0 : -ENOMEM;
-	for (size_t i = 0; i < nans && rc == 0; i++) {
-		struct hold_cell *v;
-
-		names[i] = ans[i].node;
-		whys[i] = ans[i].why;
-		reached[i] = ans[i].err == 0;
-		if (!ans[i].ncells)
-			continue;
-		v = realloc(cells, (ncells + ans[i].ncells) * sizeof(*v));
-		if (!v) {
-			rc = -ENOMEM;
-			break;
-		}
-		cells = v;
-		memcpy(cells + ncells, ans[i].cells, ans[i].ncells * sizeof(*v));
-		ncells += ans[i].ncells;
-	}
+	rc = repl_flatten(ans, nans, &flat);
 	if (rc == 0) {
 		struct cverify_in in = {
-			.step = step, .nnodes = nans, .names = names, .reached = reached,
-			.why = whys, .cells = cells, .ncells = ncells,
-			.placement = repl_placement,
+			.step = step, .nnodes = flat.nnodes, .names = flat.names,
+			.reached = flat.reached, .why = flat.why, .cells = flat.cells,
+			.ncells = flat.ncells, .placement = repl_placement,
 		};
 
 		rc = cverify_decide(&in, &out);
@@ -385,6 +363,13 @@ void cverify_run(struct job *j, const char *path)
 			   "origin%s are intact%s and identical", job, step, nans,
 			   nans == 1 ? "" : "s", out.norigins, out.norigins == 1 ? "" : "s",
 			   deep ? " (every byte)" : "");
+	else if (flat.unreached == out.nproblems)
+		/* Nothing that answered is wrong: restore would have nothing to
+		 * do, and the advice is to ask again. */
+		job_result(j, 1, NULL, NULL, "%s/%s cannot be verified: %zu node%s could not be asked "
+			   "(above), and every copy on the nodes that answered is intact; verify "
+			   "again when %s back", job, step, flat.unreached,
+			   flat.unreached == 1 ? "" : "s", flat.unreached == 1 ? "it is" : "they are");
 	else
 		job_result(j, 1, NULL, NULL, "%s/%s does not verify (%zu problem%s): %s", job, step,
 			   out.nproblems, out.nproblems == 1 ? "" : "s", out.recoverable ?
@@ -394,9 +379,6 @@ void cverify_run(struct job *j, const char *path)
 			   "everything");
 	cverify_free(&out);
 out:
-	free(cells);            /* the strings belong to ans */
-	free(names);
-	free(whys);
-	free(reached);
+	repl_flat_free(&flat);          /* the strings belong to ans */
 	repl_answers_free(ans, nans);
 }

@@ -134,6 +134,53 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 		free(c.text[i]);
 }
 
+/* Every step of one copy's job directory, the newest HOLD_STEPS_MAX of them
+ * (natural order): what resume chooses from. */
+static void survey_steps(const struct stage_config *cfg, const char *origin, const char *label,
+			 int job_dir, bool deep, bool own, struct msg *m)
+{
+	char steps[HOLD_STEPS_MAX][CKPT_NAME_MAX + 1];
+	int fd = dup(job_dir);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	size_t n = 0;
+	const char *w;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	/* Keep the newest: insert in order, the oldest falls off the end. */
+	while ((e = readdir(d))) {
+		size_t k;
+
+		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
+		    e->d_type == DT_REG || e->d_type == DT_LNK)
+			continue;
+		for (k = 0; k < n && ckpt_step_cmp(steps[k], e->d_name) > 0; k++)
+			;
+		if (k == HOLD_STEPS_MAX)
+			continue;
+		memmove(steps[k + 1], steps[k], (n - k - (n == HOLD_STEPS_MAX)) * sizeof(steps[0]));
+		strcpy(steps[k], e->d_name);
+		n += n < HOLD_STEPS_MAX;
+	}
+	closedir(d);
+	for (size_t k = 0; k < n; k++)
+		survey_copy(cfg, origin, label, job_dir, steps[k], deep, own, m);
+}
+
+/* One copy directory: the step asked for, or every step (step NULL). */
+static void survey_one(const struct stage_config *cfg, const char *origin, const char *label,
+		       int job_dir, const char *step, bool deep, bool own, struct msg *m)
+{
+	if (step)
+		survey_copy(cfg, origin, label, job_dir, step, deep, own, m);
+	else
+		survey_steps(cfg, origin, label, job_dir, deep, own, m);
+}
+
 int hold_survey(const struct stage_config *cfg, const char *self, const char *job,
 		const char *step, bool deep, struct msg *m)
 {
@@ -149,7 +196,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	snprintf(label, sizeof(label), "%s/%s", cfg->ckpt_root, job);
 	fd = treeops_open_beneath_path(cfg->ckpt_root, job);
 	if (fd >= 0) {
-		survey_copy(cfg, self, label, fd, step, deep, true, m);
+		survey_one(cfg, self, label, fd, step, deep, true, m);
 		close(fd);
 	}
 	d = opendir(cfg->replica_root);
@@ -161,7 +208,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 		if (fd < 0)
 			continue;
 		snprintf(label, sizeof(label), "%s/%s/%s", cfg->replica_root, e->d_name, job);
-		survey_copy(cfg, e->d_name, label, fd, step, deep, false, m);
+		survey_one(cfg, e->d_name, label, fd, step, deep, false, m);
 		close(fd);
 	}
 	if (d)
@@ -172,21 +219,23 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 /* MSG_HOLD_REQ from a peer: answered on its connection, which stays open. */
 int hold_serve(struct xport *x, const char *peer, const struct msg *req)
 {
-	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1] = "";
 	uint64_t flags = 0;
 	struct msg m;
 	int rc;
 
-	if (ckpt_get_name(req, K_JOB, job) < 0 || ckpt_get_name(req, K_STEP, step) < 0) {
+	msg_get_u64(req, K_FLAGS, &flags);
+	if (ckpt_get_name(req, K_JOB, job) < 0 ||
+	    (!(flags & REQ_ALLSTEPS) && ckpt_get_name(req, K_STEP, step) < 0)) {
 		log_warn("question from %s refused: no valid job or step name", peer);
 		peer_send_error(x, EBADMSG, "%s: a malformed question", repl.cfg->name);
 		return -EBADMSG;
 	}
-	msg_get_u64(req, K_FLAGS, &flags);
-	log_info("%s asks what this node holds of %s/%s%s", peer, job, step,
-		 flags & REQ_DEEP ? " (deep)" : "");
+	log_info("%s asks what this node holds of %s/%s%s", peer, job,
+		 flags & REQ_ALLSTEPS ? "*" : step, flags & REQ_DEEP ? " (deep)" : "");
 	msg_init(&m, MSG_HOLD);
-	rc = hold_survey(repl.cfg, repl.cfg->name, job, step, flags & REQ_DEEP, &m);
+	rc = hold_survey(repl.cfg, repl.cfg->name, job, flags & REQ_ALLSTEPS ? NULL : step,
+			 flags & REQ_DEEP, &m);
 	if (rc == 0) {
 		rc = x->ops->send(x, &m);
 	} else {

@@ -21,7 +21,11 @@
 #include "common/proto.h"
 #include "common/xport.h"
 
-/* Appends this node's copy groups to m. self: this node's name. 0 or -errno
+#define HOLD_STEPS_MAX 16       /* steps per copy directory a survey of every step covers */
+
+/* Appends this node's copy groups to m; step NULL: a group per step held,
+ * the newest HOLD_STEPS_MAX of each copy directory (for resume). self: this
+ * node's name. 0 or -errno
  * (-ENOMEM). A copy that cannot be read is a group with its reason, not an
  * error. */
 int hold_survey(const struct stage_config *cfg, const char *self, const char *job,

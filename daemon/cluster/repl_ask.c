@@ -57,8 +57,9 @@ static void *ask_main(void *arg)
 		goto out;
 	msg_init(&m, MSG_HOLD_REQ);
 	msg_put_str(&m, K_JOB, a->job);
-	msg_put_str(&m, K_STEP, a->step);
-	msg_put_u64(&m, K_FLAGS, a->deep ? REQ_DEEP : 0);
+	if (a->step)
+		msg_put_str(&m, K_STEP, a->step);
+	msg_put_u64(&m, K_FLAGS, (a->deep ? REQ_DEEP : 0) | (a->step ? 0 : REQ_ALLSTEPS));
 	rc = x->ops->send(x, &m);
 	msg_free(&m);
 	if (rc == 0)
@@ -70,13 +71,15 @@ static void *ask_main(void *arg)
 	} else if (m.type == MSG_ERROR) {
 		rc = peer_refused(&m, repl.hosts.v[a->host].name, ans->why, sizeof(ans->why));
 		msg_free(&m);
-	} else if (m.type == MSG_HOLD && (groups = count_groups(&m)) > HOSTS_MAX_NODES) {
+	} else if (m.type == MSG_HOLD && (groups = count_groups(&m)) >
+		   (size_t)HOSTS_MAX_NODES * (a->step ? 1 : HOLD_STEPS_MAX)) {
 		/* One group per origin held, and origins are node names: more
 		 * than a hosts file can name is a lie. Refused before parsing:
 		 * cverify's decision costs origins x nodes x cells (44,000 in
 		 * one frame kept a verify busy for 38 s). */
 		snprintf(ans->why, sizeof(ans->why), "%s: an answer of %zu copy groups (at most %d)",
-			 repl.hosts.v[a->host].name, groups, HOSTS_MAX_NODES);
+			 repl.hosts.v[a->host].name, groups,
+			 HOSTS_MAX_NODES * (a->step ? 1 : HOLD_STEPS_MAX));
 		rc = -EBADMSG;
 		msg_free(&m);
 	} else if (m.type != MSG_HOLD ||
@@ -159,6 +162,46 @@ void repl_answers_free(struct repl_answer *a, size_t n)
 	for (size_t i = 0; a && i < n; i++)
 		hold_cells_free(a[i].cells, a[i].ncells);
 	free(a);
+}
+
+int repl_flatten(const struct repl_answer *ans, size_t n, struct repl_flat *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->names = calloc(n ? n : 1, sizeof(*f->names));
+	f->why = calloc(n ? n : 1, sizeof(*f->why));
+	f->reached = calloc(n ? n : 1, sizeof(*f->reached));
+	if (!f->names || !f->why || !f->reached)
+		goto fail;
+	for (size_t i = 0; i < n; i++) {
+		struct hold_cell *v;
+
+		f->names[i] = ans[i].node;
+		f->why[i] = ans[i].why;
+		f->reached[i] = ans[i].err == 0;
+		f->unreached += !f->reached[i];
+		if (!ans[i].ncells)
+			continue;
+		v = realloc(f->cells, (f->ncells + ans[i].ncells) * sizeof(*v));
+		if (!v)
+			goto fail;
+		f->cells = v;
+		memcpy(f->cells + f->ncells, ans[i].cells, ans[i].ncells * sizeof(*v));
+		f->ncells += ans[i].ncells;
+	}
+	f->nnodes = n;
+	return 0;
+fail:
+	repl_flat_free(f);
+	return -ENOMEM;
+}
+
+void repl_flat_free(struct repl_flat *f)
+{
+	free(f->names);
+	free(f->why);
+	free(f->reached);
+	free(f->cells);
+	memset(f, 0, sizeof(*f));
 }
 
 size_t repl_placement(const char *origin, const char **holders, size_t cap)

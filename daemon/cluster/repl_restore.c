@@ -745,20 +745,35 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 			 other->holder);
 		return -1;
 	}
-	o = (size_t)snprintf(r->why, sizeof(r->why), "no node that answered holds an intact "
-			     "copy of %s/%s from %s", r->job, r->step, self);
+	o = (size_t)snprintf(r->why, sizeof(r->why), "no other node holds an intact copy of "
+			     "%s/%s from %s", r->job, r->step, self);
+	bool unasked = false;
+
 	for (size_t i = 0; i < nans && o < sizeof(r->why); i++) {
-		const char *state = "nothing of it";
+		const char *state = "holds nothing of it", *step = NULL;
 
 		if (strcmp(ans[i].node, self) == 0)
 			continue;
 		for (size_t c = 0; c < ans[i].ncells; c++)
-			if (strcmp(ans[i].cells[c].origin, self) == 0)
-				state = strcmp(ans[i].cells[c].state, "other-step") == 0 ?
-					"another step" : ans[i].cells[c].state;
-		o += (size_t)snprintf(r->why + o, sizeof(r->why) - o, "; %s: %s", ans[i].node,
-				      ans[i].err ? ans[i].why : state);
+			if (strcmp(ans[i].cells[c].origin, self) == 0) {
+				state = ans[i].cells[c].state;
+				step = ans[i].cells[c].step;
+			}
+		unasked |= ans[i].err != 0;
+		if (ans[i].err)
+			o += (size_t)snprintf(r->why + o, sizeof(r->why) - o, "; %s could not be "
+					      "asked (%s)", ans[i].node, ans[i].why);
+		else if (strcmp(state, "other-step") == 0)
+			o += (size_t)snprintf(r->why + o, sizeof(r->why) - o, "; %s holds %s, not "
+					      "this step", ans[i].node, step ? step : "another step");
+		else
+			o += (size_t)snprintf(r->why + o, sizeof(r->why) - o, "; %s: %s",
+					      ans[i].node, state);
 	}
+	if (o < sizeof(r->why))
+		snprintf(r->why + o, sizeof(r->why) - o, "%s", unasked ?
+			 "; run the restore again when those nodes are up" :
+			 "; was it committed and replicated? (`stage ls` says)");
 	return -1;
 }
 

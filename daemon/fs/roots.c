@@ -132,8 +132,14 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
 			rel = paths_rel(s, root);
 	}
 	if (!rel) {
-		snprintf(why, whylen, "source '%s' (%s) is not under a source root (source_roots = %s%s)",
-			 src_arg, s, cfg->source_roots[0], cfg->n_source_roots > 1 ? ", ..." : "");
+		char list[2048] = "";
+		size_t n = 0;
+
+		for (int i = 0; i < cfg->n_source_roots && n < sizeof(list); i++)
+			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "",
+					      cfg->source_roots[i]);
+		snprintf(why, whylen, "source '%s' (%s) is not under a source root (source_roots = %s); "
+			 "add its mount to [paths] source_roots", src_arg, s, list);
 		ret = -EPERM;
 		goto out_free;
 	}
@@ -228,7 +234,9 @@ int roots_local(const struct stage_config *cfg, const char *arg, char **path, in
 		*fd = ret;
 		return 0;
 	}
-	snprintf(why, whylen, "'%s' is not beneath stage_root, ckpt_root or replica_root", arg);
+	snprintf(why, whylen, "'%s' is not beneath stage_root %s, ckpt_root %s or replica_root %s: "
+		 "only trees stage pulled and checkpoints are verified", arg, cfg->stage_root,
+		 cfg->ckpt_root, cfg->replica_root);
 	free(p);
 	return -EPERM;
 }

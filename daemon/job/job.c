@@ -195,10 +195,13 @@ void job_result(struct job *j, int code, const char *path, struct msg *m,
 	}
 	msg_put_u64(m, K_CODE, (uint64_t)code);
 	msg_put_str(m, K_TEXT, text);
+	j->code = code;
+	snprintf(j->result, sizeof(j->result), "%.*s", (int)sizeof(j->result) - 1, text);
 	if (path)
 		msg_put_str(m, K_PATH, path);
 	msg_put_u64(m, K_ELAPSED_NS, mono_ns() - j->t_start_ns);
-	obs_job_done(j->kind, code, mono_ns() - j->t_start_ns);
+	if (j->fd >= 0)         /* a client's request, not work done for a peer */
+		obs_job_done(j->kind, code, mono_ns() - j->t_start_ns);
 	if (code)
 		log_warn("%s %s: %s", j->kind, j->what, text);
 	else

@@ -33,6 +33,9 @@ struct job {
 	uint64_t t_check_ns;             /* last look at the client socket */
 	bool gone;                       /* the client hung up: cancel */
 	bool sent_result;
+	int code;                        /* the result's, once sent (work done for a peer
+					  * reads it here) */
+	char result[1024];               /* its text, cut to fit */
 	struct job *next;                /* registry link, under the registry lock */
 };
 

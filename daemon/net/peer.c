@@ -104,7 +104,8 @@ static int refused(struct hs *h, const struct msg *m)
 static int auth_refused(struct hs *h, uint16_t type, int rc)
 {
 	if (rc != -EACCES) {
-		snprintf(h->why, h->whylen, "%s sent a malformed %s (%s)", h->who, type_name(type),
+		snprintf(h->why, h->whylen, "%s sent a %s this staged cannot read (%s): staged of "
+			 "another version, or not staged at that address", h->who, type_name(type),
 			 strerror(-rc));
 		return rc;
 	}
@@ -115,11 +116,13 @@ static int auth_refused(struct hs *h, uint16_t type, int rc)
 		snprintf(h->why, h->whylen, "%s sent our own HELLO back (a reflection attempt?)",
 			 h->who);
 	} else if (!h->initiator) {
-		peer_send_error(h->x, EACCES, "authentication failed: wrong cluster key?");
-		snprintf(h->why, h->whylen, "%s: authentication failed (wrong cluster key)", h->who);
+		peer_send_error(h->x, EACCES, "authentication failed: the two nodes hold different "
+				"cluster keys; copy the same key_file to every node and restart staged");
+		snprintf(h->why, h->whylen, "%s: authentication failed: it holds another cluster key "
+			 "than this node; copy the same key_file to every node", h->who);
 	} else {
-		snprintf(h->why, h->whylen, "%s: its proof does not verify (wrong cluster key?)",
-			 h->who);
+		snprintf(h->why, h->whylen, "%s: its proof does not verify: it holds another cluster "
+			 "key than this node; copy the same key_file to every node", h->who);
 	}
 	return rc;
 }

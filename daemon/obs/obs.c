@@ -36,7 +36,8 @@ static const struct {
 };
 
 /* Kinds of job (job.h's kind) and their outcomes by exit code. */
-static const char *const job_kinds[] = { "pull", "commit", "verify", "restore", "doctor" };
+static const char *const job_kinds[] = { "pull", "commit", "verify", "restore", "resume",
+					 "doctor" };
 static const char *const job_results[] = { "ok", "failed", "refused" };   /* exit 0, 1, 2 */
 /* verify.c's finding kinds; anything else counts as "other". */
 static const char *const finding_kinds[] = { "missing", "unexpected", "changed", "damaged",

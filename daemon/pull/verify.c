@@ -252,6 +252,15 @@ static void compare(struct verify *v, const struct mf_entry *m, const struct wal
 	atomic_fetch_add(&v->job->bytes_done, m->size);
 }
 
+static bool beneath(const char *root, const char *path)
+{
+	size_t n = strlen(root);
+
+	while (n > 0 && root[n - 1] == '/')
+		n--;            /* "/" is n = 0: every absolute path is beneath it */
+	return strncmp(root, path, n) == 0 && path[n] == '/';
+}
+
 int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_opts *o)
 {
 	struct verify v = { .job = j, .path = path, .dirfd = dirfd, .bad = o->bad,
@@ -269,9 +278,13 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 	if (stage_fd < 0 || faccessat(stage_fd, mf, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (stage_fd >= 0)
 			close(stage_fd);
-		job_note(j, LOG_ERROR, NULL, NULL,
-			 "%s has no manifest (%s/%s): not a staged tree, or its pull did not finish",
-			 path, path, MF_NAME);
+		if (beneath(j->cfg->ckpt_root, path))
+			job_note(j, LOG_ERROR, NULL, NULL, "%s has no manifest (%s/%s): it is not "
+				 "committed yet; `stage commit %s` writes it", path, path, MF_NAME,
+				 path);
+		else
+			job_note(j, LOG_ERROR, NULL, NULL, "%s has no manifest (%s/%s): not a staged "
+				 "tree, or its pull did not finish", path, path, MF_NAME);
 		return -ENOENT;
 	}
 	ret = cursor_open(&mc, stage_fd, mf, MF_COMPLETE, why, sizeof(why));
@@ -353,8 +366,10 @@ int verify_tree(struct job *j, const char *path, int dirfd, const struct verify_
 	if (v.cp)
 		drain(&v, true);
 	if (mc.err) {
-		job_note(j, LOG_ERROR, NULL, NULL, "%s/%s: the manifest is damaged (see the log)",
-			 path, MF_NAME);
+		job_note(j, LOG_ERROR, NULL, NULL, "%s/%s is damaged: %s; %s", path, MF_NAME,
+			 mc.r ? mf_reader_why(mc.r) : strerror(-mc.err),
+			 beneath(j->cfg->ckpt_root, path) ? "`stage restore` brings a good one back" :
+			 "pull the tree again");
 		ret = mc.err;
 	} else if (ret == 0 && v.err) {
 		job_note(j, LOG_ERROR, NULL, NULL, "%s: reading stopped: io_uring: %s", path,
@@ -380,14 +395,6 @@ out_copier:
 	return ret;
 }
 
-static bool beneath(const char *root, const char *path)
-{
-	size_t n = strlen(root);
-
-	while (n > 0 && root[n - 1] == '/')
-		n--;            /* "/" is n = 0: every absolute path is beneath it */
-	return strncmp(root, path, n) == 0 && path[n] == '/';
-}
 
 void verify_run(struct job *j, const char *path_arg)
 {
@@ -413,6 +420,8 @@ void verify_run(struct job *j, const char *path_arg)
 			   (unsigned long long)atomic_load(&j->bytes_total));
 	else if (ret == 1)
 		job_result(j, 1, path, NULL, "%s does not match its manifest", path);
+	else if (ret == -ENOENT)    /* the note said why: no manifest */
+		job_result(j, 1, path, NULL, "could not verify %s: it has no manifest", path);
 	else
 		job_result(j, 1, path, NULL, "could not verify %s: %s", path, strerror(-ret));
 	close(fd);

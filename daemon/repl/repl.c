@@ -483,8 +483,9 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 		uint64_t sent = 0;
 
 		if (!r) {
-			job_result(j, 1, NULL, NULL, "%s/%s: its record was dropped (keep = %d)",
-				   job, step, repl.cfg->keep);
+			job_result(j, 1, NULL, NULL, "%s/%s: newer steps of the job took its place "
+				   "before its copies were confirmed ([cluster] keep = %d keeps only the "
+				   "newest)", job, step, repl.cfg->keep);
 			break;
 		}
 		seq = r->seq;
@@ -514,7 +515,9 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 			atomic_store(&j->bytes_done, sent);
 			if (!pending) {
 				if (failed)
-					job_result(j, 1, NULL, NULL, "%s/%s: %zu of %zu copies failed",
+					job_result(j, 1, NULL, NULL, "%s/%s: %zu of %zu copies "
+						   "failed (why: above); `stage status` shows the "
+						   "partners, and committing again retries",
 						   job, step, failed, repl.npartners);
 				else
 					job_result(j, 0, NULL, NULL,
@@ -584,10 +587,12 @@ void repl_commit_run(struct job *j, const char *path_arg)
 			   step, repl.npartners, repl.npartners == 1 ? "y" : "ies");
 		goto out_free;
 	}
-	if (!repl.npartners)
-		job_note(j, LOG_WARN, NULL, NULL, "%s", repl.cluster ?
-			 "this node has no partners (replicas, domains): no copies are made" :
-			 "a single node (no hosts file): no copies are made");
+	if (!repl.npartners && repl.cluster)
+		job_note(j, LOG_WARN, NULL, NULL, "this node has no partners (replicas, domains): "
+			 "no copies are made");
+	else if (!repl.npartners)
+		job_note(j, LOG_WARN, NULL, NULL, "a single node (no hosts file %s, [cluster] hosts): "
+			 "no copies are made", repl.cfg->hosts);
 	atomic_store(&j->phase, "manifest");
 	wait_copies(j, seq, job, step);
 	pthread_mutex_unlock(&repl.lock);

@@ -325,7 +325,12 @@ static void *rx_main(void *arg)
 		if (rc < 0) {
 			obs_add(OBS_REPLICA_FAILURES, 1);
 			log_warn("from %s: %s", r->peer, r->why);
-			peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
+			if (rc == -ENOSPC || rc == -EDQUOT)
+				peer_send_error(r->x, -rc, "%s: its replica_root %s is full (%s); free "
+						"space there, or keep fewer steps ([cluster] keep)",
+						repl.cfg->name, repl.cfg->replica_root, r->why);
+			else
+				peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
 			break;
 		}
 	}

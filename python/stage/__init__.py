@@ -8,8 +8,8 @@ import socket as _socket
 import struct
 
 __all__ = ["StageError", "StageFailed", "StageUsageError", "StageUnreachable",
-           "commit", "verify", "pull", "restore", "status", "ls", "doctor", "metrics",
-           "socket_path"]
+           "commit", "verify", "pull", "restore", "resume", "status", "ls", "doctor",
+           "metrics", "socket_path"]
 
 MAGIC = b"STG1"
 HDR = struct.Struct("<4sHHII")
@@ -17,17 +17,17 @@ FIELD = struct.Struct("<HHI")
 MAX_PAYLOAD = (1 << 20) + 4096
 
 # Message types and keys (common/proto.h).
-PULL, VERIFY, STATUS, COMMIT, LS, RESTORE, DOCTOR, METRICS = 1, 2, 3, 4, 5, 6, 7, 8
+PULL, VERIFY, STATUS, COMMIT, LS, RESTORE, DOCTOR, METRICS, RESUME = 1, 2, 3, 4, 5, 6, 7, 8, 9
 PROGRESS, NOTE, RESULT, STATUS_ANS, LS_ANS, CELLS, CHECK, MATRIX = 16, 17, 18, 19, 20, 21, 22, 23
 METRICS_ANS, K_DATA = 24, 27
 K_PATH, K_DEST, K_FLAGS, K_TEXT, K_CODE, K_LEVEL, K_PHASE = 1, 2, 3, 4, 5, 6, 7
 K_ROOT, K_KIND, K_NAME, K_VALUE = 16, 17, 18, 19
-K_ORIGIN, K_STEP, K_HOLDER, K_STATE = 21, 23, 29, 30
+K_ORIGIN, K_JOB, K_STEP, K_HOLDER, K_STATE = 21, 22, 23, 29, 30
 K_CHECK, K_SUBJECT, K_ADVICE, K_NUM, K_ATTR, K_NODES, K_PORTS = 33, 34, 35, 36, 37, 38, 39
 U64_KEYS = {K_FLAGS, K_CODE, K_LEVEL, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 28}
 STATS = {8: "files_done", 9: "files", 10: "bytes_done", 11: "bytes", 12: "files_copied",
          13: "bytes_copied", 14: "files_removed", 15: "elapsed_ns"}
-REQ_VERIFY, REQ_DEEP, REQ_WAIT, REQ_CLUSTER, REQ_QUICK = 1, 4, 8, 16, 32
+REQ_VERIFY, REQ_DEEP, REQ_WAIT, REQ_CLUSTER, REQ_QUICK, REQ_DRYRUN = 1, 4, 8, 16, 32, 64
 LEVELS = ("error", "warn", "info", "debug")
 
 
@@ -299,6 +299,20 @@ def ls(sock=None, timeout=None):
             entry[k] = int(v) if v.isdigit() else v
         out.append(entry)
     return out
+
+
+def resume(job, nodes=None, deep=False, dry_run=False, sock=None, timeout=None):
+    """The newest step every node of JOB can resume from, each node's own
+    copy repaired from a partner's where it is not intact; "path" is this
+    node's copy of it (ckpt_root/JOB/STEP), "notes" what was restored.
+    nodes: the job's nodes (names or a Slurm hostlist; default
+    SLURM_JOB_NODELIST when set, else every node that holds any of it).
+    Raises StageFailed when no step qualifies (its .result notes say why)."""
+    nodes = nodes if nodes is not None else os.environ.get("SLURM_JOB_NODELIST")
+    fields = [(K_JOB, job), (K_FLAGS, (REQ_DEEP if deep else 0) | (REQ_DRYRUN if dry_run else 0))]
+    if nodes:
+        fields.append((K_NODES, nodes if isinstance(nodes, str) else ",".join(nodes)))
+    return _ask(RESUME, fields, sock, timeout)
 
 
 def metrics(sock=None, timeout=None):

@@ -1,12 +1,15 @@
 """The daemon's start-up, its socket, `stage status`, and the client's exit codes."""
 import os
+import re
+import signal
 import socket
 import stat
 import subprocess
 
 import pytest
 
-from helpers import STAGE, STAGED, F, client_env, json_lines, make_tree, walk
+from conftest import free_port
+from helpers import STAGE, STAGED, F, client_env, json_lines, make_tree, walk, wait_for
 
 
 def test_status_answers(daemon):
@@ -151,3 +154,38 @@ def test_daemon_survives_garbage_and_idle_connections(daemon):
         idle.close()
         half.close()
     daemon.assert_serving()
+
+
+def test_daemonized_start_up_failure_is_said_on_the_terminal(tmp_path):
+    """Without --foreground staged forks; a hosts file or key file refused
+    after the fork used to end the daemon silently with the parent's exit 0.
+    Now the parent waits for the child's word: the reason on stderr, exit 2,
+    no daemon left behind. A good start still exits 0 with a daemon serving."""
+    sock, state = tmp_path / "s.sock", tmp_path / "state"
+    hosts = tmp_path / "hosts"
+    hosts.write_text("n0 127.0.0.1:%d\nn1 127.0.0.1:%d\n" % (free_port(), free_port()))
+    key = tmp_path / "cluster.key"
+    key.write_text("ab" * 32 + "\n")
+    key.chmod(0o644)
+    cfg = tmp_path / "c.conf"
+    cfg.write_text(f"[node]\nname = n0\nsocket = {sock}\nstate_dir = {state}\n"
+                   f"[paths]\nstage_root = {tmp_path / 'st'}\nckpt_root = {tmp_path / 'ck'}\n"
+                   f"replica_root = {tmp_path / 'rp'}\n"
+                   f"[cluster]\nhosts = {hosts}\nkey_file = {key}\n")
+    cp = subprocess.run([str(STAGED), "--config", str(cfg)], capture_output=True, text=True, timeout=20)
+    assert cp.returncode == 2, f"exit {cp.returncode}: {cp.stderr}"
+    assert f"key file {key} has mode 0644" in cp.stderr and "chmod 600" in cp.stderr, cp.stderr
+    assert subprocess.run([str(STAGE), "--socket", str(sock), "status"],
+                          capture_output=True).returncode == 3
+    key.chmod(0o600)
+    cp = subprocess.run([str(STAGED), "--config", str(cfg)], capture_output=True, text=True, timeout=20)
+    assert cp.returncode == 0 and cp.stderr == "", cp.stderr
+    try:
+        st = subprocess.run([str(STAGE), "--socket", str(sock), "status"], capture_output=True,
+                            text=True, timeout=20)
+        assert st.returncode == 0 and "n0" in st.stdout, st.stderr
+    finally:
+        pid = int(re.search(r"pid (\d+)", st.stdout).group(1))
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: subprocess.run([str(STAGE), "--socket", str(sock), "status"],
+                                        capture_output=True).returncode == 3, 20, "the daemon to stop")

@@ -48,7 +48,8 @@ def test_commands_and_options_from_the_parser():
     got = complete([""])
     assert set(got) >= usage_commands() | {"codec"}, (got, usage_commands())
     assert complete(["ve"]) == ["verify"]
-    assert complete(["re"]) == ["restore"]
+    assert complete(["rest"]) == ["restore"]
+    assert sorted(complete(["re"])) == ["restore", "resume"]
     assert sorted(complete(["pull", "--"])) == sorted(["--socket", "--json", "--help", "--version",
                                                        "--to", "--verify"])
     assert sorted(complete(["verify", "x", "--"])) == sorted(["--socket", "--json", "--help",
@@ -82,6 +83,8 @@ def test_paths_from_the_daemon(make_cluster, tmp_path):
     shutil.rmtree(step)
     got = complete(["restore", str(n0.base / "ckpt") + "/"], sock=n0.socket)
     assert str(step) in got, got
+    # resume: the jobs it knows.
+    assert complete(["resume", ""], sock=n0.socket) == ["job1"]
     # verify: the roots, and the replicas this node holds for others.
     got = complete(["verify", ""], sock=n1.socket)
     assert {str(n1.stage_root), str(n1.base / "ckpt"), str(n1.base / "replicas")} <= set(got), got

@@ -30,6 +30,7 @@ exit $rc
 TORCHRUN = """#!/bin/bash
 printf '%s\\n' "$@" > "$SHIM_DIR/torchrun.args"
 echo "DATA_DIR=$DATA_DIR" >> "$SHIM_DIR/torchrun.args"
+echo "RESUME_FROM=$RESUME_FROM" >> "$SHIM_DIR/torchrun.args"
 """
 
 
@@ -81,4 +82,7 @@ def test_sbatch_repairs_the_newest_step_and_launches(make_cluster, synced_clock,
     assert (local / "train" / "0.bin").stat().st_size == 50_000
     args = (sd / "torchrun.args").read_text().splitlines()
     assert "--rdzv-endpoint=n0:29500" in args and "--nnodes=1" in args, args
-    assert args[-2].endswith("python/examples/train.py") and args[-1] == f"DATA_DIR={local}", args
+    assert args[-3].endswith("python/examples/train.py"), args
+    assert args[-2] == f"DATA_DIR={local}", args
+    # The trainer was told the step stage resume chose: the newest, repaired.
+    assert args[-1] == f"RESUME_FROM={new}", args

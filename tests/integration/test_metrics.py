@@ -108,6 +108,9 @@ def test_counters_follow_a_pull_and_a_verify(daemon):
     (dest / "c").unlink()
     cp = daemon.run("verify", dest, "--deep")
     assert cp.returncode == 1, cp.stdout + cp.stderr
+    # Each finding's line carries its cause, not only its kind and path.
+    assert re.search(r"^damaged sub/b\.bin: content digest differs$", cp.stdout, re.M), cp.stdout
+    assert re.search(r"^missing c$", cp.stdout, re.M), cp.stdout
     m = metrics(daemon)
     assert get(m, "stage_verify_findings_total", kind="damaged") == 1
     assert get(m, "stage_verify_findings_total", kind="missing") == 1

@@ -43,6 +43,12 @@ def test_commit_verify_status_ls(make_cluster):
     text = stage.metrics(sock=n0.socket)
     assert 'stage_replication_confirmed_total{peer="n1"} 1\n' in text, text[:2000]
     assert "\nstage_replicas_received_total 1\n" in stage.metrics(sock=n1.socket)
+    # Where to resume from: this step, as the CLI's last line says it.
+    r = stage.resume("job1", sock=n0.socket)
+    assert r["code"] == 0 and r["path"] == str(path), r
+    with pytest.raises(stage.StageFailed) as e:
+        stage.resume("nosuchjob", sock=n0.socket)
+    assert "cannot resume" in e.value.message and e.value.code == 1
 
 
 @pytest.mark.timeout(120)

@@ -8,6 +8,7 @@ one hosts file, one key). With replicas = 1, n_i's copy goes to n_{i+1}.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -279,7 +280,10 @@ def test_restore_bad_input(trio, make_daemon, tmp_path):
     # A step nobody holds a copy of.
     shards(ckpt(n0, "step-7"), 0, seed=7)
     cp = n0.run("restore", str(ckpt(n0, "step-7")))
-    assert cp.returncode == 1 and "no node that answered holds an intact copy" in cp.stderr
+    assert cp.returncode == 1 and "no other node holds an intact copy" in cp.stderr, cp.stderr
+    # n1 holds other steps of n0's job, named as such, and the advice follows.
+    assert re.search(r"n1 (holds step-\S+, not this step|: holds nothing of it)", cp.stderr), cp.stderr
+    assert "was it committed and replicated?" in cp.stderr, cp.stderr
     # The daemon kept serving.
     assert n0.run("status").returncode == 0
     # A single node has no replicas.

@@ -590,11 +590,11 @@ static void test_load(void **state)
 
 	snprintf(path, sizeof(path), "%s/missing.conf", dir);
 	assert_int_equal(config_load(&c, path, err, sizeof(err)), -ENOENT);
-	snprintf(want, sizeof(want), "%s: No such file or directory", path);
+	snprintf(want, sizeof(want), "configuration %s: No such file or directory", path);
 	assert_string_equal(err, want);
 
 	assert_int_equal(config_load(&c, dir, err, sizeof(err)), -EISDIR);
-	snprintf(want, sizeof(want), "%s: Is a directory", dir);
+	snprintf(want, sizeof(want), "configuration %s: Is a directory", dir);
 	assert_string_equal(err, want);
 
 	snprintf(path, sizeof(path), "%s/good.conf", dir);
@@ -617,7 +617,7 @@ static void test_load(void **state)
 	assert_int_equal(config_load(&c, path, err, sizeof(err)), 0);
 	write_file(path, big, (1u << 20) + 1);
 	assert_int_equal(config_load(&c, path, err, sizeof(err)), -EFBIG);
-	snprintf(want, sizeof(want), "%s: File too large", path);
+	snprintf(want, sizeof(want), "configuration %s: too large for a configuration file", path);
 	assert_string_equal(err, want);
 	free(big);
 

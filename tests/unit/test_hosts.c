@@ -397,12 +397,12 @@ static void test_load(void **state)
 
 	unlink(path);
 	assert_int_equal(hosts_load(&h, path, err, sizeof(err)), -ENOENT);
-	snprintf(want, sizeof(want), "%s: No such file or directory", path);
+	snprintf(want, sizeof(want), "hosts file %s ([cluster] hosts): No such file or directory", path);
 	assert_string_equal(err, want);
 	assert_int_equal(h.n, 0);
 
 	assert_int_equal(hosts_load(&h, "/", err, sizeof(err)), -EISDIR);
-	assert_string_equal(err, "/: Is a directory");
+	assert_string_equal(err, "hosts file / ([cluster] hosts): Is a directory");
 	assert_int_equal(hosts_load(&h, "/nonexistent/hosts", NULL, 0), -ENOENT);
 }
 

@@ -182,12 +182,13 @@ static void test_wrong_key(void **state)
 	(void)state;
 	handshake(&ini, &resp);
 	assert_int_equal(resp.rc, -EACCES);
-	snprintf(want, sizeof(want), "peer %s: authentication failed (wrong cluster key)",
-		 resp.x->peer);
+	snprintf(want, sizeof(want), "peer %s: authentication failed: it holds another cluster "
+		 "key than this node; copy the same key_file to every node", resp.x->peer);
 	assert_string_equal(resp.why, want);
 	assert_int_equal(ini.rc, -EACCES);
-	snprintf(want, sizeof(want), "peer b (%s) refused us: authentication failed: "
-		 "wrong cluster key?", ini.x->peer);
+	snprintf(want, sizeof(want), "peer b (%s) refused us: authentication failed: the two "
+		 "nodes hold different cluster keys; copy the same key_file to every node and "
+		 "restart staged", ini.x->peer);
 	assert_string_equal(ini.why, want);
 	assert_null(strstr(ini.why, SECRET));
 	close_both(&ini, &resp);
@@ -269,7 +270,7 @@ static void test_wrong_frame_first(void **state)
 	msg_free(&m);
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_int_equal(resp.rc, -EBADMSG);
-	assert_non_null(strstr(resp.why, "malformed HELLO"));
+	assert_non_null(strstr(resp.why, "sent a HELLO this staged cannot read"));
 	close_both(&ini, &resp);
 }
 

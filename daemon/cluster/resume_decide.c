@@ -1,0 +1,183 @@
+/* resume_decide: which step the job resumes from, and what to repair
+ * (resume.h says the rule). Work: steps x origins x cells, with steps at most
+ * HOLD_STEPS_MAX per copy directory. */
+#include "daemon/cluster/resume.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/digest.h"
+#include "daemon/ckpt/ckpt.h"
+
+#define WHY_MAX 16              /* reasons kept: the newest steps' */
+
+static bool in_list(const char *const *v, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i], s) == 0)
+			return true;
+	return false;
+}
+
+static bool held(const struct hold_cell *c)
+{
+	return c->step && strcmp(c->state, "other-step") != 0;
+}
+
+static int say(struct resume_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int say(struct resume_out *o, const char *fmt, ...)
+{
+	char **v;
+	va_list ap;
+	int rc;
+
+	if (o->nwhy == WHY_MAX)
+		return 0;
+	v = realloc(o->why, (o->nwhy + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	o->why = v;
+	va_start(ap, fmt);
+	rc = vasprintf(&v[o->nwhy], fmt, ap);
+	va_end(ap);
+	if (rc < 0)
+		return -ENOMEM;
+	o->nwhy++;
+	return 0;
+}
+
+/* A reason said: "no" (0), unless saying it failed. */
+static int no(int rc)
+{
+	return rc < 0 ? rc : 0;
+}
+
+static bool reached(const struct resume_in *in, const char *node)
+{
+	for (size_t i = 0; i < in->nnodes; i++)
+		if (strcmp(in->names[i], node) == 0)
+			return in->reached[i];
+	return false;
+}
+
+/* Whether origin o can resume from step s; *from: where its own copy comes
+ * from if it must be repaired (NULL: its own is intact). 1 yes, 0 no (said
+ * why), -ENOMEM. */
+static int origin_ok(const struct resume_in *in, struct resume_out *out, const char *s,
+		     const char *o, const char **from)
+{
+	const struct hold_cell *own = NULL, *first = NULL;
+
+	*from = NULL;
+	for (size_t i = 0; i < in->ncells; i++) {
+		const struct hold_cell *c = &in->cells[i];
+
+		if (!held(c) || strcmp(c->origin, o) != 0 || strcmp(c->step, s) != 0)
+			continue;
+		if (strcmp(c->holder, o) == 0)
+			own = c;
+		if (strcmp(c->state, "ok") != 0 || !c->has_root)
+			continue;
+		if (first && !digest_eq(first->root, c->root))
+			return no(say(out, "%s: %s's copies on %s and %s are of two different commits",
+				      s, o, first->holder, c->holder));
+		if (!first)
+			first = c;
+	}
+	if (!reached(in, o))
+		return no(say(out, "%s: %s could not be asked, so its own copy is unknown", s, o));
+	if (!first && own)
+		return no(say(out, "%s: no intact copy of %s's shards on any node (its own is %s)",
+			      s, o, own->state));
+	if (!first)
+		return no(say(out, "%s: no copy of %s's shards on any node", s, o));
+	if (!own || strcmp(own->state, "ok") != 0)
+		*from = first->holder;
+	return 1;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	return ckpt_step_cmp(*(const char *const *)b, *(const char *const *)a);
+}
+
+int resume_decide(const struct resume_in *in, struct resume_out *out)
+{
+	const char **steps = NULL, **origins = NULL;
+	size_t nsteps = 0, norigins = 0;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	steps = calloc(in->ncells ? in->ncells : 1, sizeof(*steps));
+	origins = calloc(in->ncells + in->norigins + in->nnodes + 1, sizeof(*origins));
+	out->fix = calloc(in->ncells + in->norigins + 1, sizeof(*out->fix));
+	if (!steps || !origins || !out->fix) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < in->norigins; i++)
+		if (!in_list(origins, norigins, in->origins[i]))
+			origins[norigins++] = in->origins[i];
+	/* Without --nodes, a node that did not answer may be one of the job's:
+	 * nothing is promised until it answers or is left out. */
+	for (size_t i = 0; !in->origins && i < in->nnodes; i++)
+		if (!in->reached[i] && !in_list(origins, norigins, in->names[i]))
+			origins[norigins++] = in->names[i];
+	for (size_t i = 0; i < in->ncells; i++) {
+		const struct hold_cell *c = &in->cells[i];
+
+		if (!in->origins && c->origin[0] && !in_list(origins, norigins, c->origin))
+			origins[norigins++] = c->origin;
+		if (held(c) && !in_list(steps, nsteps, c->step) &&
+		    !in_list(in->skip, in->nskip, c->step))
+			steps[nsteps++] = c->step;
+	}
+	out->origins = origins;
+	out->norigins = norigins;
+	origins = NULL;
+	qsort(steps, nsteps, sizeof(*steps), cmp_desc);
+	if (!nsteps || !norigins) {
+		rc = say(out, in->nskip ? "no other step of this job is held" :
+			 "no node that answered holds any step of this job");
+		rc = rc < 0 ? rc : 1;
+		goto out;
+	}
+	for (size_t s = 0; s < nsteps && !out->step && rc >= 0; s++) {
+		size_t nfix = 0;
+		bool ok = true;
+
+		for (size_t o = 0; o < norigins && ok; o++) {
+			const char *from;
+			int r = origin_ok(in, out, steps[s], out->origins[o], &from);
+
+			if (r < 0)
+				rc = r;
+			ok = r == 1;
+			if (ok && from)
+				out->fix[nfix++] = (struct resume_fix){ out->origins[o], from };
+		}
+		if (ok && rc >= 0) {
+			out->step = steps[s];
+			out->nfix = nfix;
+		}
+	}
+	if (rc >= 0)
+		rc = out->step ? 0 : 1;
+out:
+	free(steps);
+	free(origins);
+	return rc;
+}
+
+void resume_out_free(struct resume_out *out)
+{
+	for (size_t i = 0; i < out->nwhy; i++)
+		free(out->why[i]);
+	free(out->why);
+	free(out->fix);
+	free(out->origins);
+	memset(out, 0, sizeof(*out));
+}
