@@ -16,7 +16,7 @@ static const struct cli_command {
 	const char *usage;
 } commands[] = {
 	{ "pull", CLI_CMD_PULL, 1, "pull SRC [--to DEST] [--verify]" },
-	{ "verify", CLI_CMD_VERIFY, 1, "verify PATH [--deep] [--cluster]" },
+	{ "verify", CLI_CMD_VERIFY, 1, "verify PATH [--deep] [--cluster [--nodes LIST]]" },
 	{ "status", CLI_CMD_STATUS, 0, "status" },
 	{ "manifest", CLI_CMD_MANIFEST, 1, "manifest PATH [--xxhsum]" },
 	{ "commit", CLI_CMD_COMMIT, 1, "commit DIR [--wait]" },
@@ -51,8 +51,8 @@ static const struct cli_option {
 	{ "xxhsum", 0, false, CMD_BIT(CLI_CMD_MANIFEST), FIELD(xxhsum), CLI_CMD_NONE },
 	{ "wait", 0, false, CMD_BIT(CLI_CMD_COMMIT), FIELD(wait), CLI_CMD_NONE },
 	{ "from", 0, true, CMD_BIT(CLI_CMD_RESTORE), FIELD(from), CLI_CMD_NONE },
-	{ "nodes", 0, true, CMD_BIT(CLI_CMD_DOCTOR) | CMD_BIT(CLI_CMD_RESUME), FIELD(nodes),
-	  CLI_CMD_NONE },
+	{ "nodes", 0, true, CMD_BIT(CLI_CMD_DOCTOR) | CMD_BIT(CLI_CMD_RESUME) |
+	  CMD_BIT(CLI_CMD_VERIFY), FIELD(nodes), CLI_CMD_NONE },
 	{ "dry-run", 0, false, CMD_BIT(CLI_CMD_RESUME), FIELD(dry_run), CLI_CMD_NONE },
 	{ "ports", 0, true, CMD_BIT(CLI_CMD_DOCTOR), FIELD(ports), CLI_CMD_NONE },
 	{ "quick", 0, false, CMD_BIT(CLI_CMD_DOCTOR), FIELD(quick), CLI_CMD_NONE },
@@ -116,6 +116,9 @@ static int check(const struct cli_args *a, const struct cli_command *c, unsigned
 			    ops[c->operands], c->usage);
 	if (a->operand && !*a->operand)
 		return fail(-EINVAL, err, errlen, "empty path: stage %s", c->usage);
+	if (a->nodes && c->cmd == CLI_CMD_VERIFY && !a->cluster)
+		return fail(-EINVAL, err, errlen, "--nodes names the job's nodes for --cluster: "
+			    "stage verify PATH --cluster --nodes LIST");
 	if (a->json && a->xxhsum)
 		return fail(-EINVAL, err, errlen, "--json and --xxhsum are two output formats: pick one");
 	return 0;

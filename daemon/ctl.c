@@ -220,9 +220,10 @@ static void serve(const struct stage_config *cfg, int fd)
 			reply_error(fd, 2, "request without an absolute path");
 			break;
 		}
-		/* K_DEST: a pull's destination; K_HOLDER: restore --from. */
-		if (msg_get_str(&m, m.type == MSG_RESTORE_REQ ? K_HOLDER : K_DEST, &dest) ==
-		    -EINVAL) {
+		/* K_DEST: a pull's destination; K_HOLDER: restore --from;
+		 * K_NODES: verify --cluster --nodes. */
+		if (msg_get_str(&m, m.type == MSG_RESTORE_REQ ? K_HOLDER :
+				m.type == MSG_VERIFY_REQ ? K_NODES : K_DEST, &dest) == -EINVAL) {
 			reply_error(fd, 2, "malformed destination or node name");
 			break;
 		}
@@ -236,7 +237,7 @@ static void serve(const struct stage_config *cfg, int fd)
 		else if (m.type == MSG_RESTORE_REQ)
 			repl_restore_run(&j, path, dest);
 		else if (flags & REQ_CLUSTER)
-			cverify_run(&j, path);
+			cverify_run(&j, path, dest);
 		else
 			verify_run(&j, path);
 		job_end(&j);

@@ -42,6 +42,10 @@ struct repl_flat {
 };
 int repl_flatten(const struct repl_answer *ans, size_t n, struct repl_flat *f);
 void repl_flat_free(struct repl_flat *f);
+/* --nodes LIST (names or a Slurm hostlist) expanded and checked against the
+ * hosts file: 0 and *names (hostlist_free), *n; NULL list: 0 and none.
+ * -EINVAL with why naming the bad item or the unknown node, -ENOMEM. */
+int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen);
 /* Where placement puts ORIGIN's copies: up to cap node names, in order. */
 size_t repl_placement(const char *origin, const char **holders, size_t cap);
 

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hostlist.h"
 #include "common/log.h"
 #include "daemon/ckpt/ckpt.h"
 #include "daemon/repl/repl.h"
@@ -257,7 +258,7 @@ int cverify_decide(const struct cverify_in *in_all, struct cverify_out *o)
 
 static int decide(const struct cverify_in *in, struct cverify_out *o)
 {
-	const char **origins = calloc(in->nnodes + in->ncells + 1, sizeof(*origins));
+	const char **origins = calloc(in->nnodes + in->ncells + in->nmembers + 1, sizeof(*origins));
 	size_t n = 0;
 	int rc = 0;
 
@@ -275,6 +276,14 @@ static int decide(const struct cverify_in *in, struct cverify_out *o)
 	for (size_t c = 0; c < in->ncells; c++)
 		if (*in->cells[c].origin && !listed(origins, n, in->cells[c].origin))
 			origins[n++] = in->cells[c].origin;
+	/* A node of the job that no copy names wrote nothing of this step, or
+	 * lost it all: it is checked as an origin, so that it is named. */
+	for (size_t i = 0; i < in->nmembers && rc == 0; i++)
+		if (!listed(origins, n, in->members[i])) {
+			origins[n++] = in->members[i];
+			rc = problem(o, "%s is one of the job's nodes (--nodes), but no node that "
+				     "answered holds anything of it for %s", in->members[i], in->step);
+		}
 	o->norigins = n;
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = one_origin(o, in, origins[i]);
@@ -312,14 +321,15 @@ void cverify_free(struct cverify_out *o)
 	memset(o, 0, sizeof(*o));
 }
 
-void cverify_run(struct job *j, const char *path)
+void cverify_run(struct job *j, const char *path, const char *nodes)
 {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	char why[2048];
 	struct repl_answer *ans = NULL;
 	struct repl_flat flat = { 0 };
 	struct cverify_out out;
-	size_t nans = 0;
+	size_t nans = 0, nmembers = 0;
+	char **members = NULL;
 	bool deep = j->flags & REQ_DEEP;
 	struct msg m;
 	int rc;
@@ -328,12 +338,17 @@ void cverify_run(struct job *j, const char *path)
 		job_result(j, 2, NULL, NULL, "%s", why);
 		return;
 	}
+	if ((rc = repl_nodes(nodes, &members, &nmembers, why, sizeof(why))) < 0) {
+		job_result(j, rc == -EINVAL ? 2 : 1, NULL, NULL, "verify --cluster %s/%s: %s", job,
+			   step, rc == -EINVAL ? why : strerror(-rc));
+		return;
+	}
 	job_set_what(j, "%s/%s on every node", job, step);
 	atomic_store(&j->phase, deep ? "ask --deep" : "ask");
 	rc = repl_survey(job, step, deep, NULL, &ans, &nans);
 	if (rc < 0) {
 		job_result(j, 1, NULL, NULL, "verify --cluster %s/%s: %s", job, step, strerror(-rc));
-		return;
+		goto out;
 	}
 	rc = repl_flatten(ans, nans, &flat);
 	if (rc == 0) {
@@ -341,6 +356,7 @@ void cverify_run(struct job *j, const char *path)
 			.step = step, .nnodes = flat.nnodes, .names = flat.names,
 			.reached = flat.reached, .why = flat.why, .cells = flat.cells,
 			.ncells = flat.ncells, .placement = repl_placement,
+			.members = (const char *const *)members, .nmembers = nmembers,
 		};
 
 		rc = cverify_decide(&in, &out);
@@ -381,4 +397,5 @@ void cverify_run(struct job *j, const char *path)
 out:
 	repl_flat_free(&flat);          /* the strings belong to ans */
 	repl_answers_free(ans, nans);
+	hostlist_free(members, nmembers);
 }

@@ -11,8 +11,9 @@
 #include "daemon/cluster/hold.h"
 #include "daemon/job/job.h"
 
-/* Serves MSG_VERIFY_REQ with REQ_CLUSTER (sends MSG_CELLS, notes, result). */
-void cverify_run(struct job *j, const char *path);
+/* Serves MSG_VERIFY_REQ with REQ_CLUSTER (sends MSG_CELLS, notes, result).
+ * nodes: --nodes, the job's nodes (each must hold its own copy), or NULL. */
+void cverify_run(struct job *j, const char *path, const char *nodes);
 
 /* The decision, apart from any I/O (unit-tested). Inputs: the step, every
  * node asked (names[i]; reached[i] false when it could not be asked, why[i]
@@ -31,6 +32,9 @@ struct cverify_in {
 	const struct hold_cell *cells;
 	size_t ncells;
 	size_t (*placement)(const char *origin, const char **out, size_t cap);
+	const char *const *members;  /* the job's nodes (--nodes): origins whether or not any
+				      * copy names them; NULL: the cells' origins only */
+	size_t nmembers;
 };
 struct cverify_out {
 	struct hold_cell *table;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hostlist.h"
 #include "common/log.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/net/peer.h"
@@ -202,6 +203,33 @@ void repl_flat_free(struct repl_flat *f)
 	free(f->reached);
 	free(f->cells);
 	memset(f, 0, sizeof(*f));
+}
+
+int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen)
+{
+	char w[400];
+	int rc;
+
+	*names = NULL;
+	*n = 0;
+	if (!list)
+		return 0;
+	rc = hostlist_expand(list, HOSTS_MAX_NODES, names, n, w, sizeof(w));
+	if (rc < 0) {
+		snprintf(why, whylen, "--nodes '%.200s': %s", list, w);
+		return rc == -ENOMEM ? rc : -EINVAL;
+	}
+	for (size_t i = 0; i < *n; i++)
+		if (repl.cluster ? hosts_find(&repl.hosts, (*names)[i]) < 0 :
+		    strcmp((*names)[i], repl.cfg->name) != 0) {
+			snprintf(why, whylen, "--nodes: unknown node '%s' (not in the hosts file %s)",
+				 (*names)[i], repl.cfg->hosts);
+			hostlist_free(*names, *n);
+			*names = NULL;
+			*n = 0;
+			return -EINVAL;
+		}
+	return 0;
 }
 
 size_t repl_placement(const char *origin, const char **holders, size_t cap)

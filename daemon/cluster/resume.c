@@ -101,35 +101,6 @@ static void *repair_main(void *arg)
 	return NULL;
 }
 
-/* The origins of --nodes, checked against the hosts file: 0, or -EINVAL
- * with why (-ENOMEM). */
-static int job_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen)
-{
-	char w[400];
-	int rc;
-
-	*names = NULL;
-	*n = 0;
-	if (!list)
-		return 0;
-	rc = hostlist_expand(list, HOSTS_MAX_NODES, names, n, w, sizeof(w));
-	if (rc < 0) {
-		snprintf(why, whylen, "--nodes '%.200s': %s", list, w);
-		return rc == -ENOMEM ? rc : -EINVAL;
-	}
-	for (size_t i = 0; i < *n; i++)
-		if (repl.cluster ? hosts_find(&repl.hosts, (*names)[i]) < 0 :
-		    strcmp((*names)[i], repl.cfg->name) != 0) {
-			snprintf(why, whylen, "--nodes: unknown node '%s' (not in the hosts file %s)",
-				 (*names)[i], repl.cfg->hosts);
-			hostlist_free(*names, *n);
-			*names = NULL;
-			*n = 0;
-			return -EINVAL;
-		}
-	return 0;
-}
-
 /* resume_decide's input from a flattened survey (the arrays stay f's). */
 static void take(struct resume_in *in, const struct repl_flat *f)
 {
@@ -251,7 +222,7 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 			   "the JOB of ckpt_root/JOB/STEP", 200, job, w);
 		return;
 	}
-	rc = job_nodes(nodes, &names, &nnames, why, sizeof(why));
+	rc = repl_nodes(nodes, &names, &nnames, why, sizeof(why));
 	if (rc < 0) {
 		job_result(j, rc == -EINVAL ? 2 : 1, NULL, NULL, "resume %s: %s", job,
 			   rc == -EINVAL ? why : strerror(-rc));

@@ -38,9 +38,12 @@ SANITIZER_MARKERS = (
 
 
 def client_env(extra=None):
-    """The environment for stage: no STAGE_SOCKET from the caller's shell."""
+    """The environment for stage: no STAGE_SOCKET from the caller's shell, and no
+    SLURM_JOB_NODELIST of a job the tests may run inside (doctor, resume and
+    verify --cluster would take it for the nodes to check)."""
     env = dict(os.environ)
     env.pop("STAGE_SOCKET", None)
+    env.pop("SLURM_JOB_NODELIST", None)
     env.update(extra or {})
     return env
 

@@ -100,6 +100,28 @@ def test_cluster_verify_all_intact(trio):
     assert rp.returncode == 0, rp.stderr
 
 
+def test_cluster_verify_nodes_of_the_job(make_cluster):
+    """--nodes (or SLURM_JOB_NODELIST) names the job's nodes: one that holds
+    no copy of the step is a failure even if it never committed anything of
+    the job, which without the list nothing can tell."""
+    n0, n1, n2 = make_cluster(3, replicas=1, transfer={"watch": "off"})
+    for i, d in enumerate((n0, n1)):
+        shards(ckpt(d), i, seed=20 + i)
+        commit(d, ckpt(d))
+    assert cverify(n0).returncode == 0          # n2 took no part, as far as anyone knows
+    for extra, env in [(("--nodes", "n[0-2]"), None), ((), {"SLURM_JOB_NODELIST": "n[0-2]"})]:
+        cp = n0.run("verify", str(ckpt(n0)), "--cluster", *extra, env=env, timeout=120)
+        assert cp.returncode == 1, cp.stdout + cp.stderr
+        assert "n2 is one of the job's nodes (--nodes), but no node that answered holds " \
+            "anything of it for step-100" in cp.stderr, cp.stderr
+        assert "restore cannot repair everything" in cp.stderr, cp.stderr
+    assert cverify(n0, "--nodes", "n0,n1").returncode == 0
+    cp = cverify(n0, "--nodes", "n0,n9")
+    assert cp.returncode == 2 and "unknown node 'n9'" in cp.stderr, cp.stderr
+    cp = n0.run("verify", str(ckpt(n0)), "--nodes", "n0")
+    assert cp.returncode == 2 and "--nodes names the job's nodes for --cluster" in cp.stderr
+
+
 def test_flipped_byte_found_and_restored(trio, tmp_path):
     n0, n1, n2 = trio
     victim = ckpt(n1) / "model-rank1.pt"
