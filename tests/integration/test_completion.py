@@ -53,7 +53,8 @@ def test_commands_and_options_from_the_parser():
     assert sorted(complete(["pull", "--"])) == sorted(["--socket", "--json", "--help", "--version",
                                                        "--to", "--verify"])
     assert sorted(complete(["verify", "x", "--"])) == sorted(["--socket", "--json", "--help",
-                                                             "--version", "--deep", "--cluster"])
+                                                             "--version", "--deep", "--cluster",
+                                                             "--nodes"])
     # Every option offered is one the parser takes for that command.
     for cmd in ("pull", "verify", "commit", "restore", "doctor", "manifest"):
         for opt in complete([cmd, "--"]):

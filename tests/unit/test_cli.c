@@ -194,7 +194,7 @@ static void test_args_usage_text(void **state)
 	cap_open(&c);
 	cli_args_usage(c.f);
 	t = cap_text(&c);
-	assert_non_null(strstr(t, "  stage verify PATH [--deep] [--cluster]\n"));
+	assert_non_null(strstr(t, "  stage verify PATH [--deep] [--cluster [--nodes LIST]]\n"));
 	assert_non_null(strstr(t, "  stage restore DIR [--from NODE]\n"));
 	assert_non_null(strstr(t, "\n  restore   "));
 	assert_non_null(strstr(t, "--cluster: "));
