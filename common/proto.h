@@ -71,7 +71,10 @@ enum msg_type {
 	MSG_DOCTOR_ANS = 46,/* answer: K_NAME/K_VALUE pairs; or MSG_ERROR */
 	MSG_RESTORE_ASK = 47,/* resume's asker: K_JOB, K_STEP, K_HOLDER: restore your own
 			     * ckpt_root/JOB/STEP from that holder's copy */
-	MSG_RESTORE_ANS = 48,/* the node: K_CODE (a restore's exit code), K_TEXT */
+	MSG_ASK_DONE = 48,  /* the node's answer to MSG_RESTORE_ASK or MSG_RESEND_ASK: K_CODE
+			     * (an exit code: 0 done, 1 failed, 2 refused), K_TEXT */
+	MSG_RESEND_ASK = 49,/* resume's asker to an origin: K_JOB, K_STEP, K_HOLDER: send your
+			     * copy of JOB/STEP to that partner again (it lost it) */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group

@@ -329,6 +329,7 @@ int main(int argc, char **argv)
 	repl_recv_serve(MSG_FETCH_REQ, repl_fetch_serve);
 	repl_recv_serve(MSG_DOCTOR_ASK, doctor_serve);
 	repl_recv_serve(MSG_RESTORE_ASK, resume_serve);
+	repl_recv_serve(MSG_RESEND_ASK, resume_serve);
 	ret = repl_open(&d.cfg, why, sizeof(why));
 	if (ret < 0) {
 		log_err("%s", why);

@@ -17,38 +17,53 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/net/peer.h"
+#include "daemon/repl/repl.h"
 #include "daemon/repl/repl_impl.h"
 
 #define RESTORE_ASK_MS (6 * 3600 * 1000)   /* a restore of a big step takes its time */
 
+/* One thing asked of an origin: restore its own copy from a holder
+ * (MSG_RESTORE_ASK), or send its copy again to a partner that lost it
+ * (MSG_RESEND_ASK). This node does it in place, the others over the wire. */
 struct repair {
-	const struct resume_fix *fix;
+	uint16_t type;              /* MSG_RESTORE_ASK or MSG_RESEND_ASK */
+	const char *node;           /* the origin asked */
+	const char *other;          /* the holder restored from, or the partner sent to */
 	const char *job, *step;
 	pthread_t thread;
 	bool started;
-	int code;                   /* the restore's exit code */
+	int code;                   /* an exit code: 0 done, 1 failed, 2 refused */
 	char text[1024];
 };
 
-/* This node's own copy, by the same restore a client asks for. */
-static void repair_here(struct repair *r)
+static void do_here(struct repair *r)
 {
 	char path[8192];
 	struct job sub;
 
+	if (r->type == MSG_RESEND_ASK) {
+		int rc = repl_resend(r->job, r->step, r->other, r->text, sizeof(r->text));
+
+		r->code = rc == 0 ? 0 : rc == -ENOENT ? 2 : 1;
+		if (rc == 0)
+			snprintf(r->text, sizeof(r->text), "%s/%s queued for %s again", r->job,
+				 r->step, r->other);
+		return;
+	}
+	/* The same restore a client asks for, as work of this node's own. */
 	snprintf(path, sizeof(path), "%s/%s/%s", repl.cfg->ckpt_root, r->job, r->step);
 	job_begin(&sub, -1, 0, repl.cfg, "restore", path);
 	sub.code = 1;
 	snprintf(sub.result, sizeof(sub.result), "the restore ended without a result");
-	repl_restore_run(&sub, path, r->fix->from);
+	repl_restore_run(&sub, path, r->other);
 	r->code = sub.code;
 	snprintf(r->text, sizeof(r->text), "%s", sub.result);
 	job_end(&sub);
 }
 
-static void repair_there(struct repair *r)
+static void do_there(struct repair *r)
 {
-	ssize_t h = hosts_find(&repl.hosts, r->fix->origin);
+	ssize_t h = hosts_find(&repl.hosts, r->node);
 	uint64_t code = 1;
 	struct xport *x;
 	struct msg m;
@@ -63,10 +78,10 @@ static void repair_there(struct repair *r)
 	rc = repl_dial((size_t)h, REPL_CONNECT_MS, RESTORE_ASK_MS, &x, r->text, sizeof(r->text));
 	if (rc < 0)
 		return;
-	msg_init(&m, MSG_RESTORE_ASK);
+	msg_init(&m, r->type);
 	msg_put_str(&m, K_JOB, r->job);
 	msg_put_str(&m, K_STEP, r->step);
-	msg_put_str(&m, K_HOLDER, r->fix->from);
+	msg_put_str(&m, K_HOLDER, r->other);
 	rc = x->ops->send(x, &m);
 	msg_free(&m);
 	if (rc == 0)
@@ -75,14 +90,14 @@ static void repair_there(struct repair *r)
 		snprintf(r->text, sizeof(r->text), "%s", rc == -ENOTCONN ?
 			 "closed the connection (staged of another version?)" : strerror(-rc));
 	} else if (m.type == MSG_ERROR) {
-		peer_refused(&m, r->fix->origin, r->text, sizeof(r->text));
+		peer_refused(&m, r->node, r->text, sizeof(r->text));
 		msg_free(&m);
-	} else if (m.type != MSG_RESTORE_ANS || msg_get_u64(&m, K_CODE, &code) < 0 ||
+	} else if (m.type != MSG_ASK_DONE || msg_get_u64(&m, K_CODE, &code) < 0 ||
 		   msg_get_str(&m, K_TEXT, &text) < 0) {
 		snprintf(r->text, sizeof(r->text), "a malformed answer (frame type %u)", m.type);
 		msg_free(&m);
 	} else {
-		r->code = code > 3 ? 1 : (int)code;
+		r->code = code > 2 ? 1 : (int)code;
 		snprintf(r->text, sizeof(r->text), "%s", text);
 		free(text);
 		msg_free(&m);
@@ -94,10 +109,10 @@ static void *repair_main(void *arg)
 {
 	struct repair *r = arg;
 
-	if (strcmp(r->fix->origin, repl.cfg->name) == 0)
-		repair_here(r);
+	if (strcmp(r->node, repl.cfg->name) == 0)
+		do_here(r);
 	else
-		repair_there(r);
+		do_there(r);
 	return NULL;
 }
 
@@ -111,36 +126,61 @@ static void take(struct resume_in *in, const struct repl_flat *f)
 	in->ncells = f->ncells;
 }
 
-/* Every repair at once, a thread each. Returns how many failed (each named
- * in a note). */
-static size_t repair_all(struct job *j, const char *job, const struct resume_out *out)
+/* Every repair at once, a thread each (what cannot get a thread is done
+ * here and now). Returns how many failed, each named in a note. */
+static size_t run_all(struct job *j, struct repair *r, size_t n)
 {
-	struct repair *r = calloc(out->nfix ? out->nfix : 1, sizeof(*r));
 	size_t failed = 0;
 
+	for (size_t i = 0; i < n; i++) {
+		r[i].started = pthread_create(&r[i].thread, NULL, repair_main, &r[i]) == 0;
+		if (!r[i].started)
+			repair_main(&r[i]);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (r[i].started)
+			pthread_join(r[i].thread, NULL);
+		/* Not findings (stdout's lines): the path must be all that
+		 * `CKPT=$(stage resume JOB)` captures. */
+		if (r[i].code == 0) {
+			job_note(j, LOG_INFO, NULL, NULL, "%s: %s", r[i].node, r[i].text);
+		} else {
+			failed++;
+			job_note(j, LOG_ERROR, NULL, NULL, "%s: %s %s/%s %s %s failed: %s", r[i].node,
+				 r[i].type == MSG_RESTORE_ASK ? "the restore of" : "sending",
+				 r[i].job, r[i].step, r[i].type == MSG_RESTORE_ASK ? "from" : "again to",
+				 r[i].other, r[i].text);
+		}
+	}
+	return failed;
+}
+
+/* The repairs of the decision: first each origin's own copy (restores),
+ * then the replicas partners lost (sends, which need the origin's copy
+ * whole). Returns (restores failed, sends failed). */
+static size_t repair_all(struct job *j, const char *job, const struct resume_out *out,
+			 size_t *sends_failed)
+{
+	size_t n = out->nfix > out->nsend ? out->nfix : out->nsend;
+	struct repair *r = calloc(n ? n : 1, sizeof(*r));
+	size_t failed;
+
+	*sends_failed = out->nsend;
 	if (!r) {
 		job_note(j, LOG_ERROR, NULL, NULL, "out of memory for the repairs");
 		return out->nfix;
 	}
 	atomic_store(&j->phase, "restore");
-	for (size_t i = 0; i < out->nfix; i++) {
-		r[i] = (struct repair){ .fix = &out->fix[i], .job = job, .step = out->step };
-		r[i].started = pthread_create(&r[i].thread, NULL, repair_main, &r[i]) == 0;
-		if (!r[i].started)
-			repair_main(&r[i]);     /* no thread to spare: here and now */
-	}
-	for (size_t i = 0; i < out->nfix; i++) {
-		if (r[i].started)
-			pthread_join(r[i].thread, NULL);
-		if (r[i].code == 0) {
-			/* Not a finding (stdout's lines): the path must be all
-			 * that `CKPT=$(stage resume JOB)` captures. */
-			job_note(j, LOG_INFO, NULL, NULL, "%s: %s", out->fix[i].origin, r[i].text);
-		} else {
-			failed++;
-			job_note(j, LOG_ERROR, NULL, NULL, "%s: the restore of %s/%s from %s failed: %s",
-				 out->fix[i].origin, job, out->step, out->fix[i].from, r[i].text);
-		}
+	for (size_t i = 0; i < out->nfix; i++)
+		r[i] = (struct repair){ .type = MSG_RESTORE_ASK, .node = out->fix[i].origin,
+					.other = out->fix[i].from, .job = job, .step = out->step };
+	failed = run_all(j, r, out->nfix);
+	if (!failed) {
+		for (size_t i = 0; i < out->nsend; i++)
+			r[i] = (struct repair){ .type = MSG_RESEND_ASK, .node = out->send[i].origin,
+						.other = out->send[i].to, .job = job,
+						.step = out->step };
+		*sends_failed = run_all(j, r, out->nsend);
 	}
 	free(r);
 	return failed;
@@ -165,7 +205,8 @@ static int confirm_deep(struct job *j, const char *job, struct resume_in *in,
 		struct repl_answer *dans = NULL;
 		/* The job's nodes as the fast look found them: a node with
 		 * nothing of this step is still one of them. */
-		struct resume_in din = { .origins = out->origins, .norigins = out->norigins };
+		struct resume_in din = { .origins = out->origins, .norigins = out->norigins,
+					 .placement = in->placement };
 		struct resume_out dout = { 0 };
 		struct repl_flat df = { 0 };
 		size_t dn = 0;
@@ -235,6 +276,7 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 		rc = repl_flatten(ans, nans, &flat);
 	if (rc == 0) {
 		take(&in, &flat);
+		in.placement = repl_placement;
 		in.origins = (const char *const *)names;
 		in.norigins = nnames;
 		rc = resume_decide(&in, &out);
@@ -262,15 +304,28 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 		for (size_t i = 0; i < out.nfix; i++)
 			job_note(j, LOG_INFO, NULL, NULL, "would restore %s/%s on %s from %s", job,
 				 out.step, out.fix[i].origin, out.fix[i].from);
-		job_result(j, 0, path, NULL, "%s resumes from %s: %zu of %zu node%s to repair "
-			   "(a dry run: nothing was changed)", job, out.step, out.nfix, out.norigins,
-			   out.norigins == 1 ? "" : "s");
-	} else if (repair_all(j, job, &out) > 0) {
-		job_result(j, 1, NULL, NULL, "%s/%s: not every node could be repaired (above); "
-			   "nothing else was changed", job, out.step);
+		for (size_t i = 0; i < out.nsend; i++)
+			job_note(j, LOG_INFO, NULL, NULL, "would have %s send its %s/%s to %s again",
+				 out.send[i].origin, job, out.step, out.send[i].to);
+		job_result(j, 0, path, NULL, "%s resumes from %s: %zu of %zu node%s to repair, %zu "
+			   "cop%s to send again (a dry run: nothing was changed)", job, out.step,
+			   out.nfix, out.norigins, out.norigins == 1 ? "" : "s", out.nsend,
+			   out.nsend == 1 ? "y" : "ies");
 	} else {
-		job_result(j, 0, path, NULL, "%s resumes from %s on %zu node%s (%zu repaired)", job,
-			   out.step, out.norigins, out.norigins == 1 ? "" : "s", out.nfix);
+		size_t sends_failed, failed = repair_all(j, job, &out, &sends_failed);
+
+		if (failed)
+			job_result(j, 1, NULL, NULL, "%s/%s: not every node could be repaired "
+				   "(above); nothing else was changed", job, out.step);
+		else
+			/* A replica that could not be queued again costs redundancy,
+			 * not the resume: said above, and `verify --cluster` says it
+			 * until the next commit. */
+			job_result(j, 0, path, NULL, "%s resumes from %s on %zu node%s (%zu repaired, "
+				   "%zu cop%s sent again%s)", job, out.step, out.norigins,
+				   out.norigins == 1 ? "" : "s", out.nfix,
+				   out.nsend - sends_failed, out.nsend - sends_failed == 1 ? "y" : "ies",
+				   sends_failed ? "; some could not be: above" : "");
 	}
 out:
 	resume_out_free(&out);
@@ -282,21 +337,24 @@ out:
 
 int resume_serve(struct xport *x, const char *peer, const struct msg *req)
 {
-	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], from[CKPT_NAME_MAX + 1];
-	struct resume_fix fix = { repl.cfg->name, from };
-	struct repair r = { .fix = &fix, .job = job, .step = step };
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], other[CKPT_NAME_MAX + 1];
+	struct repair r = { .type = req->type, .node = repl.cfg->name, .other = other,
+			    .job = job, .step = step };
+	bool restore = req->type == MSG_RESTORE_ASK;
 	struct msg m;
 	int rc;
 
 	if (ckpt_get_name(req, K_JOB, job) < 0 || ckpt_get_name(req, K_STEP, step) < 0 ||
-	    ckpt_get_name(req, K_HOLDER, from) < 0) {
-		log_warn("restore asked by %s refused: no valid job, step or node name", peer);
-		peer_send_error(x, EBADMSG, "%s: a malformed restore request", repl.cfg->name);
+	    ckpt_get_name(req, K_HOLDER, other) < 0) {
+		log_warn("%s asked by %s refused: no valid job, step or node name",
+			 restore ? "a restore" : "a resend", peer);
+		peer_send_error(x, EBADMSG, "%s: a malformed request", repl.cfg->name);
 		return -EBADMSG;
 	}
-	log_info("%s asks this node to restore %s/%s from %s (resume)", peer, job, step, from);
-	repair_here(&r);
-	msg_init(&m, MSG_RESTORE_ANS);
+	log_info("%s asks this node to %s %s/%s %s %s (resume)", peer,
+		 restore ? "restore" : "send", job, step, restore ? "from" : "again to", other);
+	do_here(&r);
+	msg_init(&m, MSG_ASK_DONE);
 	msg_put_u64(&m, K_CODE, (uint64_t)r.code);
 	msg_put_str(&m, K_TEXT, r.text);
 	rc = x->ops->send(x, &m);

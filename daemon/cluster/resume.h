@@ -11,7 +11,10 @@
  * of each copy directory). Then every O whose own copy of S is not intact
  * restores it from an intact one, all of them at once: this node in place,
  * the others asked over the peer connection (MSG_RESTORE_ASK), each
- * running the same restore `stage restore` runs.
+ * running the same restore `stage restore` runs. Then each partner that
+ * placement puts a copy of an origin's step on, that answered and holds no
+ * intact copy (a replacement node lost the replicas it held), gets it again:
+ * the origin is asked to send it (MSG_RESEND_ASK), and replication does.
  *
  * The survey of every step is a fast one (sizes and mtimes, as `stage
  * verify`). With --deep, the step chosen is then surveyed again reading
@@ -41,6 +44,9 @@ struct resume_in {
 	size_t ncells;
 	const char *const *skip;     /* steps not to choose (found damaged by a deep look) */
 	size_t nskip;
+	/* Where placement puts ORIGIN's copies (up to cap names), or NULL:
+	 * no replica is checked. */
+	size_t (*placement)(const char *origin, const char **out, size_t cap);
 };
 
 struct resume_fix {
@@ -48,10 +54,17 @@ struct resume_fix {
 	const char *from;            /* the holder of the intact copy it comes from */
 };
 
+struct resume_send {
+	const char *origin;          /* who sends its copy of the step again */
+	const char *to;              /* the partner placement puts a copy on, which lacks it */
+};
+
 struct resume_out {
 	const char *step;            /* the step chosen (into the cells), NULL if none */
 	struct resume_fix *fix;      /* owned: the origins to repair */
 	size_t nfix;
+	struct resume_send *send;    /* owned: the replicas to send again */
+	size_t nsend;
 	char **why;                  /* owned: why each newer step (or any) does not qualify */
 	size_t nwhy;
 	const char **origins;        /* owned array, borrowed names: the job's nodes */
@@ -66,7 +79,8 @@ void resume_out_free(struct resume_out *out);
  * node's ckpt_root/JOB/STEP). nodes: --nodes, or NULL. */
 void resume_run(struct job *j, const char *job, const char *nodes);
 /* MSG_RESTORE_ASK from the resuming node: restores this node's own copy of
- * JOB/STEP from K_HOLDER and answers MSG_RESTORE_ANS with the restore's exit
+ * JOB/STEP from K_HOLDER; MSG_RESEND_ASK: queues this node's JOB/STEP for
+ * partner K_HOLDER again (repl_resend). Answers MSG_ASK_DONE with an exit
  * code and text. 0 to go on, -errno to close. */
 int resume_serve(struct xport *x, const char *peer, const struct msg *req);
 

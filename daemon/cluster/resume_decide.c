@@ -99,6 +99,37 @@ static int origin_ok(const struct resume_in *in, struct resume_out *out, const c
 	return 1;
 }
 
+/* The partners placement gives origin o that answered and hold no intact
+ * copy of step s: appended to out->send. */
+static int sends_for(const struct resume_in *in, struct resume_out *out, const char *s,
+		     const char *o)
+{
+	const char *place[64];
+	size_t n = in->placement ? in->placement(o, place, 64) : 0;
+
+	for (size_t k = 0; k < n; k++) {
+		bool has = false;
+		struct resume_send *v;
+
+		if (!reached(in, place[k]))
+			continue;       /* its copies are unknown: not sent blind */
+		for (size_t i = 0; i < in->ncells && !has; i++) {
+			const struct hold_cell *c = &in->cells[i];
+
+			has = held(c) && strcmp(c->origin, o) == 0 && strcmp(c->holder, place[k]) == 0 &&
+			      strcmp(c->step, s) == 0 && strcmp(c->state, "ok") == 0;
+		}
+		if (has)
+			continue;
+		v = realloc(out->send, (out->nsend + 1) * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		out->send = v;
+		out->send[out->nsend++] = (struct resume_send){ o, place[k] };
+	}
+	return 0;
+}
+
 static int cmp_desc(const void *a, const void *b)
 {
 	return ckpt_step_cmp(*(const char *const *)b, *(const char *const *)a);
@@ -162,6 +193,8 @@ int resume_decide(const struct resume_in *in, struct resume_out *out)
 		if (ok && rc >= 0) {
 			out->step = steps[s];
 			out->nfix = nfix;
+			for (size_t o = 0; o < norigins && rc >= 0; o++)
+				rc = sends_for(in, out, steps[s], out->origins[o]);
 		}
 	}
 	if (rc >= 0)
@@ -178,6 +211,7 @@ void resume_out_free(struct resume_out *out)
 		free(out->why[i]);
 	free(out->why);
 	free(out->fix);
+	free(out->send);
 	free(out->origins);
 	memset(out, 0, sizeof(*out));
 }

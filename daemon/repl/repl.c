@@ -539,6 +539,48 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 	free(noted);
 }
 
+int repl_resend(const char *job, const char *step, const char *holder, char *why, size_t whylen)
+{
+	struct record *r;
+	size_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&repl.lock);
+	for (i = 0; i < repl.npartners; i++)
+		if (strcmp(repl.hosts.v[repl.partners[i].host].name, holder) == 0)
+			break;
+	r = repl_rec_find(job, step);
+	if (i == repl.npartners) {
+		snprintf(why, whylen, "%s is not a partner of %s", holder, repl.cfg->name);
+		rc = -ENOENT;
+	} else if (restore_pending(job, step)) {
+		snprintf(why, whylen, "%s/%s is being restored here", job, step);
+		rc = -EBUSY;
+	} else if (r && r->state == R_READY) {
+		if (r->copies[i].state != C_PENDING && r->copies[i].state != C_SENDING) {
+			r->copies[i].state = C_PENDING;
+			r->copies[i].tries = 0;
+			r->copies[i].why[0] = '\0';
+			repl_rec_save(r);
+		}
+	} else if (!r || r->state == R_FAILED) {
+		char mf[8192];
+
+		snprintf(mf, sizeof(mf), "%s/%s/%s/%s", repl.cfg->ckpt_root, job, step, MF_NAME);
+		if (access(mf, F_OK) < 0) {
+			snprintf(why, whylen, "%s/%s is not committed on %s", job, step,
+				 repl.cfg->name);
+			rc = -ENOENT;
+		} else if (!commit_locked(job, step)) {
+			snprintf(why, whylen, "out of memory");
+			rc = -ENOMEM;
+		}
+	}                       /* R_HASHING: it is sent once hashed */
+	pthread_cond_broadcast(&repl.cond);
+	pthread_mutex_unlock(&repl.lock);
+	return rc;
+}
+
 void repl_commit_run(struct job *j, const char *path_arg)
 {
 	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[2048];

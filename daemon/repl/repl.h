@@ -40,6 +40,12 @@ int repl_recv_serve(uint16_t type, repl_serve_fn *serve);
 
 /* Serves MSG_COMMIT_REQ (sends the result). */
 void repl_commit_run(struct job *j, const char *path);
+/* Sends this node's JOB/STEP to partner `holder` again (it lost its copy:
+ * a replacement node): the copy is queued anew if the commit's record is
+ * kept, else the step is committed again (hashed, and offered to every
+ * partner, which take only what they lack). 0, or -errno with why
+ * (-ENOENT: not a partner, or no committed step; -EBUSY: being restored). */
+int repl_resend(const char *job, const char *step, const char *holder, char *why, size_t whylen);
 /* K_NAME/K_VALUE pairs for `stage status` (peers, transfers). */
 void repl_status(struct msg *m);
 /* K_NAME/K_VALUE pairs for `stage ls`, one per checkpoint. */

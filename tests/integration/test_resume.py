@@ -41,7 +41,8 @@ def test_all_intact_newest_step(job3):
     n0 = job3[0]
     cp = resume(n0)
     assert cp.stdout.splitlines()[-1] == str(ckpt(n0, JOB, "step-200")), cp.stdout
-    assert "resumes from step-200 on 3 nodes (0 repaired)" in cp.stderr, cp.stderr
+    assert "resumes from step-200 on 3 nodes (0 repaired, 0 copies sent again)" in cp.stderr, \
+        cp.stderr
     # --json for scripts: the path in the result.
     cp = n0.run("resume", JOB, json=True)
     res = [json.loads(l) for l in cp.stdout.splitlines()][-1]
@@ -70,25 +71,34 @@ def test_lost_and_damaged_shards_repaired_everywhere(job3):
     cp = resume(n0, "--deep")
     # The path is all of stdout: CKPT=$(stage resume JOB) takes it whole.
     assert cp.stdout == str(ckpt(n0, JOB, "step-200")) + "\n", cp.stdout
-    assert "(2 repaired)" in cp.stderr, cp.stderr
+    assert "(2 repaired, 0 copies sent again)" in cp.stderr, cp.stderr
     assert lost.read_bytes() == want1
     assert bad.read_bytes() == want2
     for d in job3:
         assert d.run("verify", ckpt(d, JOB, "step-200")).returncode == 0
 
 
-def test_replacement_node_gets_its_shards_back(job3):
+def test_replacement_node_gets_its_shards_and_holdings_back(job3):
+    """A replacement node (same name, empty disks): its own shards come back
+    from its partner's replica, and the replica it held for n1 is sent to it
+    again by n1, so that verify --cluster is clean without another commit."""
     n0, n1, n2 = job3
     want = (ckpt(n2, JOB, "step-200") / "shard-n2.pt").read_bytes()
     n2.stop()
-    shutil.rmtree(n2.base / "ckpt")
-    shutil.rmtree(n2.state_dir)
-    (n2.base / "ckpt").mkdir()
-    n2.state_dir.mkdir()
+    for d in (n2.base / "ckpt", n2.state_dir, n2.base / "replicas"):
+        shutil.rmtree(d)
+        d.mkdir()
     n2.start()
+    cp = resume(n0, "--dry-run")
+    assert "would restore llm/step-200 on n2 from n0" in cp.stderr, cp.stderr
+    assert "would have n1 send its llm/step-200 to n2 again" in cp.stderr, cp.stderr
     cp = resume(n1)                    # asked from another node: n2 is repaired remotely
     assert cp.stdout.splitlines()[-1] == str(ckpt(n1, JOB, "step-200"))
+    assert "(1 repaired, 1 copy sent again)" in cp.stderr, cp.stderr
     assert (ckpt(n2, JOB, "step-200") / "shard-n2.pt").read_bytes() == want
+    wait_for(lambda: n0.run("verify", ckpt(n0, JOB, "step-200"), "--cluster").returncode == 0,
+             60, "verify --cluster clean once n1's copy is on n2 again", interval=0.5)
+    assert (n2.base / "replicas" / "n1" / JOB / "step-200" / "shard-n1.pt").exists()
 
 
 def test_incomplete_newest_step_falls_back(job3):

@@ -89,6 +89,48 @@ static void test_repairs_from_an_intact_copy(void **state)
 	resume_out_free(&out);
 }
 
+/* Placement: the next node of the ring n0 -> n1 -> n2 -> n0. */
+static size_t ring(const char *origin, const char **out, size_t cap)
+{
+	for (size_t i = 0; i < 3; i++)
+		if (strcmp(origin, names3[i]) == 0 && cap) {
+			out[0] = names3[(i + 1) % 3];
+			return 1;
+		}
+	return 0;
+}
+
+static void test_lost_replicas_sent_again(void **state)
+{
+	/* n1 was replaced: its own copy and n0's replica on it are gone. */
+	struct hold_cell c[] = {
+		CELL("n0", "n0", "ok", "step-100", 10),
+		CELL("n1", "n2", "ok", "step-100", 11),
+		CELL("n2", "n2", "ok", "step-100", 12), CELL("n2", "n0", "ok", "step-100", 12),
+	};
+	bool up[] = { true, true, true };
+	struct resume_in in = in3(c, sizeof(c) / sizeof(c[0]));
+	struct resume_out out;
+
+	in.placement = ring;
+	assert_int_equal(resume_decide(&in, &out), 0);
+	assert_int_equal(out.nfix, 1);
+	assert_string_equal(out.fix[0].origin, "n1");
+	assert_string_equal(out.fix[0].from, "n2");
+	assert_int_equal(out.nsend, 1);
+	assert_string_equal(out.send[0].origin, "n0");
+	assert_string_equal(out.send[0].to, "n1");
+	resume_out_free(&out);
+	/* A partner that did not answer is not sent to blind. */
+	up[1] = false;
+	in.reached = up;
+	in.origins = (const char *const[]){ "n0", "n2" };
+	in.norigins = 2;
+	assert_int_equal(resume_decide(&in, &out), 0);
+	assert_int_equal(out.nsend, 0);
+	resume_out_free(&out);
+}
+
 static void test_falls_back_and_says_why(void **state)
 {
 	struct hold_cell c[] = {
@@ -185,6 +227,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_newest_intact_natural_order),
 		cmocka_unit_test(test_repairs_from_an_intact_copy),
+		cmocka_unit_test(test_lost_replicas_sent_again),
 		cmocka_unit_test(test_falls_back_and_says_why),
 		cmocka_unit_test(test_two_commits_not_mixed),
 		cmocka_unit_test(test_unasked_origin_blocks),
