@@ -269,17 +269,20 @@ static int progress_human(struct cli_out *o, const struct msg *m)
 static struct span cause_of(struct span text, struct span path)
 {
 	const char *p = text.p, *end = text.p + text.n, *at;
+	struct span found = { "", 0 };
 
-	/* The path stands in the text as ROOT/PATH (or opens it). */
+	/* The path stands in the text as ROOT/PATH (or opens it); the last
+	 * such place is it, since ROOT itself may hold "/PATH (" (a root
+	 * named "/stage/x (2)" of a file "x"). */
 	while (path.n && (at = memmem(p, (size_t)(end - p), path.p, path.n)) != NULL) {
 		struct span rest = { at + path.n, (size_t)(end - at - path.n) };
 
 		if ((at == text.p || at[-1] == '/') && rest.n >= 2 &&
 		    (memcmp(rest.p, ": ", 2) == 0 || memcmp(rest.p, " (", 2) == 0))
-			return rest;
+			found = rest;
 		p = at + 1;
 	}
-	return (struct span){ "", 0 };
+	return found;
 }
 
 static int note_human(struct cli_out *o, const struct msg *m)

@@ -119,17 +119,20 @@ static int daemonize(const struct stage_config *cfg)
 	snprintf(logpath, sizeof(logpath), "%s/staged.log", cfg->state_dir);
 	fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
 	if (fd < 0) {
+		int err = errno;
+
 		fprintf(stderr, "staged: cannot open its log %s (in state_dir): %s; fix that, or run "
-			"it with --foreground\n", logpath, strerror(errno));
-		return -errno;
+			"it with --foreground\n", logpath, strerror(err));
+		return -err;
 	}
-	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+	if (pipe2(pipefd, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		int err = errno;
+
+		fprintf(stderr, "staged: cannot go to the background: %s; run it with --foreground\n",
+			strerror(err));
 		close(fd);
-		return -errno;
+		return -err;
 	}
-	pid = fork();
-	if (pid < 0)
-		return -errno;
 	if (pid > 0) {
 		close(pipefd[1]);
 		await_child(pipefd[0], logpath);

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/digest.h"
 #include "common/proto.h"
 #include "common/xport.h"
 #include "daemon/job/job.h"
@@ -52,6 +53,9 @@ size_t repl_placement(const char *origin, const char **holders, size_t cap);
 /* Serves MSG_RESTORE_REQ (repl_restore.c; sends the result). from: the
  * node to restore from (--from), or NULL for the best copy. */
 void repl_restore_run(struct job *j, const char *path, const char *from);
+/* The same, restoring only commit *pin (resume's choice): refused when this
+ * node's own manifest or the holder's copy is of another commit. */
+void repl_restore_pinned(struct job *j, const char *path, const char *from, const digest_t *pin);
 /* MSG_FETCH_REQ from a peer (repl_fetch.c): the manifest or a byte range of
  * the copy this node holds of the peer's own checkpoint. 0 to go on, -errno
  * to close the connection (a refusal has been sent). */

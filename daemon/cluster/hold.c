@@ -134,8 +134,8 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 		free(c.text[i]);
 }
 
-/* Every step of one copy's job directory, the newest HOLD_STEPS_MAX of them
- * (natural order): what resume chooses from. */
+/* Every committed step of one copy's job directory, the newest
+ * HOLD_STEPS_MAX of them (natural order): what resume chooses from. */
 static void survey_steps(const struct stage_config *cfg, const char *origin, const char *label,
 			 int job_dir, bool deep, bool own, struct msg *m)
 {
@@ -151,12 +151,19 @@ static void survey_steps(const struct stage_config *cfg, const char *origin, con
 			close(fd);
 		return;
 	}
-	/* Keep the newest: insert in order, the oldest falls off the end. */
+	/* Keep the newest: insert in order, the oldest falls off the end.
+	 * Only steps with a manifest: a trainer's tensorboard/ or tmp/ beside
+	 * its steps must not push them out of the survey (names sort after
+	 * step-N), and a step without one is nothing to resume from. */
 	while ((e = readdir(d))) {
+		char mf[CKPT_NAME_MAX + sizeof(MF_NAME) + 2];
 		size_t k;
 
 		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
 		    e->d_type == DT_REG || e->d_type == DT_LNK)
+			continue;
+		snprintf(mf, sizeof(mf), "%s/%s", e->d_name, MF_NAME);
+		if (faccessat(job_dir, mf, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		for (k = 0; k < n && ckpt_step_cmp(steps[k], e->d_name) > 0; k++)
 			;
@@ -225,6 +232,13 @@ int hold_serve(struct xport *x, const char *peer, const struct msg *req)
 	int rc;
 
 	msg_get_u64(req, K_FLAGS, &flags);
+	/* Every byte of every step held: a question nobody asks, that could
+	 * keep a node reading for hours. */
+	if ((flags & REQ_ALLSTEPS) && (flags & REQ_DEEP)) {
+		log_warn("question from %s refused: every step, deep", peer);
+		peer_send_error(x, EINVAL, "%s: a deep survey is of one step", repl.cfg->name);
+		return -EINVAL;
+	}
 	if (ckpt_get_name(req, K_JOB, job) < 0 ||
 	    (!(flags & REQ_ALLSTEPS) && ckpt_get_name(req, K_STEP, step) < 0)) {
 		log_warn("question from %s refused: no valid job or step name", peer);

@@ -73,14 +73,14 @@ static void *ask_main(void *arg)
 		rc = peer_refused(&m, repl.hosts.v[a->host].name, ans->why, sizeof(ans->why));
 		msg_free(&m);
 	} else if (m.type == MSG_HOLD && (groups = count_groups(&m)) >
-		   (size_t)HOSTS_MAX_NODES * (a->step ? 1 : HOLD_STEPS_MAX)) {
+		   (a->step ? (size_t)HOSTS_MAX_NODES : HOLD_STEPS_MAX * repl.hosts.n)) {
 		/* One group per origin held, and origins are node names: more
 		 * than a hosts file can name is a lie. Refused before parsing:
 		 * cverify's decision costs origins x nodes x cells (44,000 in
 		 * one frame kept a verify busy for 38 s). */
 		snprintf(ans->why, sizeof(ans->why), "%s: an answer of %zu copy groups (at most %d)",
 			 repl.hosts.v[a->host].name, groups,
-			 HOSTS_MAX_NODES * (a->step ? 1 : HOLD_STEPS_MAX));
+			 a->step ? HOSTS_MAX_NODES : (int)(HOLD_STEPS_MAX * repl.hosts.n));
 		rc = -EBADMSG;
 		msg_free(&m);
 	} else if (m.type != MSG_HOLD ||

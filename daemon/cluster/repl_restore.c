@@ -67,6 +67,7 @@ struct bad {                       /* a finding of the local verify */
 struct restore {
 	struct job *j;
 	const char *job, *step, *holder;
+	const digest_t *pin;           /* resume: the only commit to restore, or NULL */
 	digest_t root;
 	struct xport *x;
 	struct io_uring ring;
@@ -840,8 +841,24 @@ static void run(struct restore *r, const char *from)
 		goto out;
 	}
 	have_local = ckpt_manifest_root(r->stage_fd, "manifest", &local_root, NULL, NULL, 0) == 0;
-	if (choose(r, ans, nans, have_local, local_root, from != NULL) < 0) {
+	if (r->pin && have_local && !digest_eq(local_root, *r->pin)) {
+		char a[DIGEST_HEX_LEN + 1], b[DIGEST_HEX_LEN + 1];
+
+		digest_to_hex(local_root, a);
+		digest_to_hex(*r->pin, b);
+		job_result(r->j, 1, NULL, NULL, "not restoring %s: this node's manifest of it (root "
+			   "%s) is of another commit than the one chosen (root %s); `stage restore "
+			   "%s --from %s` takes that copy whole", r->path, a, b, r->path, from);
+		goto out;
+	}
+	/* Pinned, the holder's copy must be of that commit too: no forcing. */
+	if (choose(r, ans, nans, have_local, local_root, from != NULL && !r->pin) < 0) {
 		job_result(r->j, 1, NULL, NULL, "cannot restore %s: %s", r->path, r->why);
+		goto out;
+	}
+	if (r->pin && !digest_eq(r->root, *r->pin)) {
+		job_result(r->j, 1, NULL, NULL, "not restoring %s: the copy on %s is of another "
+			   "commit than the one chosen (it changed since)", r->path, r->holder);
 		goto out;
 	}
 	rc = repl_dial((size_t)hosts_find(&repl.hosts, r->holder), REPL_CONNECT_MS, REPL_IO_MS,
@@ -954,9 +971,14 @@ out:
 
 void repl_restore_run(struct job *j, const char *path, const char *from)
 {
+	repl_restore_pinned(j, path, from, NULL);
+}
+
+void repl_restore_pinned(struct job *j, const char *path, const char *from, const digest_t *pin)
+{
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
-	struct restore r = { .j = j, .job = job, .step = step, .step_fd = -1, .stage_fd = -1,
-			     .tmp_fd = -1 };
+	struct restore r = { .j = j, .job = job, .step = step, .pin = pin, .step_fd = -1,
+			     .stage_fd = -1, .tmp_fd = -1 };
 	int rc;
 
 	if (ckpt_locate(j->cfg, path, false, origin, job, step, r.why, sizeof(r.why)) < 0) {

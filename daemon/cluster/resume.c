@@ -29,6 +29,7 @@ struct repair {
 	uint16_t type;              /* MSG_RESTORE_ASK or MSG_RESEND_ASK */
 	const char *node;           /* the origin asked */
 	const char *other;          /* the holder restored from, or the partner sent to */
+	digest_t root;              /* MSG_RESTORE_ASK: the commit to restore */
 	const char *job, *step;
 	pthread_t thread;
 	bool started;
@@ -55,7 +56,7 @@ static void do_here(struct repair *r)
 	job_begin(&sub, -1, 0, repl.cfg, "restore", path);
 	sub.code = 1;
 	snprintf(sub.result, sizeof(sub.result), "the restore ended without a result");
-	repl_restore_run(&sub, path, r->other);
+	repl_restore_pinned(&sub, path, r->other, &r->root);
 	r->code = sub.code;
 	snprintf(r->text, sizeof(r->text), "%s", sub.result);
 	job_end(&sub);
@@ -82,6 +83,12 @@ static void do_there(struct repair *r)
 	msg_put_str(&m, K_JOB, r->job);
 	msg_put_str(&m, K_STEP, r->step);
 	msg_put_str(&m, K_HOLDER, r->other);
+	if (r->type == MSG_RESTORE_ASK) {
+		char hex[DIGEST_HEX_LEN + 1];
+
+		digest_to_hex(r->root, hex);
+		msg_put_str(&m, K_ROOT, hex);
+	}
 	rc = x->ops->send(x, &m);
 	msg_free(&m);
 	if (rc == 0)
@@ -173,7 +180,8 @@ static size_t repair_all(struct job *j, const char *job, const struct resume_out
 	atomic_store(&j->phase, "restore");
 	for (size_t i = 0; i < out->nfix; i++)
 		r[i] = (struct repair){ .type = MSG_RESTORE_ASK, .node = out->fix[i].origin,
-					.other = out->fix[i].from, .job = job, .step = out->step };
+					.other = out->fix[i].from, .root = out->fix[i].root,
+					.job = job, .step = out->step };
 	failed = run_all(j, r, out->nfix);
 	if (!failed) {
 		for (size_t i = 0; i < out->nsend; i++)
@@ -344,13 +352,19 @@ int resume_serve(struct xport *x, const char *peer, const struct msg *req)
 	struct msg m;
 	int rc;
 
+	char *hex = NULL;
+
 	if (ckpt_get_name(req, K_JOB, job) < 0 || ckpt_get_name(req, K_STEP, step) < 0 ||
-	    ckpt_get_name(req, K_HOLDER, other) < 0) {
+	    ckpt_get_name(req, K_HOLDER, other) < 0 ||
+	    (restore && (msg_get_str(req, K_ROOT, &hex) < 0 ||
+			 digest_from_hex(hex, strlen(hex), &r.root) < 0))) {
+		free(hex);
 		log_warn("%s asked by %s refused: no valid job, step or node name",
 			 restore ? "a restore" : "a resend", peer);
 		peer_send_error(x, EBADMSG, "%s: a malformed request", repl.cfg->name);
 		return -EBADMSG;
 	}
+	free(hex);
 	log_info("%s asks this node to %s %s/%s %s %s (resume)", peer,
 		 restore ? "restore" : "send", job, step, restore ? "from" : "again to", other);
 	do_here(&r);

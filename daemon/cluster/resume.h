@@ -31,6 +31,7 @@
 #include <stddef.h>
 
 #include "common/copygroup.h"
+#include "common/digest.h"
 #include "common/xport.h"
 #include "daemon/job/job.h"
 
@@ -52,6 +53,7 @@ struct resume_in {
 struct resume_fix {
 	const char *origin;          /* whose own copy is restored */
 	const char *from;            /* the holder of the intact copy it comes from */
+	digest_t root;               /* the commit chosen: nothing else is restored */
 };
 
 struct resume_send {

@@ -67,7 +67,7 @@ static bool reached(const struct resume_in *in, const char *node)
  * from if it must be repaired (NULL: its own is intact). 1 yes, 0 no (said
  * why), -ENOMEM. */
 static int origin_ok(const struct resume_in *in, struct resume_out *out, const char *s,
-		     const char *o, const char **from)
+		     const char *o, const char **from, digest_t *root)
 {
 	const struct hold_cell *own = NULL, *first = NULL;
 
@@ -96,6 +96,7 @@ static int origin_ok(const struct resume_in *in, struct resume_out *out, const c
 		return no(say(out, "%s: no copy of %s's shards on any node", s, o));
 	if (!own || strcmp(own->state, "ok") != 0)
 		*from = first->holder;
+	*root = first->root;
 	return 1;
 }
 
@@ -157,14 +158,33 @@ int resume_decide(const struct resume_in *in, struct resume_out *out)
 	for (size_t i = 0; !in->origins && i < in->nnodes; i++)
 		if (!in->reached[i] && !in_list(origins, norigins, in->names[i]))
 			origins[norigins++] = in->names[i];
-	for (size_t i = 0; i < in->ncells; i++) {
+	for (size_t i = 0; i < in->ncells && rc == 0; i++) {
 		const struct hold_cell *c = &in->cells[i];
 
-		if (!in->origins && c->origin[0] && !in_list(origins, norigins, c->origin))
+		/* A replica of a node the hosts file no longer names (a stale
+		 * replica_root/NAME) is no node of the job: said, left out. */
+		if (!in->origins && c->origin[0] && !in_list(origins, norigins, c->origin) &&
+		    !in_list(in->names, in->nnodes, c->origin)) {
+			origins[norigins++] = c->origin;      /* listed once, then dropped below */
+			rc = say(out, "%s (copies on %s) is not in the hosts file: left out of the job",
+				 c->origin, c->holder);
+		} else if (!in->origins && c->origin[0] && !in_list(origins, norigins, c->origin)) {
 			origins[norigins++] = c->origin;
+		}
 		if (held(c) && !in_list(steps, nsteps, c->step) &&
 		    !in_list(in->skip, in->nskip, c->step))
 			steps[nsteps++] = c->step;
+	}
+	if (rc < 0)
+		goto out;
+	/* Drop the ones the hosts file does not name. */
+	if (!in->origins) {
+		size_t k = 0;
+
+		for (size_t i = 0; i < norigins; i++)
+			if (in_list(in->names, in->nnodes, origins[i]))
+				origins[k++] = origins[i];
+		norigins = k;
 	}
 	out->origins = origins;
 	out->norigins = norigins;
@@ -182,13 +202,14 @@ int resume_decide(const struct resume_in *in, struct resume_out *out)
 
 		for (size_t o = 0; o < norigins && ok; o++) {
 			const char *from;
-			int r = origin_ok(in, out, steps[s], out->origins[o], &from);
+			digest_t root;
+			int r = origin_ok(in, out, steps[s], out->origins[o], &from, &root);
 
 			if (r < 0)
 				rc = r;
 			ok = r == 1;
 			if (ok && from)
-				out->fix[nfix++] = (struct resume_fix){ out->origins[o], from };
+				out->fix[nfix++] = (struct resume_fix){ out->origins[o], from, root };
 		}
 		if (ok && rc >= 0) {
 			out->step = steps[s];

@@ -8,11 +8,8 @@ ROOT = os.environ.get("CKPT_ROOT", "/var/lib/stage/ckpt") + "/demo"
 model = torch.nn.Linear(512, 512)
 opt = torch.optim.AdamW(model.parameters())
 start, path = 0, os.environ.get("RESUME_FROM")
-if path is None:                                   # run alone: ask for the step here
-    try:
-        path = stage.resume("demo")["path"]
-    except stage.StageFailed:                      # no step yet: a first run
-        path = ""
+if path is None:                                   # run alone (one process): ask here
+    path = "" if os.environ.get("FRESH") else stage.resume("demo")["path"]
 if path:
     state = {"model": model.state_dict(), "opt": opt.state_dict()}
     dcp.load(state, checkpoint_id=path)

@@ -3,7 +3,8 @@ can resume from, each node's own copy repaired from a partner's where it is
 not intact (a lost shard, a flipped byte, a replacement node's empty disk),
 the step's local path as the last line of stdout; older steps chosen when
 the newest is incomplete somewhere; --dry-run changing nothing; --nodes
-naming a node with nothing; bad input refused by exit 2."""
+naming a node the hosts file lacks, a node down; directories that are not
+steps beside them; bad input refused by exit 2."""
 import json
 import shutil
 
@@ -118,6 +119,18 @@ def test_incomplete_newest_step_falls_back(job3):
     assert cp.stdout.splitlines()[-1] == str(ckpt(n0, JOB, "step-200")), cp.stdout + cp.stderr
     assert "step-400: no intact copy of n1's shards on any node (its own is damaged) " \
         "(every byte read)" in cp.stderr, cp.stderr
+
+
+def test_other_directories_do_not_hide_steps(job3):
+    """A trainer's tensorboard/ or tmp/ beside its steps sorts after step-N:
+    the survey keeps steps with a manifest only, so they push none out."""
+    n0 = job3[0]
+    for k in range(20):
+        (ckpt(n0, JOB, f"zz-tmp-{k}")).mkdir(parents=True)
+    (ckpt(n0, JOB, "tensorboard") / "events").mkdir(parents=True)
+    cp = resume(n0)
+    assert cp.stdout.splitlines()[-1] == str(ckpt(n0, JOB, "step-200"))
+    assert "(0 repaired, 0 copies sent again)" in cp.stderr, cp.stderr
 
 
 def test_nodes_and_failures(job3, make_cluster):

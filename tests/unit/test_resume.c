@@ -202,6 +202,20 @@ static void test_nodes_naming_one_with_nothing(void **state)
 	resume_out_free(&out);
 }
 
+static void test_ghost_origin_left_out(void **state)
+{
+	/* n0 holds a stale replica of "old", a node the hosts file no longer names. */
+	struct hold_cell c[] = { INTACT("step-100", 10), CELL("old", "n0", "ok", "step-100", 77) };
+	struct resume_in in = in3(c, sizeof(c) / sizeof(c[0]));
+	struct resume_out out;
+
+	assert_int_equal(resume_decide(&in, &out), 0);
+	assert_string_equal(out.step, "step-100");
+	assert_int_equal(out.norigins, 3);
+	assert_true(said(&out, "old (copies on n0) is not in the hosts file: left out of the job"));
+	resume_out_free(&out);
+}
+
 static void test_skip_and_other_steps(void **state)
 {
 	static const char *const skip[] = { "step-200" };
@@ -232,6 +246,7 @@ int main(void)
 		cmocka_unit_test(test_two_commits_not_mixed),
 		cmocka_unit_test(test_unasked_origin_blocks),
 		cmocka_unit_test(test_nodes_naming_one_with_nothing),
+		cmocka_unit_test(test_ghost_origin_left_out),
 		cmocka_unit_test(test_skip_and_other_steps),
 	};
 
