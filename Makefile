@@ -141,7 +141,9 @@ VG_TESTS := $(addprefix tests/integration/, \
 	test_doctor.py::test_bad_input \
 	test_metrics.py::test_replication_both_ends_and_a_partner_down \
 	test_metrics.py::test_unwritable_textfile_warns_once_and_recovers \
-	test_resume.py::test_replacement_node_gets_its_shards_and_holdings_back)
+	test_resume.py::test_replacement_node_gets_its_shards_and_holdings_back \
+	test_durable.py::test_steps_drained_side_by_side \
+	test_durable.py::test_kill9_mid_drain_resumes)
 .PHONY: valgrind
 valgrind:
 	@command -v valgrind >/dev/null || { echo "make valgrind: no valgrind (make deps)" >&2; exit 2; }

@@ -216,6 +216,17 @@ static const struct cfg_entry cfg_table[] = {
 		 " | rdma: dir /sys/class/infiniband",
 	  .doc = "facts that must agree on every node: NAME: file PATH | NAME: dir PATH | NAME: run PROG ARG..." },
 
+	/* [durable]: the third tier (docs/ARCHITECTURE.md, "The durable tier") */
+	{ KEY_PATH("durable", "root", durable_root), .flags = F_NONE, .def = "",
+	  .doc = "a directory on shared storage each committed step is drained to, loadable as it "
+		 "is (ROOT/JOB/STEP); empty: none" },
+	{ KEY_INT("durable", "keep", durable_keep), .min = 1, .max = 1000000, .def = "2",
+	  .doc = "steps per job kept in root (this node's part of each)" },
+	{ KEY_INT("durable", "every", durable_every), .min = 1, .max = 1000000, .def = "1",
+	  .doc = "drain every Nth committed step of a job" },
+	{ KEY_SIZE("durable", "rate", durable_rate), .min = 0, .max = 1024 * GiB, .def = "0",
+	  .doc = "bytes per second the drain writes at most; 0 for no cap" },
+
 	/* [metrics]: extension, the textfile collector (docs/ARCHITECTURE.md, "Metrics") */
 	{ KEY_PATH("metrics", "textfile", metrics_textfile), .flags = F_NONE, .def = "",
 	  .check = check_textfile,

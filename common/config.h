@@ -59,6 +59,11 @@ struct stage_config {
 	int doctor_pairs_max;
 	uint64_t doctor_storage_size;
 	char *doctor_facts;         /* daemon/doctor/dr_local.h's syntax */
+	/* [durable]: the third tier (BRIEF §4) */
+	char *durable_root;         /* a directory on shared storage, "" for none */
+	int durable_keep;           /* steps per job kept there */
+	int durable_every;          /* drain every Nth committed step of a job */
+	uint64_t durable_rate;      /* extension: bytes/s, 0: no cap */
 	/* [metrics]: extension, `stage metrics` and the textfile collector */
 	char *metrics_textfile;     /* a *.prom path, "" for none */
 	int metrics_interval;       /* seconds between rewrites */

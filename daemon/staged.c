@@ -30,6 +30,7 @@
 #include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
 #include "daemon/repl/repl.h"
+#include "daemon/durable/drain.h"
 #include "daemon/metrics.h"
 #include "daemon/fs/roots.h"
 
@@ -349,6 +350,13 @@ int main(int argc, char **argv)
 		ret = 1;
 		goto out_close_repl;
 	}
+	ret = durable_start(&d.cfg, why, sizeof(why));
+	if (ret < 0) {
+		log_err("%s", why);
+		started(1, why);
+		ret = 1;
+		goto out_stop_metrics;
+	}
 	ret = io_uring_queue_init(64, &d.ring, 0);
 	if (ret < 0) {
 		snprintf(why, sizeof(why), "io_uring: %s (kernel.io_uring_disabled, or the "
@@ -356,7 +364,7 @@ int main(int argc, char **argv)
 		log_err("%s", why);
 		started(1, why);
 		ret = 1;
-		goto out_stop_metrics;
+		goto out_stop_durable;
 	}
 	log_info("node %s listening on %s (stage_root %s)", d.cfg.name, d.cfg.socket,
 		 d.cfg.stage_root);
@@ -374,12 +382,15 @@ int main(int argc, char **argv)
 	if (!wait_for_jobs()) {
 		/* Threads still use the configuration: leave it to the exit.
 		 * The metrics file goes, though: it must not outlive us. */
+		durable_stop();
 		metrics_stop();
 		log_info("stopped");
 		return 1;
 	}
 	log_info("stopped");
 	ret = ret < 0 ? 1 : 0;
+out_stop_durable:
+	durable_stop();
 out_stop_metrics:
 	metrics_stop();
 out_close_repl:

@@ -17,7 +17,6 @@
 #include "common/clock.h"
 #include "common/proto.h"
 
-#define BURST_NS 50000000ull            /* the cap allows a burst of 50 ms */
 
 int psend_open(struct psend *ps, uint64_t rate)
 {
@@ -25,7 +24,7 @@ int psend_open(struct psend *ps, uint64_t rate)
 
 	memset(ps, 0, sizeof(*ps));
 	ps->fd = -1;
-	ps->rate = rate;
+	pace_init(&ps->pace, rate);
 	ps->frame_cap = codec_chunk_bound(PSEND_PIECE);
 	ps->frame = malloc(ps->frame_cap);
 	if (!ps->frame)
@@ -131,25 +130,6 @@ static void drain(struct psend *ps)
 	ps->fd = -1;
 }
 
-static void rate_wait(struct psend *ps, size_t bytes)
-{
-	uint64_t now, d;
-
-	if (!ps->rate)
-		return;
-	now = mono_ns();
-	if (ps->tokens_t < now)
-		ps->tokens_t = now;
-	ps->tokens_t += (uint64_t)((double)bytes * 1e9 / (double)ps->rate);
-	if (ps->tokens_t > now + BURST_NS) {
-		d = ps->tokens_t - now - BURST_NS;
-		struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
-				       .tv_nsec = (long)(d % 1000000000ull) };
-
-		nanosleep(&ts, NULL);
-	}
-}
-
 int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64_t idx,
 		uint64_t off, uint64_t end, struct codec_params *cp, const struct psend_hooks *h,
 		const char *name, char *why, size_t whylen)
@@ -209,7 +189,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 			snprintf(why, whylen, "encoding %s: %s", name, strerror(-rc));
 			break;
 		}
-		rate_wait(ps, flen);
+		pace_take(&ps->pace, flen);
 		if (h->before)
 			h->before(h->arg);
 		msg_init(&m, MSG_DATA);

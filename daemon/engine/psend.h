@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/engine/pace.h"
+
 #include "common/codec.h"
 #include "common/xport.h"
 
@@ -48,8 +50,7 @@ struct psend {
 	bool broken;                    /* the ring failed: every later range fails */
 	uint8_t *frame;                 /* one encoded piece, owned */
 	size_t frame_cap;
-	uint64_t rate;                  /* bytes/s on the wire, 0: no cap */
-	uint64_t tokens_t;              /* monotonic ns the bucket is drained to */
+	struct pace pace;               /* the cap, over wire bytes */
 };
 
 /* What a caller adds to each piece. Any hook may be NULL. */

@@ -22,6 +22,12 @@ static const struct {
 				"Bytes of partners' checkpoint copies written on this node." },
 	[OBS_REPLICAS] = { "stage_replicas_received_total",
 			   "Partners' checkpoint copies confirmed on this node." },
+	[OBS_DURABLE_BYTES] = { "stage_durable_bytes_total",
+				"Bytes this node drained to the durable root." },
+	[OBS_DURABLE_STEPS] = { "stage_durable_steps_total",
+				"Steps whose part of this node was drained to the durable root." },
+	[OBS_DURABLE_FAILURES] = { "stage_durable_failures_total",
+				   "Drains that failed (the log says why); each is tried again." },
 	[OBS_REPLICA_FAILURES] = { "stage_replicas_failed_total",
 				   "Partners' copies that failed here: refused (disk full, a bad piece) or cut off." },
 };

@@ -28,6 +28,9 @@ enum obs_counter {
 	OBS_REPLICA_BYTES,       /* bytes written here as partners' copies */
 	OBS_REPLICAS,            /* partners' copies confirmed here */
 	OBS_REPLICA_FAILURES,    /* partners' copies that failed here (refused, or the sender lost) */
+	OBS_DURABLE_BYTES,       /* bytes drained to the durable root */
+	OBS_DURABLE_STEPS,       /* steps drained there (this node's part) */
+	OBS_DURABLE_FAILURES,    /* drains that failed (and are tried again) */
 	OBS__COUNTERS
 };
 

@@ -125,6 +125,7 @@ class Daemon:
         self.netns = netns
         self.doctor = dict(doctor) if doctor else None
         self.metrics = dict(metrics) if metrics else None
+        self.durable = None     # {key: value} for a [durable] section; set, then write_config
         self.exec_prefix = list(exec_prefix or [])
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
@@ -176,7 +177,9 @@ class Daemon:
              if self.cluster else "") + \
             ("[doctor]\n" + "".join(f"{k} = {v}\n" for k, v in self.doctor.items()) if self.doctor else "") + \
             ("[metrics]\n" + "".join(f"{k} = {v}\n" for k, v in self.metrics.items())
-             if self.metrics else "")
+             if self.metrics else "") + \
+            ("[durable]\n" + "".join(f"{k} = {v}\n" for k, v in self.durable.items())
+             if self.durable else "")
 
     def write_config(self):
         self.config_path.write_text(self.config_text())

@@ -1,0 +1,701 @@
+/* The drainer (drain.h has the states): scan, choose, drain, retire. */
+#include "daemon/durable/drain.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/digest.h"
+#include "common/log.h"
+#include "common/manifest.h"
+#include "daemon/ckpt/ckpt.h"
+#include "daemon/engine/pace.h"
+#include "daemon/engine/prio.h"
+#include "daemon/engine/uio.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/obs/obs.h"
+
+#define SCAN_MS 2000            /* how often committed steps are looked for */
+#define RETRY_MS 30000          /* after a failed drain, the next try of that job */
+#define BUF (1u << 20)
+#define PENDING_MAX 8           /* chosen steps of a job waiting to be drained */
+
+static struct {
+	const struct stage_config *cfg;   /* borrowed */
+	pthread_t thread;
+	bool running, stopping;
+	pthread_mutex_t lock;             /* stopping */
+	pthread_cond_t cond;              /* monotonic; signalled at stop */
+	struct io_uring ring;
+	struct pace pace;
+	uint8_t *buf;                     /* BUF bytes */
+} dr = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- which steps: state_dir/durable/JOB ---- */
+
+struct jstate {
+	char seen[CKPT_NAME_MAX + 1];     /* newest step considered, "" for none */
+	unsigned since;                   /* commits since the last chosen one */
+	char pending[PENDING_MAX][CKPT_NAME_MAX + 1];
+	size_t npending;
+};
+
+static void state_path(const char *job, char *out, size_t n)
+{
+	snprintf(out, n, "%s/durable/%s", dr.cfg->state_dir, job);
+}
+
+static void state_load(const char *job, struct jstate *s)
+{
+	char path[8192], line[CKPT_NAME_MAX + 32], name[CKPT_NAME_MAX + 1];
+	FILE *f;
+
+	memset(s, 0, sizeof(*s));
+	state_path(job, path, sizeof(path));
+	if (!(f = fopen(path, "re")))
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		const char *w;
+
+		if (sscanf(line, "seen %255s", name) == 1 && !config_check_name(name, &w))
+			snprintf(s->seen, sizeof(s->seen), "%s", name);
+		else if (sscanf(line, "since %u", &s->since) == 1)
+			;
+		else if (sscanf(line, "pending %255s", name) == 1 && !config_check_name(name, &w) &&
+			 s->npending < PENDING_MAX)
+			snprintf(s->pending[s->npending++], sizeof(s->pending[0]), "%s", name);
+	}
+	fclose(f);
+}
+
+/* Whole or not at all: a temporary, fsync, rename. */
+static int state_save(const char *job, const struct jstate *s)
+{
+	char path[8192], tmp[8300];
+	FILE *f;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "%s/durable", dr.cfg->state_dir);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	state_path(job, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (!(f = fopen(tmp, "we")))
+		return -errno;
+	fprintf(f, "seen %s\nsince %u\n", s->seen[0] ? s->seen : "-", s->since);
+	for (size_t i = 0; i < s->npending; i++)
+		fprintf(f, "pending %s\n", s->pending[i]);
+	if (fflush(f) != 0 || fsync(fileno(f)) < 0)
+		rc = -errno;
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	return rc;
+}
+
+/* ---- the committed steps of a job, in natural order ---- */
+
+static int cmp_step(const void *a, const void *b)
+{
+	return ckpt_step_cmp(a, b);
+}
+
+/* The step names of directory jobfd (valid names, in natural order, oldest
+ * first) that `want` takes, into *out (malloc'd, *n of them). */
+static int list_steps(int jobfd, bool (*want)(int jobfd, const char *step),
+		      char (**out)[CKPT_NAME_MAX + 1], size_t *n)
+{
+	int fd = dup(jobfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	char (*v)[CKPT_NAME_MAX + 1] = NULL;
+	struct dirent *e;
+	size_t cap = 0;
+	const char *w;
+
+	*n = 0;
+	*out = NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	while ((e = readdir(d))) {
+		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
+		    !want(jobfd, e->d_name))
+			continue;
+		if (*n == cap) {
+			void *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		snprintf(v[(*n)++], sizeof(v[0]), "%s", e->d_name);
+	}
+	closedir(d);
+	qsort(v, *n, sizeof(*v), cmp_step);
+	*out = v;
+	return 0;
+}
+
+static bool has(int dirfd, const char *step, const char *rel)
+{
+	char p[CKPT_NAME_MAX * 2 + 64];
+
+	snprintf(p, sizeof(p), "%s/%s", step, rel);
+	return faccessat(dirfd, p, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* In ckpt_root/JOB: committed (a manifest), and no restore under way (half a
+ * restore is not drained). */
+static bool is_committed(int jobfd, const char *step)
+{
+	return has(jobfd, step, MF_NAME) && !has(jobfd, step, MF_DIRNAME "/restoring");
+}
+
+static int committed(int jobfd, char (**out)[CKPT_NAME_MAX + 1], size_t *n)
+{
+	return list_steps(jobfd, is_committed, out, n);
+}
+
+/* ---- one file ---- */
+
+/* The content digest of the file at dfd/name, or -errno. */
+static int digest_file(int dfd, const char *name, digest_t *out)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	XXH3_state_t *st;
+	uint64_t off = 0;
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	if (!(st = XXH3_createState())) {
+		close(fd);
+		return -ENOMEM;
+	}
+	XXH3_128bits_reset(st);
+	while ((n = uio_pread(&dr.ring, fd, dr.buf, BUF, off)) > 0) {
+		XXH3_128bits_update(st, dr.buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	*out = XXH3_128bits_digest(st);
+	XXH3_freeState(st);
+	close(fd);
+	return n < 0 ? (int)n : 0;
+}
+
+/* Copies src/rel to dst/rel: a temporary beside it, every byte hashed on
+ * the way and compared with the manifest's digest, made durable, given its
+ * mode and mtime, renamed in place but never over a file that is there
+ * already: one of the same content (this origin's, from a drain cut short)
+ * stays, any other is another origin's: a conflict. 0 or -errno with why. */
+static int drain_file(int src, int dst, const struct mf_entry *e, const char *self, char *why,
+		      size_t whylen)
+{
+	const char *base, *what;
+	char tmp[CKPT_NAME_MAX + 512];
+	int in = -1, out = -1, pfd, rc = 0;
+	XXH3_state_t *st = XXH3_createState();
+	uint64_t off = 0;
+	digest_t got;
+
+	if (!st)
+		return -ENOMEM;
+	pfd = treeops_open_parent(dst, e->path, &base);
+	if (pfd < 0) {
+		rc = pfd;
+		snprintf(why, whylen, "%s: %s", e->path, strerror(-rc));
+		goto out;
+	}
+	snprintf(tmp, sizeof(tmp), ".%.255s.stage-drain.%s", base, self);
+	in = openat(src, e->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	out = in < 0 ? -1 : openat(pfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+				    0600);
+	if (in < 0 || out < 0) {
+		rc = -errno;
+		if (in < 0)
+			snprintf(why, whylen, "opening %s: %s", e->path, strerror(-rc));
+		else
+			snprintf(why, whylen, "creating %s beside %s: %s", tmp, e->path, strerror(-rc));
+		goto out;
+	}
+	XXH3_128bits_reset(st);
+	while (off < e->size) {
+		ssize_t n = uio_pread(&dr.ring, in, dr.buf, BUF, off);
+
+		if (n <= 0) {
+			rc = n < 0 ? (int)n : -ESTALE;   /* shorter than its manifest: changed */
+			snprintf(why, whylen, "reading %s: %s", e->path, n < 0 ? strerror(-rc) :
+				 "it is shorter than its manifest says");
+			goto out;
+		}
+		pace_take(&dr.pace, (size_t)n);
+		XXH3_128bits_update(st, dr.buf, (size_t)n);
+		if ((rc = uio_pwrite(&dr.ring, out, dr.buf, (size_t)n, off)) < 0) {
+			snprintf(why, whylen, "writing %s: %s", e->path, strerror(-rc));
+			goto out;
+		}
+		off += (uint64_t)n;
+		obs_add(OBS_DURABLE_BYTES, (uint64_t)n);
+	}
+	got = XXH3_128bits_digest(st);
+	if (!digest_eq(got, e->digest)) {
+		rc = -ESTALE;
+		snprintf(why, whylen, "%s does not hash to its manifest's digest: it changed after "
+			 "the commit", e->path);
+		goto out;
+	}
+	if (fdatasync(out) < 0 ||
+	    treeops_set_meta(out, false, 0, 0, e->mode, e->mtime_ns, &what) < 0) {
+		rc = -errno;
+		snprintf(why, whylen, "writing %s: %s", e->path, strerror(-rc));
+		goto out;
+	}
+	if (renameat2(pfd, tmp, pfd, base, RENAME_NOREPLACE) < 0) {
+		digest_t there;
+
+		rc = -errno;
+		if (rc == -EEXIST && digest_file(pfd, base, &there) == 0 &&
+		    digest_eq(there, e->digest)) {
+			rc = 0;         /* ours, from a drain cut short: it stays */
+		} else if (rc == -EEXIST) {
+			snprintf(why, whylen, "%s is there already, of other content: two nodes write "
+				 "the same file name into one step (left as it is)", e->path);
+		} else {
+			snprintf(why, whylen, "renaming %s: %s", e->path, strerror(-rc));
+		}
+		unlinkat(pfd, tmp, 0);
+	}
+out:
+	if (rc < 0 && out >= 0)
+		unlinkat(pfd, tmp, 0);
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	if (pfd >= 0)
+		close(pfd);
+	XXH3_freeState(st);
+	return rc;
+}
+
+static int drain_link(int dst, const struct mf_entry *e, const char *self, char *why,
+		      size_t whylen)
+{
+	const char *base;
+	char tmp[CKPT_NAME_MAX + 512], there[4096];
+	int pfd = treeops_open_parent(dst, e->path, &base), rc = 0;
+	ssize_t n;
+
+	if (pfd < 0) {
+		snprintf(why, whylen, "%s: %s", e->path, strerror(-pfd));
+		return pfd;
+	}
+	snprintf(tmp, sizeof(tmp), ".%.255s.stage-drain.%s", base, self);
+	unlinkat(pfd, tmp, 0);
+	if (symlinkat(e->target, pfd, tmp) < 0 || renameat2(pfd, tmp, pfd, base,
+							     RENAME_NOREPLACE) < 0) {
+		rc = -errno;
+		n = readlinkat(pfd, base, there, sizeof(there) - 1);
+		if (rc == -EEXIST && n >= 0 && (size_t)n == strlen(e->target) &&
+		    memcmp(there, e->target, (size_t)n) == 0)
+			rc = 0;
+		else
+			snprintf(why, whylen, "%s: %s", e->path, rc == -EEXIST ? "there already, "
+				 "of another target: two nodes write the same name" : strerror(-rc));
+		unlinkat(pfd, tmp, 0);
+	}
+	close(pfd);
+	return rc;
+}
+
+/* ---- one step ---- */
+
+static int copy_manifest(int src, int dst, const char *self, char *why, size_t whylen)
+{
+	char name[CKPT_NAME_MAX + 32], tmp[CKPT_NAME_MAX + 48];
+	int in, out, sd, rc = 0;
+	uint64_t off = 0;
+	ssize_t n;
+
+	sd = treeops_mkdirs_beneath(dst, MF_DIRNAME, 0755);
+	if (sd < 0) {
+		snprintf(why, whylen, "%s: %s", MF_DIRNAME, strerror(-sd));
+		return sd;
+	}
+	snprintf(name, sizeof(name), "manifest.%s", self);
+	snprintf(tmp, sizeof(tmp), ".manifest.%s.tmp", self);
+	in = openat(src, MF_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	out = openat(sd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (in < 0 || out < 0)
+		rc = -errno;
+	while (rc == 0 && (n = uio_pread(&dr.ring, in, dr.buf, BUF, off)) > 0) {
+		rc = uio_pwrite(&dr.ring, out, dr.buf, (size_t)n, off);
+		off += (uint64_t)n;
+	}
+	/* The durable root's own file system decides what durable means: the
+	 * files' data (fdatasync each), their names (syncfs), then this. */
+	if (rc == 0 && (syncfs(out) < 0 || fsync(out) < 0 || renameat(sd, tmp, sd, name) < 0 ||
+			fsync(sd) < 0))
+		rc = -errno;
+	if (rc < 0) {
+		snprintf(why, whylen, "writing %s/%s: %s", MF_DIRNAME, name, strerror(-rc));
+		unlinkat(sd, tmp, 0);
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	close(sd);
+	return rc;
+}
+
+/* Whether dst already holds this origin's manifest with src's root. */
+static bool drained(int src, int dst, const char *self)
+{
+	char name[CKPT_NAME_MAX + 32];
+	digest_t a, b;
+
+	snprintf(name, sizeof(name), "%s/manifest.%s", MF_DIRNAME, self);
+	return ckpt_manifest_root(src, MF_NAME, &a, NULL, NULL, 0) == 0 &&
+	       ckpt_manifest_root(dst, name, &b, NULL, NULL, 0) == 0 && digest_eq(a, b);
+}
+
+static int drain_step(const char *job, const char *step, char *why, size_t whylen)
+{
+	const char *self = dr.cfg->name;
+	char rel[2 * CKPT_NAME_MAX + 2];
+	struct mf_reader *r = NULL;
+	struct mf_entry e = { 0 };
+	int src, dst, rc;
+
+	snprintf(rel, sizeof(rel), "%s/%s", job, step);
+	src = treeops_open_beneath_path(dr.cfg->ckpt_root, rel);
+	if (src < 0) {
+		snprintf(why, whylen, "%s/%s: %s", dr.cfg->ckpt_root, rel, strerror(-src));
+		return src;
+	}
+	dst = open(dr.cfg->durable_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dst >= 0) {
+		int root = dst;
+
+		dst = treeops_mkdirs_beneath(root, rel, 0755);
+		close(root);
+	} else {
+		dst = -errno;
+	}
+	if (dst < 0) {
+		snprintf(why, whylen, "%s/%s: %s", dr.cfg->durable_root, rel, strerror(-dst));
+		close(src);
+		return dst;
+	}
+	if (drained(src, dst, self)) {
+		rc = 0;
+		goto out;
+	}
+	rc = mf_reader_open(&r, src, MF_NAME, MF_COMPLETE);
+	while (rc == 0 && (rc = mf_reader_next(r, &e)) == 1) {
+		rc = 0;
+		if (e.type == MF_DIR && *e.path) {
+			int d = treeops_mkdirs_beneath(dst, e.path, e.mode & 07777);
+
+			if (d < 0) {
+				rc = d;
+				snprintf(why, whylen, "%s: %s", e.path, strerror(-rc));
+			} else {
+				close(d);
+			}
+		} else if (e.type == MF_FILE) {
+			rc = drain_file(src, dst, &e, self, why, whylen);
+		} else if (e.type == MF_LINK) {
+			rc = drain_link(dst, &e, self, why, whylen);
+		}
+		mf_entry_free(&e);
+		pthread_mutex_lock(&dr.lock);
+		if (dr.stopping && rc == 0)
+			rc = -ECANCELED;
+		pthread_mutex_unlock(&dr.lock);
+	}
+	if (rc < 0 && !*why)
+		snprintf(why, whylen, "its manifest: %s", r ? mf_reader_why(r) : strerror(-rc));
+	if (rc == 0)
+		rc = copy_manifest(src, dst, self, why, whylen);
+	if (rc == 0)
+		obs_add(OBS_DURABLE_STEPS, 1);
+out:
+	if (r)
+		mf_reader_close(r);
+	close(dst);
+	close(src);
+	return rc;
+}
+
+/* ---- retiring ---- */
+
+/* This origin's part of durable_root/JOB/STEP: its files and links, its
+ * manifest, then the directories it named that are left empty (deepest
+ * first: the manifest lists them parents first); what another origin still
+ * has files in stays. */
+static void retire_step(int jobdir, const char *job, const char *step)
+{
+	char name[CKPT_NAME_MAX + 32], **dirs = NULL;
+	struct mf_reader *r = NULL;
+	struct mf_entry e = { 0 };
+	size_t ndirs = 0;
+	int sd = treeops_open_beneath(jobdir, step);
+
+	if (sd < 0)
+		return;
+	snprintf(name, sizeof(name), "%s/manifest.%s", MF_DIRNAME, dr.cfg->name);
+	if (mf_reader_open(&r, sd, name, MF_COMPLETE) == 0) {
+		while (mf_reader_next(r, &e) == 1) {
+			if (e.type != MF_DIR) {
+				unlinkat(sd, e.path, 0);
+			} else if (*e.path) {
+				char **v = realloc(dirs, (ndirs + 1) * sizeof(*v));
+
+				if (v && (v[ndirs] = strdup(e.path)) != NULL)
+					ndirs++;
+				if (v)
+					dirs = v;
+			}
+			mf_entry_free(&e);
+		}
+		mf_reader_close(r);
+	}
+	unlinkat(sd, name, 0);
+	while (ndirs--) {
+		unlinkat(sd, dirs[ndirs], AT_REMOVEDIR);
+		free(dirs[ndirs]);
+	}
+	free(dirs);
+	unlinkat(sd, MF_DIRNAME, AT_REMOVEDIR);
+	close(sd);
+	if (unlinkat(jobdir, step, AT_REMOVEDIR) == 0)
+		log_info("durable: %s/%s retired", job, step);
+}
+
+/* In durable_root/JOB: this origin's part drained (its manifest there). */
+static bool is_mine(int jobfd, const char *step)
+{
+	char name[CKPT_NAME_MAX + 32];
+
+	snprintf(name, sizeof(name), "%s/manifest.%s", MF_DIRNAME, dr.cfg->name);
+	return has(jobfd, step, name);
+}
+
+/* All but the newest `keep` of this origin's drained steps of JOB. */
+static void retire(const char *job)
+{
+	char (*steps)[CKPT_NAME_MAX + 1] = NULL;
+	int jd = treeops_open_beneath_path(dr.cfg->durable_root, job);
+	size_t n = 0;
+
+	if (jd < 0)
+		return;
+	if (list_steps(jd, is_mine, &steps, &n) == 0)
+		for (size_t i = 0; i + (size_t)dr.cfg->durable_keep < n; i++)
+			retire_step(jd, job, steps[i]);
+	free(steps);
+	close(jd);
+}
+
+/* ---- the thread ---- */
+
+/* New committed steps of JOB chosen (every `every`th), the chosen drained
+ * oldest first. A failure leaves the step chosen, tried again after
+ * RETRY_MS, and replication never waits for any of it. */
+static void drain_job(const char *job, int jobfd, uint64_t *retry_at)
+{
+	char (*steps)[CKPT_NAME_MAX + 1] = NULL, why[2048];
+	struct jstate s;
+	size_t n = 0;
+	int rc;
+
+	if (mono_ns() < *retry_at || committed(jobfd, &steps, &n) < 0 || !n) {
+		free(steps);
+		return;
+	}
+	state_load(job, &s);
+	if (!s.seen[0] || strcmp(s.seen, "-") == 0) {
+		/* A job first seen: its newest step, not its whole history. */
+		snprintf(s.pending[0], sizeof(s.pending[0]), "%s", steps[n - 1]);
+		s.npending = 1;
+		s.since = 0;
+		snprintf(s.seen, sizeof(s.seen), "%s", steps[n - 1]);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			if (ckpt_step_cmp(steps[i], s.seen) <= 0)
+				continue;
+			snprintf(s.seen, sizeof(s.seen), "%s", steps[i]);
+			if (++s.since < (unsigned)dr.cfg->durable_every)
+				continue;
+			s.since = 0;
+			if (s.npending == PENDING_MAX) {        /* far behind: the oldest goes */
+				memmove(s.pending[0], s.pending[1], sizeof(s.pending[0]) *
+					(PENDING_MAX - 1));
+				s.npending--;
+			}
+			snprintf(s.pending[s.npending++], sizeof(s.pending[0]), "%s", steps[i]);
+		}
+	}
+	state_save(job, &s);
+	while (s.npending) {
+		bool present = false;
+
+		for (size_t i = 0; i < n && !present; i++)
+			present = strcmp(steps[i], s.pending[0]) == 0;
+		why[0] = '\0';
+		rc = present ? drain_step(job, s.pending[0], why, sizeof(why)) : 0;
+		if (rc == -ECANCELED)
+			break;
+		if (rc < 0) {
+			obs_add(OBS_DURABLE_FAILURES, 1);
+			log_err("durable: %s/%s not drained to %s: %s; trying again in %d s", job,
+				s.pending[0], dr.cfg->durable_root, why, RETRY_MS / 1000);
+			*retry_at = mono_ns() + RETRY_MS * 1000000ull;
+			break;
+		}
+		if (present)
+			log_info("durable: %s/%s drained to %s/%s/%s", job, s.pending[0],
+				 dr.cfg->durable_root, job, s.pending[0]);
+		memmove(s.pending[0], s.pending[1], sizeof(s.pending[0]) * (PENDING_MAX - 1));
+		s.npending--;
+		state_save(job, &s);
+		retire(job);
+	}
+	free(steps);
+}
+
+struct retry {                  /* per job, in memory: when to try again */
+	char job[CKPT_NAME_MAX + 1];
+	uint64_t at;
+};
+
+static void scan(struct retry **rv, size_t *nr)
+{
+	DIR *d = opendir(dr.cfg->ckpt_root);
+	struct dirent *e;
+	const char *w;
+
+	while (d && (e = readdir(d))) {
+		uint64_t *at = NULL;
+		int jfd;
+
+		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0)
+			continue;
+		for (size_t i = 0; i < *nr && !at; i++)
+			if (strcmp((*rv)[i].job, e->d_name) == 0)
+				at = &(*rv)[i].at;
+		if (!at) {
+			struct retry *v = realloc(*rv, (*nr + 1) * sizeof(*v));
+
+			if (!v)
+				continue;
+			*rv = v;
+			snprintf(v[*nr].job, sizeof(v[0].job), "%s", e->d_name);
+			v[*nr].at = 0;
+			at = &v[(*nr)++].at;
+		}
+		jfd = treeops_open_beneath(dirfd(d), e->d_name);
+		if (jfd < 0)
+			continue;
+		drain_job(e->d_name, jfd, at);
+		close(jfd);
+	}
+	if (d)
+		closedir(d);
+}
+
+static void *drain_main(void *arg)
+{
+	struct retry *rv = NULL;
+	size_t nr = 0;
+
+	prio_background(dr.cfg->priority, "the drainer");
+	pthread_mutex_lock(&dr.lock);
+	while (!dr.stopping) {
+		uint64_t next = mono_ns() + SCAN_MS * 1000000ull;
+		struct timespec ts = { (time_t)(next / 1000000000ull), (long)(next % 1000000000ull) };
+
+		pthread_mutex_unlock(&dr.lock);
+		scan(&rv, &nr);
+		pthread_mutex_lock(&dr.lock);
+		while (!dr.stopping && pthread_cond_timedwait(&dr.cond, &dr.lock, &ts) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&dr.lock);
+	free(rv);
+	return NULL;
+}
+
+int durable_start(const struct stage_config *cfg, char *why, size_t whylen)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	dr.cfg = cfg;
+	if (!cfg->durable_root[0])
+		return 0;
+	dr.buf = aligned_alloc(4096, BUF);
+	if (!dr.buf)
+		return -ENOMEM;
+	rc = uio_init(&dr.ring);
+	if (rc < 0) {
+		snprintf(why, whylen, "the durable drain: io_uring: %s", strerror(-rc));
+		goto out_free_buf;
+	}
+	pace_init(&dr.pace, cfg->durable_rate);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&dr.cond, &ca);
+	pthread_condattr_destroy(&ca);
+	dr.stopping = false;
+	rc = -pthread_create(&dr.thread, NULL, drain_main, NULL);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot start the durable drain: %s", strerror(-rc));
+		goto out_destroy_cond;
+	}
+	dr.running = true;
+	log_info("durable: draining committed steps to %s (keep %d, every %d)", cfg->durable_root,
+		 cfg->durable_keep, cfg->durable_every);
+	return 0;
+
+out_destroy_cond:
+	pthread_cond_destroy(&dr.cond);
+	io_uring_queue_exit(&dr.ring);
+out_free_buf:
+	free(dr.buf);
+	dr.buf = NULL;
+	return rc;
+}
+
+void durable_stop(void)
+{
+	if (!dr.running)
+		return;
+	pthread_mutex_lock(&dr.lock);
+	dr.stopping = true;
+	pthread_cond_signal(&dr.cond);
+	pthread_mutex_unlock(&dr.lock);
+	pthread_join(dr.thread, NULL);
+	pthread_cond_destroy(&dr.cond);
+	io_uring_queue_exit(&dr.ring);
+	free(dr.buf);
+	dr.buf = NULL;
+	dr.running = false;
+}

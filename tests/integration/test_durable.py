@@ -1,0 +1,138 @@
+"""The durable tier on real daemons: each node's committed steps drained to
+one shared directory ([durable] root) as ROOT/JOB/STEP with every node's
+files side by side and a manifest per node, byte for byte the originals;
+`every` and `keep`; a drain killed mid-file resumed after restart; two
+nodes writing the same file name refused, not overwritten; a full durable
+root named, replication unaffected."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import need_root
+from helpers import F, ckpt, commit_wait, make_tree, wait_for, after_kill9
+
+JOB = "llm"
+
+
+def durable_cluster(make_cluster, root, n=2, **durable):
+    nodes = make_cluster(n, replicas=1, transfer={"watch": "off"}, start=False)
+    for d in nodes:
+        d.durable = {"root": root, **durable}
+        d.write_config()
+    return nodes
+
+
+def step(d, name, files, seed):
+    return make_tree(ckpt(d, JOB, name), files, seed=seed)
+
+
+def drained(root, name, node):
+    return (root / JOB / name / ".stage" / f"manifest.{node}").exists()
+
+
+def same_bytes(a, b):
+    return a.read_bytes() == b.read_bytes()
+
+
+def test_steps_drained_side_by_side(make_cluster, tmp_path):
+    root = tmp_path / "nfs-ckpt"
+    root.mkdir()
+    n0, n1 = durable_cluster(make_cluster, root)
+    for d in (n0, n1):
+        d.start()
+    s0 = step(n0, "step-100", [F("__0_0.distcp", size=300_000), F(".metadata", data=b"meta\n"),
+                               F("sub/opt-0.pt", size=70_000)], 1)
+    s1 = step(n1, "step-100", [F("__1_0.distcp", size=200_000)], 2)
+    commit_wait(n0, s0)
+    commit_wait(n1, s1)
+    wait_for(lambda: drained(root, "step-100", "n0") and drained(root, "step-100", "n1"), 30,
+             "both nodes' parts of step-100 on the durable root")
+    dst = root / JOB / "step-100"
+    for src, rel in [(s0, "__0_0.distcp"), (s0, ".metadata"), (s0, "sub/opt-0.pt"),
+                     (s1, "__1_0.distcp")]:
+        assert same_bytes(src / rel, dst / rel), rel
+        assert os.stat(src / rel).st_mtime_ns == os.stat(dst / rel).st_mtime_ns, rel
+    # Each node's manifest is its commit's, and nothing half-written is left.
+    assert (dst / ".stage" / "manifest.n0").read_bytes() == (s0 / ".stage" / "manifest").read_bytes()
+    assert not [p for p in dst.rglob("*stage-drain*")], list(dst.rglob("*"))
+    m = n0.run("metrics").stdout
+    assert "stage_durable_steps_total 1\n" in m and "stage_durable_failures_total 0\n" in m, m
+
+
+def test_every_and_keep(make_cluster, tmp_path):
+    root = tmp_path / "nfs-ckpt"
+    root.mkdir()
+    (n0,) = durable_cluster(make_cluster, root, n=1, keep=2, every=2)
+    n0.start()
+    for k in range(1, 8):
+        commit_wait(n0, step(n0, f"step-{k}00", [F("w.pt", size=10_000 + k)], k))
+        if k == 1:      # a job first seen: its newest step, at once
+            wait_for(lambda: drained(root, "step-100", "n0"), 30, "step-100 drained")
+    # After step-100: every second commit (300, 500, 700); keep = 2.
+    wait_for(lambda: drained(root, "step-700", "n0"), 30, "step-700 drained")
+    wait_for(lambda: not (root / JOB / "step-300").exists(), 30, "step-300 retired")
+    have = sorted(p.name for p in (root / JOB).iterdir())
+    assert have == ["step-500", "step-700"], have
+
+
+def test_kill9_mid_drain_resumes(make_cluster, tmp_path):
+    root = tmp_path / "nfs-ckpt"
+    root.mkdir()
+    (n0,) = durable_cluster(make_cluster, root, n=1, rate="4MiB")
+    n0.start()
+    big = step(n0, "step-100", [F("big.pt", size=24 << 20), F("small.pt", size=1000)], 3)
+    commit_wait(n0, big)
+    wait_for(lambda: list((root / JOB / "step-100").glob(".big.pt.stage-drain.*")) and True,
+             30, "the drain under way")
+    n0.kill9()
+    assert not drained(root, "step-100", "n0")
+    assert not (root / JOB / "step-100" / "big.pt").exists(), "a half file under its final name"
+    after_kill9()
+    n0.transfer.pop("rate", None)
+    n0.durable.pop("rate", None)
+    n0.write_config()
+    n0.start()
+    wait_for(lambda: drained(root, "step-100", "n0"), 60, "the drain done after the restart")
+    assert same_bytes(big / "big.pt", root / JOB / "step-100" / "big.pt")
+    assert not list((root / JOB / "step-100").glob(".*stage-drain*"))
+
+
+def test_same_name_from_two_nodes_refused(make_cluster, tmp_path):
+    root = tmp_path / "nfs-ckpt"
+    root.mkdir()
+    n0, n1 = durable_cluster(make_cluster, root)
+    for d in (n0, n1):
+        d.start()
+    commit_wait(n0, step(n0, "step-100", [F("model.pt", size=5000)], 1))
+    wait_for(lambda: drained(root, "step-100", "n0"), 30, "n0's part drained")
+    want = (root / JOB / "step-100" / "model.pt").read_bytes()
+    commit_wait(n1, step(n1, "step-100", [F("model.pt", size=6000)], 2))
+    wait_for(lambda: "two nodes write the same file name" in n1.log(), 30, "n1's refusal logged")
+    assert (root / JOB / "step-100" / "model.pt").read_bytes() == want, "n0's file overwritten"
+    assert not drained(root, "step-100", "n1")
+    assert "model.pt" in [l for l in n1.log().splitlines() if "same file name" in l][0]
+
+
+def test_full_durable_root_named_replication_unaffected(make_cluster, tmp_path):
+    need_root("a tmpfs mount")
+    root = tmp_path / "small"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)], check=True)
+    try:
+        n0, n1 = durable_cluster(make_cluster, root)
+        for d in (n0, n1):
+            d.start()
+        s = step(n0, "step-100", [F("big.pt", size=4 << 20)], 4)
+        commit_wait(n0, s)                  # replicated and confirmed regardless
+        wait_for(lambda: "not drained to" in n0.log(), 30, "the failed drain logged")
+        line = [l for l in n0.log().splitlines() if "not drained to" in l][0]
+        assert str(root) in line and "No space left on device" in line, line
+        assert not drained(root, "step-100", "n0")
+        assert not list(root.rglob("*stage-drain*")), "a temporary left on the full root"
+        assert n1.run("verify", n1.base / "replicas" / "n0" / JOB / "step-100").returncode == 0
+        n0.assert_serving()
+    finally:
+        for d in (n0, n1):
+            d.stop()
+        subprocess.run(["umount", str(root)], check=False)
