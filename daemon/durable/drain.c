@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +33,10 @@
 static struct {
 	const struct stage_config *cfg;   /* borrowed */
 	pthread_t thread;
-	bool running, stopping;
-	pthread_mutex_t lock;             /* stopping */
+	bool running;
+	atomic_bool stopping;             /* read between pieces too: a stop never waits
+					   * for a big file at a low rate */
+	pthread_mutex_t lock;             /* with cond, the wait between scans */
 	pthread_cond_t cond;              /* monotonic; signalled at stop */
 	struct io_uring ring;
 	struct pace pace;
@@ -235,8 +238,13 @@ static int drain_file(int src, int dst, const struct mf_entry *e, const char *se
 	}
 	XXH3_128bits_reset(st);
 	while (off < e->size) {
-		ssize_t n = uio_pread(&dr.ring, in, dr.buf, BUF, off);
+		ssize_t n;
 
+		if (atomic_load(&dr.stopping)) {
+			rc = -ECANCELED;
+			goto out;
+		}
+		n = uio_pread(&dr.ring, in, dr.buf, BUF, off);
 		if (n <= 0) {
 			rc = n < 0 ? (int)n : -ESTALE;   /* shorter than its manifest: changed */
 			snprintf(why, whylen, "reading %s: %s", e->path, n < 0 ? strerror(-rc) :
@@ -425,10 +433,8 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 			rc = drain_link(dst, &e, self, why, whylen);
 		}
 		mf_entry_free(&e);
-		pthread_mutex_lock(&dr.lock);
-		if (dr.stopping && rc == 0)
+		if (rc == 0 && atomic_load(&dr.stopping))
 			rc = -ECANCELED;
-		pthread_mutex_unlock(&dr.lock);
 	}
 	if (rc < 0 && !*why)
 		snprintf(why, whylen, "its manifest: %s", r ? mf_reader_why(r) : strerror(-rc));
@@ -628,14 +634,15 @@ static void *drain_main(void *arg)
 
 	prio_background(dr.cfg->priority, "the drainer");
 	pthread_mutex_lock(&dr.lock);
-	while (!dr.stopping) {
+	while (!atomic_load(&dr.stopping)) {
 		uint64_t next = mono_ns() + SCAN_MS * 1000000ull;
 		struct timespec ts = { (time_t)(next / 1000000000ull), (long)(next % 1000000000ull) };
 
 		pthread_mutex_unlock(&dr.lock);
 		scan(&rv, &nr);
 		pthread_mutex_lock(&dr.lock);
-		while (!dr.stopping && pthread_cond_timedwait(&dr.cond, &dr.lock, &ts) != ETIMEDOUT)
+		while (!atomic_load(&dr.stopping) &&
+		       pthread_cond_timedwait(&dr.cond, &dr.lock, &ts) != ETIMEDOUT)
 			;
 	}
 	pthread_mutex_unlock(&dr.lock);
@@ -664,7 +671,7 @@ int durable_start(const struct stage_config *cfg, char *why, size_t whylen)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&dr.cond, &ca);
 	pthread_condattr_destroy(&ca);
-	dr.stopping = false;
+	atomic_store(&dr.stopping, false);
 	rc = -pthread_create(&dr.thread, NULL, drain_main, NULL);
 	if (rc < 0) {
 		snprintf(why, whylen, "cannot start the durable drain: %s", strerror(-rc));
@@ -689,7 +696,7 @@ void durable_stop(void)
 	if (!dr.running)
 		return;
 	pthread_mutex_lock(&dr.lock);
-	dr.stopping = true;
+	atomic_store(&dr.stopping, true);
 	pthread_cond_signal(&dr.cond);
 	pthread_mutex_unlock(&dr.lock);
 	pthread_join(dr.thread, NULL);

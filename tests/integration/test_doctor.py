@@ -5,7 +5,7 @@ veth whose other end is a port of a Linux bridge in a fifth namespace, so
 every pair of nodes can talk. n0 is the asker (its daemon coordinates). The
 faults, all real:
 
-  - the slow pair n1-n2: an htb class of 200 Mbit/s on n1's veth for packets
+  - the slow pair n1-n2: an htb class of 100 Mbit/s on n1's veth for packets
     to n2 and on n2's for packets to n1 (u32 on the destination; pure ACKs
     aside, Net.shape says why), every other pair unshaped; iperf3 over it,
     run by the test (one way and both ways at once, as the doctor
@@ -56,7 +56,7 @@ PORT = 29500                     # the job's port ([doctor] ports' default)
 PEER_PORT = 7431
 SUBNET = "10.231.9"
 SLOW = (1, 2)                    # the shaped pair
-SLOW_RATE = "200mbit"
+SLOW_RATE = "100mbit"
 FIREWALLED = 3                   # drops PORT
 SKEWED = 2                       # under faketime
 SKEW_S = 3
@@ -69,7 +69,8 @@ NODES = [f"n{i}" for i in range(4)]
 # pair: every unshaped pair then measures the cap, whatever the 2 CPUs have
 # free (a 1 GiB/s cap left them CPU-bound, and under ASan one direction read
 # 0.66 against a median of 1.70: "far below"), still far above the slow
-# pair's 200 Mbit/s.
+# pair's 100 Mbit/s (200 left too little room: a loaded ASan run read an
+# unshaped pair at 0.37 against the 2 x 0.19 the test asks).
 DOCTOR = {"duration_ms": 500, "storage_size": "16MiB", "port_sample": 2, "rate": "64MiB"}
 # Summary checks ("bandwidth / all", "latency / all"): present, not held to a
 # particular ok when a pair is a problem.
@@ -298,7 +299,7 @@ class Net:
         for packets to the other. No default class: everything else leaves
         unshaped. Pure ACKs (TCP, IP length < 128) to the other go in a
         class of their own, not behind the data: the doctor measures both
-        directions of a pair at once, and in one FIFO at 200 Mbit/s the
+        directions of a pair at once, and in one FIFO at 100 Mbit/s the
         reverse direction's ACKs wait behind this direction's data (a
         deep buffer, not a slow link: iperf3 --bidir then gets 0.19 one
         way and 0.12 the other, the doctor 0.10-0.19 with four streams)."""
@@ -493,7 +494,7 @@ def net(tmp_path_factory):
 @pytest.mark.timeout(60)
 def test_netns_topology_is_what_the_faults_say(net):
     """Before any doctor: the topology and faults are real. Unshaped pairs are
-    fast; the shaped pair carries ~200 Mbit/s each way, one way at a time
+    fast; the shaped pair carries ~100 Mbit/s each way, one way at a time
     and both at once (as the doctor measures), while the others stay fast
     (iperf3; kept as the reference); the nft rule drops port 29500 on n3
     only (a connect times out; another port answers, a third is refused);
@@ -514,7 +515,7 @@ def test_netns_topology_is_what_the_faults_say(net):
     assert fast > 1.0, f"an unshaped pair carries only {fast:.2f} Gbit/s"
     assert other > 1.0, f"n1>n3 carries only {other:.2f} Gbit/s with the n1-n2 shaping on"
     for v in (slow_ab, slow_ba, bi_ab, bi_ba):
-        assert 0.15 < v < 0.21, f"the shaped pair carries {v:.3f} Gbit/s, want about 0.2"
+        assert 0.075 < v < 0.105, f"the shaped pair carries {v:.3f} Gbit/s, want about 0.1"
 
     # Port 29500 dropped inside n3, only there and only that port.
     net.firewall(True)
