@@ -103,6 +103,8 @@ static int state_save(const char *job, const struct jstate *s)
 		rc = -errno;
 	if (rc == 0 && rename(tmp, path) < 0)
 		rc = -errno;
+	if (rc < 0)
+		unlink(tmp);
 	return rc;
 }
 
@@ -176,16 +178,38 @@ static int committed(int jobfd, char (**out)[CKPT_NAME_MAX + 1], size_t *n)
 
 /* ---- one file ---- */
 
-/* The content digest of the file at dfd/name, or -errno. */
+/* A temporary's name beside BASE: of fixed length whatever BASE's (a name
+ * near NAME_MAX must drain too), this node's own. */
+static void tmp_name(char *out, size_t n, const char *base, const char *self)
+{
+	snprintf(out, n, ".stage-drain.%.64s.%016llx", self,
+		 (unsigned long long)XXH3_64bits(base, strlen(base)));
+}
+
+/* Creates the temporary afresh: whatever stood there (a planted hard
+ * link, a leftover) is unlinked first, and O_EXCL makes sure. */
+static int create_tmp(int pfd, const char *tmp)
+{
+	unlinkat(pfd, tmp, 0);
+	return openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
+/* The content digest of the regular file at dfd/name, or -errno (-EINVAL
+ * for anything else: a fifo planted there must not hang the drainer). */
 static int digest_file(int dfd, const char *name, digest_t *out)
 {
-	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	XXH3_state_t *st;
+	struct stat sb;
 	uint64_t off = 0;
 	ssize_t n;
 
 	if (fd < 0)
 		return -errno;
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
 	if (!(st = XXH3_createState())) {
 		close(fd);
 		return -ENOMEM;
@@ -203,15 +227,17 @@ static int digest_file(int dfd, const char *name, digest_t *out)
 
 /* Copies src/rel to dst/rel: a temporary beside it, every byte hashed on
  * the way and compared with the manifest's digest, made durable, given its
- * mode and mtime, renamed in place but never over a file that is there
- * already: one of the same content (this origin's, from a drain cut short)
- * stays, any other is another origin's: a conflict. 0 or -errno with why. */
-static int drain_file(int src, int dst, const struct mf_entry *e, const char *self, char *why,
-		      size_t whylen)
+ * mode (without set-id bits: the copy is root's, on shared storage) and
+ * mtime, renamed in place but never over a file that is there already,
+ * unless `ours` (this node's last drain of the step named it); one of the
+ * same content from a drain cut short stays; any other is another origin's:
+ * a conflict. 0 or -errno with why. */
+static int drain_file(int src, int dst, const struct mf_entry *e, const char *self, bool ours,
+		      char *why, size_t whylen)
 {
-	const char *base, *what;
-	char tmp[CKPT_NAME_MAX + 512];
-	int in = -1, out = -1, pfd, rc = 0;
+	const char *base, *sbase, *what;
+	char tmp[128];
+	int in = -1, out = -1, pfd, spfd = -1, rc = 0;
 	XXH3_state_t *st = XXH3_createState();
 	uint64_t off = 0;
 	digest_t got;
@@ -224,10 +250,12 @@ static int drain_file(int src, int dst, const struct mf_entry *e, const char *se
 		snprintf(why, whylen, "%s: %s", e->path, strerror(-rc));
 		goto out;
 	}
-	snprintf(tmp, sizeof(tmp), ".%.255s.stage-drain.%s", base, self);
-	in = openat(src, e->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	out = in < 0 ? -1 : openat(pfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-				    0600);
+	tmp_name(tmp, sizeof(tmp), base, self);
+	/* The source too is opened with no symlink on its way. */
+	spfd = treeops_open_parent(src, e->path, &sbase);
+	errno = spfd < 0 ? -spfd : 0;
+	in = spfd < 0 ? -1 : openat(spfd, sbase, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	out = in < 0 ? -1 : create_tmp(pfd, tmp);
 	if (in < 0 || out < 0) {
 		rc = -errno;
 		if (in < 0)
@@ -268,12 +296,12 @@ static int drain_file(int src, int dst, const struct mf_entry *e, const char *se
 		goto out;
 	}
 	if (fdatasync(out) < 0 ||
-	    treeops_set_meta(out, false, 0, 0, e->mode, e->mtime_ns, &what) < 0) {
+	    treeops_set_meta(out, false, 0, 0, e->mode & 01777, e->mtime_ns, &what) < 0) {
 		rc = -errno;
 		snprintf(why, whylen, "writing %s: %s", e->path, strerror(-rc));
 		goto out;
 	}
-	if (renameat2(pfd, tmp, pfd, base, RENAME_NOREPLACE) < 0) {
+	if (renameat2(pfd, tmp, pfd, base, ours ? 0 : RENAME_NOREPLACE) < 0) {
 		digest_t there;
 
 		rc = -errno;
@@ -295,6 +323,8 @@ out:
 		close(in);
 	if (out >= 0)
 		close(out);
+	if (spfd >= 0)
+		close(spfd);
 	if (pfd >= 0)
 		close(pfd);
 	XXH3_freeState(st);
@@ -305,7 +335,7 @@ static int drain_link(int dst, const struct mf_entry *e, const char *self, char 
 		      size_t whylen)
 {
 	const char *base;
-	char tmp[CKPT_NAME_MAX + 512], there[4096];
+	char tmp[128], there[4096];
 	int pfd = treeops_open_parent(dst, e->path, &base), rc = 0;
 	ssize_t n;
 
@@ -313,7 +343,7 @@ static int drain_link(int dst, const struct mf_entry *e, const char *self, char 
 		snprintf(why, whylen, "%s: %s", e->path, strerror(-pfd));
 		return pfd;
 	}
-	snprintf(tmp, sizeof(tmp), ".%.255s.stage-drain.%s", base, self);
+	tmp_name(tmp, sizeof(tmp), base, self);
 	unlinkat(pfd, tmp, 0);
 	if (symlinkat(e->target, pfd, tmp) < 0 || renameat2(pfd, tmp, pfd, base,
 							     RENAME_NOREPLACE) < 0) {
@@ -333,12 +363,14 @@ static int drain_link(int dst, const struct mf_entry *e, const char *self, char 
 
 /* ---- one step ---- */
 
-static int copy_manifest(int src, int dst, const char *self, char *why, size_t whylen)
+/* The manifest the drain read (mfd, from its start) as
+ * dst/.stage/manifest.NODE: temporary, fsync, rename, fsync of .stage. */
+static int copy_manifest(int mfd, int dst, const char *self, char *why, size_t whylen)
 {
 	char name[CKPT_NAME_MAX + 32], tmp[CKPT_NAME_MAX + 48];
-	int in, out, sd, rc = 0;
+	int out, sd, rc = 0;
 	uint64_t off = 0;
-	ssize_t n;
+	ssize_t n = 0;
 
 	sd = treeops_mkdirs_beneath(dst, MF_DIRNAME, 0755);
 	if (sd < 0) {
@@ -347,14 +379,15 @@ static int copy_manifest(int src, int dst, const char *self, char *why, size_t w
 	}
 	snprintf(name, sizeof(name), "manifest.%s", self);
 	snprintf(tmp, sizeof(tmp), ".manifest.%s.tmp", self);
-	in = openat(src, MF_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	out = openat(sd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (in < 0 || out < 0)
+	out = create_tmp(sd, tmp);
+	if (out < 0)
 		rc = -errno;
-	while (rc == 0 && (n = uio_pread(&dr.ring, in, dr.buf, BUF, off)) > 0) {
+	while (rc == 0 && (n = uio_pread(&dr.ring, mfd, dr.buf, BUF, off)) > 0) {
 		rc = uio_pwrite(&dr.ring, out, dr.buf, (size_t)n, off);
 		off += (uint64_t)n;
 	}
+	if (rc == 0 && n < 0)
+		rc = (int)n;
 	/* The durable root's own file system decides what durable means: the
 	 * files' data (fdatasync each), their names (syncfs), then this. */
 	if (rc == 0 && (syncfs(out) < 0 || fsync(out) < 0 || renameat(sd, tmp, sd, name) < 0 ||
@@ -364,12 +397,92 @@ static int copy_manifest(int src, int dst, const char *self, char *why, size_t w
 		snprintf(why, whylen, "writing %s/%s: %s", MF_DIRNAME, name, strerror(-rc));
 		unlinkat(sd, tmp, 0);
 	}
-	if (in >= 0)
-		close(in);
 	if (out >= 0)
 		close(out);
 	close(sd);
 	return rc;
+}
+
+/* The paths of the files and links a manifest lists (component order, as
+ * it lists them), for bsearch with mf_path_cmp. 0 (none if there is no
+ * such manifest) or -errno. */
+struct paths {
+	char **v;
+	size_t n;
+};
+
+static int path_cmp(const void *a, const void *b)
+{
+	return mf_path_cmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int paths_add(int dirfd, const char *name, struct paths *p)
+{
+	struct mf_reader *r = NULL;
+	struct mf_entry e = { 0 };
+	int rc;
+
+	if (mf_reader_open(&r, dirfd, name, MF_COMPLETE) < 0)
+		return 0;
+	while ((rc = mf_reader_next(r, &e)) == 1) {
+		char **v;
+
+		if (e.type != MF_DIR && (v = realloc(p->v, (p->n + 1) * sizeof(*v))) != NULL) {
+			p->v = v;
+			p->v[p->n++] = e.path;
+			e.path = NULL;
+		}
+		mf_entry_free(&e);
+	}
+	mf_reader_close(r);
+	qsort(p->v, p->n, sizeof(*p->v), path_cmp);
+	return rc < 0 ? rc : 0;
+}
+
+static bool paths_has(const struct paths *p, const char *path)
+{
+	return p->n && bsearch(&path, p->v, p->n, sizeof(*p->v), path_cmp) != NULL;
+}
+
+static void paths_free(struct paths *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		free(p->v[i]);
+	free(p->v);
+	p->v = NULL;
+	p->n = 0;
+}
+
+/* Every other origin's manifest in the step's .stage: what they claim. */
+static void others_paths(int sd, const char *self, struct paths *p)
+{
+	int fd = openat(sd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	char mine[CKPT_NAME_MAX + 32];
+	struct dirent *de;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	snprintf(mine, sizeof(mine), "manifest.%s", self);
+	while ((de = readdir(d)))
+		if (strncmp(de->d_name, "manifest.", 9) == 0 && strcmp(de->d_name, mine) != 0)
+			paths_add(dirfd(d), de->d_name, p);
+	closedir(d);
+}
+
+/* Unlinks REL beneath dir with no symlink on its way. */
+static void unlink_beneath(int dir, const char *rel, int flags)
+{
+	const char *base;
+	int pfd = treeops_open_parent(dir, rel, &base);
+
+	if (pfd >= 0) {
+		unlinkat(pfd, base, flags);
+		close(pfd);
+	}
 }
 
 /* Whether dst already holds this origin's manifest with src's root. */
@@ -386,10 +499,12 @@ static bool drained(int src, int dst, const char *self)
 static int drain_step(const char *job, const char *step, char *why, size_t whylen)
 {
 	const char *self = dr.cfg->name;
-	char rel[2 * CKPT_NAME_MAX + 2];
+	char rel[2 * CKPT_NAME_MAX + 2], old[CKPT_NAME_MAX + 32];
 	struct mf_reader *r = NULL;
 	struct mf_entry e = { 0 };
-	int src, dst, rc;
+	struct paths prev = { 0 };
+	int src, dst, mfd = -1, rc;
+	FILE *fp = NULL;
 
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
 	src = treeops_open_beneath_path(dr.cfg->ckpt_root, rel);
@@ -415,7 +530,17 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 		rc = 0;
 		goto out;
 	}
-	rc = mf_reader_open(&r, src, MF_NAME, MF_COMPLETE);
+	/* This node's last drain of the step (another commit of it): its files
+	 * are this node's to replace, and its manifest goes first, so that it
+	 * never stands over files of two commits. */
+	snprintf(old, sizeof(old), "%s/manifest.%s", MF_DIRNAME, self);
+	paths_add(dst, old, &prev);
+	if (prev.n)
+		unlinkat(dst, old, 0);
+	/* One open of the manifest: what is read is what is published. */
+	mfd = openat(src, MF_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fp = mfd < 0 ? NULL : fdopen(dup(mfd), "re");
+	rc = !fp ? -errno : mf_reader_open_fp(&r, fp, MF_NAME, MF_COMPLETE);
 	while (rc == 0 && (rc = mf_reader_next(r, &e)) == 1) {
 		rc = 0;
 		if (e.type == MF_DIR && *e.path) {
@@ -428,7 +553,7 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 				close(d);
 			}
 		} else if (e.type == MF_FILE) {
-			rc = drain_file(src, dst, &e, self, why, whylen);
+			rc = drain_file(src, dst, &e, self, paths_has(&prev, e.path), why, whylen);
 		} else if (e.type == MF_LINK) {
 			rc = drain_link(dst, &e, self, why, whylen);
 		}
@@ -439,12 +564,17 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 	if (rc < 0 && !*why)
 		snprintf(why, whylen, "its manifest: %s", r ? mf_reader_why(r) : strerror(-rc));
 	if (rc == 0)
-		rc = copy_manifest(src, dst, self, why, whylen);
+		rc = copy_manifest(mfd, dst, self, why, whylen);
 	if (rc == 0)
 		obs_add(OBS_DURABLE_STEPS, 1);
 out:
 	if (r)
 		mf_reader_close(r);
+	if (fp)
+		fclose(fp);
+	if (mfd >= 0)
+		close(mfd);
+	paths_free(&prev);
 	close(dst);
 	close(src);
 	return rc;
@@ -452,13 +582,15 @@ out:
 
 /* ---- retiring ---- */
 
-/* This origin's part of durable_root/JOB/STEP: its files and links, its
- * manifest, then the directories it named that are left empty (deepest
- * first: the manifest lists them parents first); what another origin still
- * has files in stays. */
+/* This origin's part of durable_root/JOB/STEP: its manifest first (a crash
+ * must not leave it claiming files that are gone), then its files and
+ * links, except those another origin's manifest claims too (a file of the
+ * same content both wrote, kept once), then the directories left empty
+ * (deepest first); nothing is followed through a link on the way. */
 static void retire_step(int jobdir, const char *job, const char *step)
 {
 	char name[CKPT_NAME_MAX + 32], **dirs = NULL;
+	struct paths mine = { 0 }, others = { 0 };
 	struct mf_reader *r = NULL;
 	struct mf_entry e = { 0 };
 	size_t ndirs = 0;
@@ -469,26 +601,35 @@ static void retire_step(int jobdir, const char *job, const char *step)
 	snprintf(name, sizeof(name), "%s/manifest.%s", MF_DIRNAME, dr.cfg->name);
 	if (mf_reader_open(&r, sd, name, MF_COMPLETE) == 0) {
 		while (mf_reader_next(r, &e) == 1) {
-			if (e.type != MF_DIR) {
-				unlinkat(sd, e.path, 0);
-			} else if (*e.path) {
-				char **v = realloc(dirs, (ndirs + 1) * sizeof(*v));
+			char **v = e.type == MF_DIR && !*e.path ? NULL :
+				   realloc(e.type == MF_DIR ? dirs : mine.v, ((e.type == MF_DIR ?
+				   ndirs : mine.n) + 1) * sizeof(*v));
 
-				if (v && (v[ndirs] = strdup(e.path)) != NULL)
-					ndirs++;
-				if (v)
-					dirs = v;
+			if (v && e.type == MF_DIR) {
+				dirs = v;
+				dirs[ndirs++] = e.path;
+				e.path = NULL;
+			} else if (v) {
+				mine.v = v;
+				mine.v[mine.n++] = e.path;
+				e.path = NULL;
 			}
 			mf_entry_free(&e);
 		}
 		mf_reader_close(r);
 	}
+	others_paths(sd, dr.cfg->name, &others);
 	unlinkat(sd, name, 0);
+	for (size_t i = 0; i < mine.n; i++)
+		if (!paths_has(&others, mine.v[i]))
+			unlink_beneath(sd, mine.v[i], 0);
 	while (ndirs--) {
-		unlinkat(sd, dirs[ndirs], AT_REMOVEDIR);
+		unlink_beneath(sd, dirs[ndirs], AT_REMOVEDIR);
 		free(dirs[ndirs]);
 	}
 	free(dirs);
+	paths_free(&mine);
+	paths_free(&others);
 	unlinkat(sd, MF_DIRNAME, AT_REMOVEDIR);
 	close(sd);
 	if (unlinkat(jobdir, step, AT_REMOVEDIR) == 0)
@@ -525,10 +666,37 @@ static void retire(const char *job)
 /* New committed steps of JOB chosen (every `every`th), the chosen drained
  * oldest first. A failure leaves the step chosen, tried again after
  * RETRY_MS, and replication never waits for any of it. */
-static void drain_job(const char *job, int jobfd, uint64_t *retry_at)
+/* The newest step committed again (its manifest's mtime moved since the
+ * last look) after this node drained it: chosen again, so that the durable
+ * copy follows the commit. The last look's mtime is kept in *mf_mtime. */
+static bool recommitted(int jobfd, const char *job, const char *step, int64_t *mf_mtime)
+{
+	char p[CKPT_NAME_MAX * 2 + 64], rel[CKPT_NAME_MAX * 2 + 2];
+	struct stat sb;
+	int src, dst;
+	bool again;
+
+	snprintf(p, sizeof(p), "%s/%s", step, MF_NAME);
+	if (fstatat(jobfd, p, &sb, AT_SYMLINK_NOFOLLOW) < 0 || treeops_mtime_ns(&sb) == *mf_mtime)
+		return false;
+	*mf_mtime = treeops_mtime_ns(&sb);
+	snprintf(rel, sizeof(rel), "%s/%s", job, step);
+	src = treeops_open_beneath(jobfd, step);
+	dst = treeops_open_beneath_path(dr.cfg->durable_root, rel);
+	snprintf(p, sizeof(p), "%s/manifest.%s", MF_DIRNAME, dr.cfg->name);
+	again = src >= 0 && dst >= 0 && faccessat(dst, p, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+		!drained(src, dst, dr.cfg->name);
+	if (src >= 0)
+		close(src);
+	if (dst >= 0)
+		close(dst);
+	return again;
+}
+
+static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *mf_mtime)
 {
 	char (*steps)[CKPT_NAME_MAX + 1] = NULL, why[2048];
-	struct jstate s;
+	struct jstate s, before;
 	size_t n = 0;
 	int rc;
 
@@ -537,6 +705,7 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at)
 		return;
 	}
 	state_load(job, &s);
+	before = s;
 	if (!s.seen[0] || strcmp(s.seen, "-") == 0) {
 		/* A job first seen: its newest step, not its whole history. */
 		snprintf(s.pending[0], sizeof(s.pending[0]), "%s", steps[n - 1]);
@@ -558,8 +727,19 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at)
 			}
 			snprintf(s.pending[s.npending++], sizeof(s.pending[0]), "%s", steps[i]);
 		}
+		if (recommitted(jobfd, job, steps[n - 1], mf_mtime) && s.npending < PENDING_MAX) {
+			bool listed = false;
+
+			for (size_t i = 0; i < s.npending; i++)
+				listed |= strcmp(s.pending[i], steps[n - 1]) == 0;
+			if (!listed)
+				snprintf(s.pending[s.npending++], sizeof(s.pending[0]), "%s",
+					 steps[n - 1]);
+		}
 	}
-	state_save(job, &s);
+	/* Written when it changed only: an idle scan writes nothing. */
+	if (memcmp(&before, &s, sizeof(s)) != 0 && (rc = state_save(job, &s)) < 0)
+		log_warn("durable: %s/durable/%s: %s", dr.cfg->state_dir, job, strerror(-rc));
 	while (s.npending) {
 		bool present = false;
 
@@ -569,14 +749,21 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at)
 		rc = present ? drain_step(job, s.pending[0], why, sizeof(why)) : 0;
 		if (rc == -ECANCELED)
 			break;
-		if (rc < 0) {
+		if (rc < 0 && (rc == -ESTALE || rc == -EEXIST || rc == -ENAMETOOLONG)) {
+			/* Trying again would fail the same way: the step changed
+			 * after its commit, or another node holds its names. It
+			 * is dropped, so that the steps after it drain. */
+			obs_add(OBS_DURABLE_FAILURES, 1);
+			log_err("durable: %s/%s not drained to %s: %s; not tried again", job,
+				s.pending[0], dr.cfg->durable_root, why);
+		} else if (rc < 0) {
 			obs_add(OBS_DURABLE_FAILURES, 1);
 			log_err("durable: %s/%s not drained to %s: %s; trying again in %d s", job,
 				s.pending[0], dr.cfg->durable_root, why, RETRY_MS / 1000);
 			*retry_at = mono_ns() + RETRY_MS * 1000000ull;
 			break;
 		}
-		if (present)
+		if (present && rc == 0)
 			log_info("durable: %s/%s drained to %s/%s/%s", job, s.pending[0],
 				 dr.cfg->durable_root, job, s.pending[0]);
 		memmove(s.pending[0], s.pending[1], sizeof(s.pending[0]) * (PENDING_MAX - 1));
@@ -587,9 +774,10 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at)
 	free(steps);
 }
 
-struct retry {                  /* per job, in memory: when to try again */
+struct retry {                  /* per job, in memory */
 	char job[CKPT_NAME_MAX + 1];
-	uint64_t at;
+	uint64_t at;                    /* when to try again after a failure (mono ns) */
+	int64_t mf_mtime;               /* its newest step's manifest, at the last look */
 };
 
 static void scan(struct retry **rv, size_t *nr)
@@ -598,29 +786,29 @@ static void scan(struct retry **rv, size_t *nr)
 	struct dirent *e;
 	const char *w;
 
-	while (d && (e = readdir(d))) {
-		uint64_t *at = NULL;
+	while (d && !atomic_load(&dr.stopping) && (e = readdir(d))) {
+		struct retry *rj = NULL;
 		int jfd;
 
 		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0)
 			continue;
-		for (size_t i = 0; i < *nr && !at; i++)
+		for (size_t i = 0; i < *nr && !rj; i++)
 			if (strcmp((*rv)[i].job, e->d_name) == 0)
-				at = &(*rv)[i].at;
-		if (!at) {
+				rj = &(*rv)[i];
+		if (!rj) {
 			struct retry *v = realloc(*rv, (*nr + 1) * sizeof(*v));
 
 			if (!v)
 				continue;
 			*rv = v;
-			snprintf(v[*nr].job, sizeof(v[0].job), "%s", e->d_name);
-			v[*nr].at = 0;
-			at = &v[(*nr)++].at;
+			rj = &v[(*nr)++];
+			memset(rj, 0, sizeof(*rj));
+			snprintf(rj->job, sizeof(rj->job), "%s", e->d_name);
 		}
 		jfd = treeops_open_beneath(dirfd(d), e->d_name);
 		if (jfd < 0)
 			continue;
-		drain_job(e->d_name, jfd, at);
+		drain_job(e->d_name, jfd, &rj->at, &rj->mf_mtime);
 		close(jfd);
 	}
 	if (d)
@@ -659,8 +847,10 @@ int durable_start(const struct stage_config *cfg, char *why, size_t whylen)
 	if (!cfg->durable_root[0])
 		return 0;
 	dr.buf = aligned_alloc(4096, BUF);
-	if (!dr.buf)
+	if (!dr.buf) {
+		snprintf(why, whylen, "the durable drain: out of memory");
 		return -ENOMEM;
+	}
 	rc = uio_init(&dr.ring);
 	if (rc < 0) {
 		snprintf(why, whylen, "the durable drain: io_uring: %s", strerror(-rc));

@@ -76,6 +76,39 @@ def test_every_and_keep(make_cluster, tmp_path):
     assert have == ["step-500", "step-700"], have
 
 
+def test_recommit_shared_files_and_modes(make_cluster, tmp_path):
+    """A step committed again is drained again, this node's old files
+    replaced; a file both nodes wrote alike is kept once and survives the
+    first node's retirement of the step; set-id bits do not reach the
+    root-owned copy."""
+    root = tmp_path / "nfs-ckpt"
+    root.mkdir()
+    n0, n1 = durable_cluster(make_cluster, root, keep=1)
+    for d in (n0, n1):
+        d.start()
+    same = b'{"arch": "llama"}\n'
+    s0 = step(n0, "step-100", [F("a.pt", size=9000), F("config.json", data=same),
+                               F("run.sh", data=b"#!/bin/sh\n", mode=0o4755)], 1)
+    s1 = step(n1, "step-100", [F("b.pt", size=8000), F("config.json", data=same)], 2)
+    commit_wait(n0, s0)
+    commit_wait(n1, s1)
+    wait_for(lambda: drained(root, "step-100", "n0") and drained(root, "step-100", "n1"), 30,
+             "both parts of step-100")
+    dst = root / JOB / "step-100"
+    assert os.stat(dst / "run.sh").st_mode & 0o7777 == 0o755, oct(os.stat(dst / "run.sh").st_mode)
+    # n0 commits step-100 again with other content: its part follows.
+    (s0 / "a.pt").write_bytes(b"new" * 1000)
+    commit_wait(n0, s0)
+    wait_for(lambda: (dst / "a.pt").read_bytes() == b"new" * 1000 and drained(root, "step-100", "n0"),
+             30, "n0's new a.pt drained")
+    assert (dst / ".stage" / "manifest.n0").read_bytes() == (s0 / ".stage" / "manifest").read_bytes()
+    # n0 moves on (keep = 1): its part of step-100 goes, the shared config.json stays for n1.
+    commit_wait(n0, step(n0, "step-200", [F("a.pt", size=100)], 3))
+    wait_for(lambda: not (dst / "a.pt").exists(), 30, "n0's part of step-100 retired")
+    assert (dst / "config.json").read_bytes() == same and (dst / "b.pt").exists()
+    assert drained(root, "step-100", "n1")
+
+
 def test_kill9_mid_drain_resumes(make_cluster, tmp_path):
     root = tmp_path / "nfs-ckpt"
     root.mkdir()
@@ -83,8 +116,8 @@ def test_kill9_mid_drain_resumes(make_cluster, tmp_path):
     n0.start()
     big = step(n0, "step-100", [F("big.pt", size=24 << 20), F("small.pt", size=1000)], 3)
     commit_wait(n0, big)
-    wait_for(lambda: list((root / JOB / "step-100").glob(".big.pt.stage-drain.*")) and True,
-             30, "the drain under way")
+    wait_for(lambda: list((root / JOB / "step-100").glob(".stage-drain.n0.*")), 30,
+             "the drain under way")
     n0.kill9()
     assert not drained(root, "step-100", "n0")
     assert not (root / JOB / "step-100" / "big.pt").exists(), "a half file under its final name"
@@ -95,7 +128,7 @@ def test_kill9_mid_drain_resumes(make_cluster, tmp_path):
     n0.start()
     wait_for(lambda: drained(root, "step-100", "n0"), 60, "the drain done after the restart")
     assert same_bytes(big / "big.pt", root / JOB / "step-100" / "big.pt")
-    assert not list((root / JOB / "step-100").glob(".*stage-drain*"))
+    assert not list((root / JOB / "step-100").glob(".stage-drain*"))
 
 
 def test_same_name_from_two_nodes_refused(make_cluster, tmp_path):
@@ -119,8 +152,9 @@ def test_full_durable_root_named_replication_unaffected(make_cluster, tmp_path):
     root = tmp_path / "small"
     root.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)], check=True)
+    nodes = []
     try:
-        n0, n1 = durable_cluster(make_cluster, root)
+        nodes = n0, n1 = durable_cluster(make_cluster, root)
         for d in (n0, n1):
             d.start()
         s = step(n0, "step-100", [F("big.pt", size=4 << 20)], 4)
@@ -133,6 +167,6 @@ def test_full_durable_root_named_replication_unaffected(make_cluster, tmp_path):
         assert n1.run("verify", n1.base / "replicas" / "n0" / JOB / "step-100").returncode == 0
         n0.assert_serving()
     finally:
-        for d in (n0, n1):
+        for d in nodes:
             d.stop()
         subprocess.run(["umount", str(root)], check=False)
