@@ -435,7 +435,10 @@ static int scn_fetch(struct ctx *c, int how)
 			msg_put_str(&m, K_JOB, how == Q_HOLD_BAD ? "../x" : how == Q_HOLD_NAMES ?
 				    name : c->job);
 			msg_put_str(&m, K_STEP, c->step);
-			msg_put_u64(&m, K_FLAGS, how == Q_HOLD_FLOOD ? 0 : UINT64_MAX);
+			/* Every flag but REQ_ALLSTEPS: bits a node does not know
+			 * are ignored, and every step read deep is refused (its
+			 * own scenario would be another question). */
+			msg_put_u64(&m, K_FLAGS, how == Q_HOLD_FLOOD ? 0 : UINT64_MAX & ~(uint64_t)REQ_ALLSTEPS);
 			if (sendm(c, &m) < 0 || c->x->ops->recv(c->x, &m) < 0)
 				break;
 			if (m.type != MSG_HOLD) {
