@@ -151,7 +151,8 @@ static int list_steps(int jobfd, bool (*want)(int jobfd, const char *step),
 		snprintf(v[(*n)++], sizeof(v[0]), "%s", e->d_name);
 	}
 	closedir(d);
-	qsort(v, *n, sizeof(*v), cmp_step);
+	if (*n)		/* qsort of NULL, even of none, is undefined */
+		qsort(v, *n, sizeof(*v), cmp_step);
 	*out = v;
 	return 0;
 }
@@ -435,7 +436,8 @@ static int paths_add(int dirfd, const char *name, struct paths *p)
 		mf_entry_free(&e);
 	}
 	mf_reader_close(r);
-	qsort(p->v, p->n, sizeof(*p->v), path_cmp);
+	if (p->n)
+		qsort(p->v, p->n, sizeof(*p->v), path_cmp);
 	return rc < 0 ? rc : 0;
 }
 
