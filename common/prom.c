@@ -113,7 +113,7 @@ static bool valid_name(const char *s, bool label)
 	return true;
 }
 
-static void fail(struct prom *p, int err)
+void prom_fail(struct prom *p, int err)
 {
 	if (!p->err)
 		p->err = err;
@@ -123,7 +123,7 @@ void prom_family(struct prom *p, const char *name, const char *type, const char 
 {
 	if (!valid_name(name, false) || strlen(name) >= sizeof(p->family) ||
 	    (strcmp(type, "counter") != 0 && strcmp(type, "gauge") != 0))
-		return fail(p, -EINVAL);
+		return prom_fail(p, -EINVAL);
 	strcpy(p->family, name);
 	putf(p, "# HELP %s ", name);
 	put_escaped(p, help, false);
@@ -135,14 +135,14 @@ static void sample_head(struct prom *p, const char *const *labels)
 	size_t n = 0;
 
 	if (!p->family[0])
-		return fail(p, -EINVAL);
+		return prom_fail(p, -EINVAL);
 	puts_(p, p->family);
 	if (!labels || !labels[0])
 		return puts_(p, " ");
 	puts_(p, "{");
 	for (; labels[0]; labels += 2, n++) {
 		if (n == LABELS_MAX || !labels[1] || !valid_name(labels[0], true))
-			return fail(p, -EINVAL);
+			return prom_fail(p, -EINVAL);
 		if (n)
 			puts_(p, ",");
 		puts_(p, labels[0]);

@@ -39,5 +39,7 @@ void prom_family(struct prom *p, const char *name, const char *type, const char 
 void prom_u64(struct prom *p, const char *const *labels, uint64_t v);
 void prom_f64(struct prom *p, const char *const *labels, double v);
 int prom_error(const struct prom *p);
+/* A writer that could not gather its figures: the text is not to be used. */
+void prom_fail(struct prom *p, int err);
 
 #endif

@@ -8,6 +8,7 @@
  */
 #include "daemon/ckpt/ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -134,6 +135,60 @@ int ckpt_step_cmp(const char *a, const char *b)
 		b++;
 	}
 	return *a ? 1 : *b ? -1 : 0;
+}
+
+static int step_qcmp(const void *a, const void *b)
+{
+	return ckpt_step_cmp(a, b);
+}
+
+bool ckpt_has_manifest(int jobfd, const char *step, const void *arg)
+{
+	char p[CKPT_NAME_MAX + sizeof(MF_NAME) + 2];
+
+	snprintf(p, sizeof(p), "%s/%s", step, MF_NAME);
+	return faccessat(jobfd, p, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+int ckpt_steps(int jobfd, bool (*want)(int jobfd, const char *step, const void *arg),
+	       const void *arg, ckpt_name_t **out, size_t *n)
+{
+	int fd = dup(jobfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	ckpt_name_t *v = NULL;
+	struct dirent *e;
+	size_t cap = 0;
+	const char *w;
+
+	*n = 0;
+	*out = NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	while ((e = readdir(d))) {
+		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
+		    e->d_type == DT_REG || e->d_type == DT_LNK || (want && !want(jobfd, e->d_name, arg)))
+			continue;
+		if (*n == cap) {
+			void *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+
+			if (!nv) {
+				free(v);
+				closedir(d);
+				*n = 0;
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		snprintf(v[(*n)++], sizeof(v[0]), "%s", e->d_name);
+	}
+	closedir(d);
+	if (*n)                 /* qsort of NULL, even of none, is undefined */
+		qsort(v, *n, sizeof(*v), step_qcmp);
+	*out = v;
+	return 0;
 }
 
 struct slot {

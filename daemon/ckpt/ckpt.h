@@ -41,6 +41,15 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
  * step-9 < step-10 < step-100. <0, 0, >0. */
 int ckpt_step_cmp(const char *a, const char *b);
 
+/* The steps of the job directory jobfd that `want` takes (NULL: every valid
+ * name), oldest first in natural order, into *out (malloc'd, *n of them;
+ * NULL when none). 0 or -errno. want gets jobfd and a step name. */
+typedef char ckpt_name_t[CKPT_NAME_MAX + 1];
+int ckpt_steps(int jobfd, bool (*want)(int jobfd, const char *step, const void *arg),
+	       const void *arg, ckpt_name_t **out, size_t *n);
+/* A want for ckpt_steps: the step has its manifest (committed). */
+bool ckpt_has_manifest(int jobfd, const char *step, const void *arg);
+
 /* The root (and chunk size, if chunk is not NULL) of the complete manifest
  * at dirfd/name: 0, or -errno (-EBADMSG: damaged), with why (if not NULL)
  * naming the line and the rule it broke. */

@@ -49,35 +49,22 @@ static void add_text(struct hold_cell *c, const char *fmt, const char *arg)
 		c->text[c->ntext++] = s;
 }
 
-/* The latest step (natural order) other than `step` in dir that has a
- * manifest, into out; false if none. */
+/* The latest committed step (natural order) other than `step` in dir,
+ * into out; false if none. */
 static bool latest_other(int dirfd, const char *step, char out[CKPT_NAME_MAX + 1])
 {
-	int fd = dup(dirfd);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *e;
-	const char *w;
+	ckpt_name_t *v;
+	size_t n;
 	bool found = false;
 
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	if (ckpt_steps(dirfd, ckpt_has_manifest, NULL, &v, &n) < 0)
 		return false;
-	}
-	while ((e = readdir(d))) {
-		char mf[CKPT_NAME_MAX + sizeof(MF_NAME) + 2];
-
-		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
-		    strcmp(e->d_name, step) == 0)
-			continue;
-		snprintf(mf, sizeof(mf), "%s/%s", e->d_name, MF_NAME);
-		if (faccessat(dirfd, mf, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		if (!found || ckpt_step_cmp(e->d_name, out) > 0)
-			strcpy(out, e->d_name);
-		found = true;
-	}
-	closedir(d);
+	while (n-- && !found)
+		if (strcmp(v[n], step) != 0) {
+			strcpy(out, v[n]);
+			found = true;
+		}
+	free(v);
 	return found;
 }
 
@@ -139,43 +126,17 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 static void survey_steps(const struct stage_config *cfg, const char *origin, const char *label,
 			 int job_dir, bool deep, bool own, struct msg *m)
 {
-	char steps[HOLD_STEPS_MAX][CKPT_NAME_MAX + 1];
-	int fd = dup(job_dir);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *e;
-	size_t n = 0;
-	const char *w;
+	ckpt_name_t *v;
+	size_t n;
 
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	/* Keep the newest: insert in order, the oldest falls off the end.
-	 * Only steps with a manifest: a trainer's tensorboard/ or tmp/ beside
+	/* Only steps with a manifest: a trainer's tensorboard/ or tmp/ beside
 	 * its steps must not push them out of the survey (names sort after
 	 * step-N), and a step without one is nothing to resume from. */
-	while ((e = readdir(d))) {
-		char mf[CKPT_NAME_MAX + sizeof(MF_NAME) + 2];
-		size_t k;
-
-		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
-		    e->d_type == DT_REG || e->d_type == DT_LNK)
-			continue;
-		snprintf(mf, sizeof(mf), "%s/%s", e->d_name, MF_NAME);
-		if (faccessat(job_dir, mf, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		for (k = 0; k < n && ckpt_step_cmp(steps[k], e->d_name) > 0; k++)
-			;
-		if (k == HOLD_STEPS_MAX)
-			continue;
-		memmove(steps[k + 1], steps[k], (n - k - (n == HOLD_STEPS_MAX)) * sizeof(steps[0]));
-		strcpy(steps[k], e->d_name);
-		n += n < HOLD_STEPS_MAX;
-	}
-	closedir(d);
-	for (size_t k = 0; k < n; k++)
-		survey_copy(cfg, origin, label, job_dir, steps[k], deep, own, m);
+	if (ckpt_steps(job_dir, ckpt_has_manifest, NULL, &v, &n) < 0)
+		return;
+	for (size_t k = n; k > 0 && n - k < HOLD_STEPS_MAX; k--)      /* newest first */
+		survey_copy(cfg, origin, label, job_dir, v[k - 1], deep, own, m);
+	free(v);
 }
 
 /* One copy directory: the step asked for, or every step (step NULL). */

@@ -32,6 +32,7 @@
 #include "common/hostlist.h"
 #include "common/log.h"
 #include "common/portlist.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 #include "daemon/repl/repl_impl.h"
@@ -496,22 +497,10 @@ static int pick_nodes(struct run *r, const char *list, char *why, size_t whylen)
 		return 0;
 	}
 	if (list) {
-		int rc = hostlist_expand(list, HOSTS_MAX_NODES, &names, &n, why, whylen);
+		int rc = repl_nodes(list, &names, &n, why, whylen);
 
-		if (rc < 0) {
-			char w[400];
-
-			snprintf(w, sizeof(w), "%s", why);
-			snprintf(why, whylen, "--nodes '%s': %s", list, w);
-			return -EINVAL;
-		}
-		for (size_t i = 0; i < n; i++)
-			if (hosts_find(&repl.hosts, names[i]) < 0) {
-				snprintf(why, whylen, "--nodes: unknown node '%s' (not in the hosts "
-					 "file %s)", names[i], repl.cfg->hosts);
-				hostlist_free(names, n);
-				return -EINVAL;
-			}
+		if (rc < 0)
+			return rc;
 	} else {
 		n = repl.hosts.n;
 	}

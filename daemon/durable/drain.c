@@ -110,53 +110,6 @@ static int state_save(const char *job, const struct jstate *s)
 
 /* ---- the committed steps of a job, in natural order ---- */
 
-static int cmp_step(const void *a, const void *b)
-{
-	return ckpt_step_cmp(a, b);
-}
-
-/* The step names of directory jobfd (valid names, in natural order, oldest
- * first) that `want` takes, into *out (malloc'd, *n of them). */
-static int list_steps(int jobfd, bool (*want)(int jobfd, const char *step),
-		      char (**out)[CKPT_NAME_MAX + 1], size_t *n)
-{
-	int fd = dup(jobfd);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	char (*v)[CKPT_NAME_MAX + 1] = NULL;
-	struct dirent *e;
-	size_t cap = 0;
-	const char *w;
-
-	*n = 0;
-	*out = NULL;
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return -errno;
-	}
-	while ((e = readdir(d))) {
-		if (strlen(e->d_name) > CKPT_NAME_MAX || config_check_name(e->d_name, &w) < 0 ||
-		    !want(jobfd, e->d_name))
-			continue;
-		if (*n == cap) {
-			void *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
-
-			if (!nv) {
-				free(v);
-				closedir(d);
-				return -ENOMEM;
-			}
-			v = nv;
-		}
-		snprintf(v[(*n)++], sizeof(v[0]), "%s", e->d_name);
-	}
-	closedir(d);
-	if (*n)		/* qsort of NULL, even of none, is undefined */
-		qsort(v, *n, sizeof(*v), cmp_step);
-	*out = v;
-	return 0;
-}
-
 static bool has(int dirfd, const char *step, const char *rel)
 {
 	char p[CKPT_NAME_MAX * 2 + 64];
@@ -167,14 +120,9 @@ static bool has(int dirfd, const char *step, const char *rel)
 
 /* In ckpt_root/JOB: committed (a manifest), and no restore under way (half a
  * restore is not drained). */
-static bool is_committed(int jobfd, const char *step)
+static bool is_committed(int jobfd, const char *step, const void *arg)
 {
-	return has(jobfd, step, MF_NAME) && !has(jobfd, step, MF_DIRNAME "/restoring");
-}
-
-static int committed(int jobfd, char (**out)[CKPT_NAME_MAX + 1], size_t *n)
-{
-	return list_steps(jobfd, is_committed, out, n);
+	return ckpt_has_manifest(jobfd, step, arg) && !has(jobfd, step, MF_DIRNAME "/restoring");
 }
 
 /* ---- one file ---- */
@@ -639,7 +587,7 @@ static void retire_step(int jobdir, const char *job, const char *step)
 }
 
 /* In durable_root/JOB: this origin's part drained (its manifest there). */
-static bool is_mine(int jobfd, const char *step)
+static bool is_mine(int jobfd, const char *step, const void *arg)
 {
 	char name[CKPT_NAME_MAX + 32];
 
@@ -650,13 +598,13 @@ static bool is_mine(int jobfd, const char *step)
 /* All but the newest `keep` of this origin's drained steps of JOB. */
 static void retire(const char *job)
 {
-	char (*steps)[CKPT_NAME_MAX + 1] = NULL;
+	ckpt_name_t *steps = NULL;
 	int jd = treeops_open_beneath_path(dr.cfg->durable_root, job);
 	size_t n = 0;
 
 	if (jd < 0)
 		return;
-	if (list_steps(jd, is_mine, &steps, &n) == 0)
+	if (ckpt_steps(jd, is_mine, NULL, &steps, &n) == 0)
 		for (size_t i = 0; i + (size_t)dr.cfg->durable_keep < n; i++)
 			retire_step(jd, job, steps[i]);
 	free(steps);
@@ -697,12 +645,13 @@ static bool recommitted(int jobfd, const char *job, const char *step, int64_t *m
 
 static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *mf_mtime)
 {
-	char (*steps)[CKPT_NAME_MAX + 1] = NULL, why[2048];
+	ckpt_name_t *steps = NULL;
+	char why[2048];
 	struct jstate s, before;
 	size_t n = 0;
 	int rc;
 
-	if (mono_ns() < *retry_at || committed(jobfd, &steps, &n) < 0 || !n) {
+	if (mono_ns() < *retry_at || ckpt_steps(jobfd, is_committed, NULL, &steps, &n) < 0 || !n) {
 		free(steps);
 		return;
 	}

@@ -6,7 +6,9 @@
 #include "daemon/repl/repl.h"
 
 #include <pthread.h>
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common/clock.h"
 #include "common/prom.h"
@@ -24,22 +26,24 @@ struct lag {
 	uint64_t failed;                       /* copies that failed for good */
 };
 
-static struct lag lag_of(size_t i)
+/* Every partner's lag, from one pass over the records: set by repl_metrics
+ * under repl.lock for the getters below, NULL otherwise. */
+static struct lag *lags;
+
+static void lags_count(struct lag *l)
 {
-	struct lag l = { 0 };
+	for (const struct record *r = repl.records; r; r = r->next)
+		for (size_t i = 0; r->state == R_READY && i < repl.npartners; i++) {
+			const struct rcopy *c = &r->copies[i];
 
-	for (const struct record *r = repl.records; r; r = r->next) {
-		const struct rcopy *c = &r->copies[i];
-
-		l.failed += r->state == R_READY && c->state == C_FAILED;
-		if (r->state != R_READY || (c->state != C_PENDING && c->state != C_SENDING))
-			continue;
-		l.copies++;
-		l.bytes += r->bytes - (c->sent < r->bytes ? c->sent : r->bytes);
-		if (!l.oldest_seq || r->seq < l.oldest_seq)
-			l.oldest_seq = r->seq;
-	}
-	return l;
+			l[i].failed += c->state == C_FAILED;
+			if (c->state != C_PENDING && c->state != C_SENDING)
+				continue;
+			l[i].copies++;
+			l[i].bytes += r->bytes - (c->sent < r->bytes ? c->sent : r->bytes);
+			if (!l[i].oldest_seq || r->seq < l[i].oldest_seq)
+				l[i].oldest_seq = r->seq;
+		}
 }
 
 static const char *peer_of(size_t i)
@@ -74,9 +78,9 @@ static uint64_t raw_of(size_t i) { return repl.partners[i].raw; }
 static uint64_t wire_of(size_t i) { return repl.partners[i].wire; }
 static uint64_t held_of(size_t i) { return repl.partners[i].held; }
 static uint64_t confirmed_of(size_t i) { return repl.partners[i].confirmed; }
-static uint64_t lag_copies_of(size_t i) { return lag_of(i).copies; }
-static uint64_t lag_bytes_of(size_t i) { return lag_of(i).bytes; }
-static uint64_t failed_of(size_t i) { return lag_of(i).failed; }
+static uint64_t lag_copies_of(size_t i) { return lags[i].copies; }
+static uint64_t lag_bytes_of(size_t i) { return lags[i].bytes; }
+static uint64_t failed_of(size_t i) { return lags[i].failed; }
 
 /* The families with one sample per partner and no other label. */
 static const struct {
@@ -102,8 +106,15 @@ static const struct {
 void repl_metrics(struct prom *p)
 {
 	uint64_t now = wall_ns();
+	struct lag *l = calloc(repl.npartners ? repl.npartners : 1, sizeof(*l));
 
+	if (!l) {
+		prom_fail(p, -ENOMEM);
+		return;
+	}
 	pthread_mutex_lock(&repl.lock);
+	lags_count(l);
+	lags = l;
 	prom_family(p, "stage_peer_connections", "gauge",
 		    "Peer connections this node serves (receiving, answering, fetching).");
 	prom_u64(p, NULL, repl.receivers);
@@ -121,10 +132,12 @@ void repl_metrics(struct prom *p)
 		    "How long the oldest checkpoint not yet confirmed by each partner has waited since "
 		    "its commit; 0 when none waits.");
 	for (size_t i = 0; i < repl.npartners; i++) {
-		uint64_t seq = lag_of(i).oldest_seq;
+		uint64_t seq = lags[i].oldest_seq;
 
 		prom_f64(p, (const char *[]){ "peer", peer_of(i), NULL },
 			 seq && now > seq ? (double)(now - seq) / 1e9 : 0.0);
 	}
+	lags = NULL;
 	pthread_mutex_unlock(&repl.lock);
+	free(l);
 }
