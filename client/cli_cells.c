@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client/cli_json.h"
+#include "common/hosts.h"
 
 struct span {
 	const char *p;
@@ -226,6 +227,32 @@ static void cells_collect(struct cells *c, const struct msg *m)
 	}
 }
 
+/* The durable tier's column last, after every node's, wherever its first
+ * group came. */
+static void durable_last(struct cells *c)
+{
+	size_t d = find_name(c->holders, c->nholders, (struct span){ HOLD_DURABLE,
+							       strlen(HOLD_DURABLE) });
+
+	if (d == SIZE_MAX)
+		return;
+	for (size_t col = d; col + 1 < c->nholders; col++) {
+		struct span h = c->holders[col];
+		bool down = c->down[col];
+
+		c->holders[col] = c->holders[col + 1];
+		c->holders[col + 1] = h;
+		c->down[col] = c->down[col + 1];
+		c->down[col + 1] = down;
+		for (size_t row = 0; row < c->norigins; row++) {
+			uint32_t at = c->at[row][col];
+
+			c->at[row][col] = c->at[row][col + 1];
+			c->at[row][col + 1] = at;
+		}
+	}
+}
+
 /* A cell: the state, but the step held for "other-step" (more use than the
  * word), and "?" where the holder could not be asked. */
 static struct span cell_text(const struct cells *c, const struct msg *m, size_t row, size_t col)
@@ -375,6 +402,7 @@ int cli_cells_human(FILE *out, const struct msg *m)
 	if (!c)
 		return -ENOMEM;
 	cells_collect(c, m);
+	durable_last(c);
 	/* Holders alone, none of them holding anything: the details say why. */
 	if (c->norigins)
 		cells_table(out, m, c);

@@ -229,6 +229,9 @@ static int parse_line(struct parser *p, char *s)
 		return fail(p, -EINVAL, "more than %d nodes", HOSTS_MAX_NODES);
 	if (config_check_name(name, &why))
 		return fail(p, -EINVAL, "node '%s': %s", name, why);
+	if (strcmp(name, HOLD_DURABLE) == 0)
+		return fail(p, -EINVAL, "node '%s': the name of the durable tier in verify "
+			    "--cluster, restore --from and resume: call the node otherwise", name);
 	for (size_t i = 0; i < p->out.n; i++)
 		if (strcmp(p->out.v[i].name, name) == 0)
 			return fail(p, -EINVAL, "node '%s': duplicate name (first on line %u)",

@@ -48,6 +48,11 @@
 
 #include "common/config.h"      /* CFG_REPLICAS_ALL */
 
+/* The holder name of the durable tier ([durable] root): a holder beside the
+ * nodes in verify --cluster and resume, and `restore --from durable`. No node
+ * may be called so (hosts.c refuses it). */
+#define HOLD_DURABLE "durable"
+
 #define HOSTS_MAX_NODES 4096
 #define HOSTS_MAX_FILE  (1u << 20)
 

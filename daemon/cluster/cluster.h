@@ -24,9 +24,12 @@ struct repl_answer {
 	size_t ncells;
 };
 /* Asks every node (this one answers in place; with `only`, just that node)
- * what it holds of JOB/STEP (step NULL: of every step, hold.h), all at once. *ans: one answer per node in hosts
- * file order, *n of them (a single node: one). 0, -ENOENT (`only` is not a
- * node of the hosts file) or -ENOMEM. */
+ * what it holds of JOB/STEP (step NULL: of every step, hold.h), all at
+ * once. *ans: one answer per node in hosts file order (a single node: one),
+ * then, with a [durable] root, the durable tier's as this node reads it
+ * (node HOLD_DURABLE, hold_survey_durable); *n of them. only HOLD_DURABLE:
+ * the durable tier's alone. 0, -ENOENT (`only` is neither a node of the
+ * hosts file nor a durable tier this node has) or -ENOMEM. */
 int repl_survey(const char *job, const char *step, bool deep, const char *only,
 		struct repl_answer **ans, size_t *n);
 void repl_answers_free(struct repl_answer *a, size_t n);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/hostlist.h"
+#include "common/hosts.h"
 #include "common/log.h"
 #include "daemon/ckpt/ckpt.h"
 #include "daemon/repl/repl.h"
@@ -294,7 +295,9 @@ static int decide(const struct cverify_in *in, struct cverify_out *o)
 		if (in->reached[h])
 			continue;
 		rc = push(o, &u, "unreachable", in->why[h]);
-		if (rc == 0)
+		if (rc == 0 && strcmp(in->names[h], HOLD_DURABLE) == 0)
+			rc = problem(o, "%s: the copies drained there are unknown", in->why[h]);
+		else if (rc == 0)
 			rc = problem(o, "%s could not be asked (%s): %s", in->names[h], in->why[h],
 				     is_origin ? "its own copy and the replicas it holds are unknown"
 					       : "the replicas it holds are unknown, and whether "
@@ -374,11 +377,16 @@ void cverify_run(struct job *j, const char *path, const char *nodes)
 	job_send(j, &m);
 	for (size_t i = 0; i < out.nproblems; i++)
 		job_note(j, LOG_ERROR, NULL, NULL, "%s", out.problems[i]);
+	/* The durable tier's answer is the last, when there is one. */
+	bool durable = nans && strcmp(ans[nans - 1].node, HOLD_DURABLE) == 0;
+	size_t nasked = nans - durable;
+
 	if (rc == 0)
-		job_result(j, 0, NULL, NULL, "%s/%s verified on %zu node%s: the copies of all %zu "
-			   "origin%s are intact%s and identical", job, step, nans,
-			   nans == 1 ? "" : "s", out.norigins, out.norigins == 1 ? "" : "s",
-			   deep ? " (every byte)" : "");
+		job_result(j, 0, NULL, NULL, "%s/%s verified on %zu node%s%s: the copies of all %zu "
+			   "origin%s are intact%s and identical", job, step, nasked,
+			   nasked == 1 ? "" : "s", durable ? " and the durable tier" : "",
+			   out.norigins, out.norigins == 1 ? "" : "s",
+			   deep ? " (every byte; the durable tier's by size and mtime)" : "");
 	else if (flat.unreached == out.nproblems)
 		/* Nothing that answered is wrong: restore would have nothing to
 		 * do, and the advice is to ask again. */

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/ckpt/ckpt.h"
+#include "daemon/durable/tier.h"
 #include "daemon/job/job.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/net/peer.h"
@@ -181,6 +182,85 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	}
 	if (d)
 		closedir(d);
+	return m->err;
+}
+
+struct dsurvey {
+	const char *step;
+	int stepfd;
+	struct msg *m;
+};
+
+static int durable_cell(const char *origin, void *arg)
+{
+	struct dsurvey *d = arg;
+	struct hold_cell c = { .origin = (char *)origin, .step = (char *)d->step };
+	struct durable_part p;
+	const char *w;
+	int rc;
+
+	if (config_check_name(origin, &w) < 0 || strlen(origin) > CKPT_NAME_MAX)
+		return 0;       /* a stray in .stage */
+	rc = durable_part_check(d->stepfd, origin, &p);
+	c.state = rc == 0 ? "ok" : "damaged";
+	c.has_root = p.has_root;
+	c.root = p.root;
+	c.files = p.files;
+	c.bytes = p.bytes;
+	if (rc == -EBADMSG)
+		add_text(&c, "its manifest is damaged: %s", p.first);
+	else if (rc != 0)
+		add_text(&c, "%s", p.first);
+	if (rc == 1 && p.bad > 1) {
+		char more[64];
+
+		snprintf(more, sizeof(more), "%llu", (unsigned long long)p.bad - 1);
+		add_text(&c, "and %s more", more);
+	}
+	hold_put(d->m, &c, false);
+	for (unsigned i = 0; i < c.ntext; i++)
+		free(c.text[i]);
+	return 0;
+}
+
+static void durable_step(struct dsurvey *d, int jobfd, const char *step)
+{
+	d->step = step;
+	d->stepfd = treeops_open_beneath(jobfd, step);
+	if (d->stepfd < 0)
+		return;         /* not drained */
+	durable_each_origin(d->stepfd, durable_cell, d);
+	close(d->stepfd);
+}
+
+int hold_survey_durable(const struct stage_config *cfg, const char *job, const char *step,
+			struct msg *m)
+{
+	struct dsurvey d = { .m = m };
+	int root, jobfd;
+
+	/* The root itself must read (a shared mount gone is named); the job
+	 * need not be there (nothing of it drained yet). */
+	root = open(cfg->durable_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return -errno;
+	jobfd = treeops_open_beneath(root, job);
+	close(root);
+	if (jobfd < 0)
+		return jobfd == -ENOENT ? 0 : jobfd;
+	if (step) {
+		durable_step(&d, jobfd, step);
+	} else {
+		ckpt_name_t *v;
+		size_t n;
+
+		if (ckpt_steps(jobfd, durable_has_part, NULL, &v, &n) == 0) {
+			for (size_t i = n; i > 0 && n - i < HOLD_STEPS_MAX; i--)
+				durable_step(&d, jobfd, v[i - 1]);
+			free(v);
+		}
+	}
+	close(jobfd);
 	return m->err;
 }
 

@@ -30,7 +30,15 @@
  * error. */
 int hold_survey(const struct stage_config *cfg, const char *self, const char *job,
 		const char *step, bool deep, struct msg *m);
-
+/* The same for the durable tier ([durable] root, durable/tier.h), as this
+ * node sees it: a group for each origin whose part of the step (of each of
+ * the newest HOLD_STEPS_MAX steps, step NULL) is drained there, "ok" or
+ * "damaged" by a check of sizes and mtimes, never of every byte (a restore
+ * from it checks each chunk). An origin whose part is not there has no
+ * group: a step is drained every `every` commits, so its absence is no
+ * finding. 0, or -errno when the root cannot be read. */
+int hold_survey_durable(const struct stage_config *cfg, const char *job, const char *step,
+			struct msg *m);
 
 /* MSG_HOLD_REQ from a peer (repl_recv_serve): answered with MSG_HOLD on its
  * connection, which stays open. 0 to go on, -errno to close it (a refusal

@@ -16,6 +16,7 @@
 #include "common/hostlist.h"
 #include "common/log.h"
 #include "daemon/cluster/hold.h"
+#include "daemon/durable/tier.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 
@@ -100,11 +101,28 @@ out:
 	return NULL;
 }
 
+/* The durable tier's answer, as this node reads it (hold_survey_durable). */
+static void ask_durable(const char *job, const char *step, struct repl_answer *a)
+{
+	struct msg m;
+
+	a->node = HOLD_DURABLE;
+	msg_init(&m, MSG_HOLD);
+	a->err = hold_survey_durable(repl.cfg, job, step, &m);
+	if (a->err == 0)
+		a->err = hold_parse(&m, HOLD_DURABLE, &a->cells, &a->ncells);
+	if (a->err < 0)
+		snprintf(a->why, sizeof(a->why), "the durable tier %s: %s", repl.cfg->durable_root,
+			 strerror(-a->err));
+	msg_free(&m);
+}
+
 int repl_survey(const char *job, const char *step, bool deep, const char *only,
 		struct repl_answer **out, size_t *n)
 {
 	size_t nodes = repl.cluster ? repl.hosts.n : 1;
-	struct repl_answer *ans = calloc(nodes, sizeof(*ans));
+	bool durable = durable_on(repl.cfg);
+	struct repl_answer *ans = calloc(nodes + durable, sizeof(*ans));
 	struct ask *asks = calloc(nodes, sizeof(*asks));
 	size_t self = repl.cluster ? repl.self : 0;
 	int rc = 0;
@@ -113,6 +131,14 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 		free(ans);
 		free(asks);
 		return -ENOMEM;
+	}
+	if (only && strcmp(only, HOLD_DURABLE) == 0 && durable) {
+		/* restore --from durable: the tier alone. */
+		free(asks);
+		ask_durable(job, step, &ans[0]);
+		*out = ans;
+		*n = 1;
+		return 0;
 	}
 	if (only && (repl.cluster ? hosts_find(&repl.hosts, only) < 0 :
 		     strcmp(only, repl.cfg->name) != 0)) {
@@ -149,12 +175,15 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 				 strerror(-ans[self].err));
 		msg_free(&m);
 	}
+	/* The durable tier last, beside the nodes, read while they answer. */
+	if (durable && !only)
+		ask_durable(job, step, &ans[nodes]);
 	for (size_t i = 0; i < nodes; i++)
 		if (asks[i].started)
 			pthread_join(asks[i].thread, NULL);
 	free(asks);
 	*out = ans;
-	*n = nodes;
+	*n = nodes + (durable && !only);
 	return rc;
 }
 

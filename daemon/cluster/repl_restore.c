@@ -45,6 +45,8 @@
 #include "daemon/net/peer.h"
 #include "daemon/fs/cursor.h"
 #include "daemon/cluster/hold.h"
+#include "daemon/cluster/rsrc.h"
+#include "daemon/durable/tier.h"
 #include "daemon/repl/repl.h"
 #include "daemon/fs/roots.h"
 #include "daemon/fs/treeops.h"
@@ -66,10 +68,14 @@ struct bad {                       /* a finding of the local verify */
 
 struct restore {
 	struct job *j;
-	const char *job, *step, *holder;
+	const char *job, *step;
+	const char *holder;            /* the source's name: src->name */
 	const digest_t *pin;           /* resume: the only commit to restore, or NULL */
-	digest_t root;
-	struct xport *x;
+	digest_t root;                 /* the commit restored */
+	struct rsrc srcs[2];           /* the copy chosen; the durable tier's of the same
+					* commit as its fall-back (ops NULL: none) */
+	struct rsrc *src;              /* the one in use */
+	bool fell_back;
 	struct io_uring ring;
 	int step_fd, stage_fd, tmp_fd;
 	uint8_t *buf;                  /* REPL_PIECE: local chunks being judged */
@@ -81,6 +87,7 @@ struct restore {
 	uint64_t trusted;              /* files the last verify --deep vouched for, not read */
 	bool lost_finding;             /* on_bad could not record one: fail */
 	char path[4096];               /* ckpt_root/JOB/STEP, for messages */
+	char dlabel[4096];             /* durable_root/JOB/STEP, for messages */
 	char why[8192];
 };
 
@@ -120,58 +127,10 @@ static int bad_cmp(const void *a, const void *b)
 	return mf_path_cmp(((const struct bad *)a)->rel, ((const struct bad *)b)->rel);
 }
 
-static void fetch_req(struct restore *r, struct msg *m)
-{
-	char hex[DIGEST_HEX_LEN + 1];
-
-	digest_to_hex(r->root, hex);
-	msg_init(m, MSG_FETCH_REQ);
-	msg_put_str(m, K_ORIGIN, repl_self_name());
-	msg_put_str(m, K_JOB, r->job);
-	msg_put_str(m, K_STEP, r->step);
-	msg_put_str(m, K_ROOT, hex);
-}
-
-/* The next frame of a fetch: MSG_DATA/MSG_MANIFEST (1) or MSG_END (0, its
- * K_SIZE in *end_size if end_size), or -errno with r->why. */
-static int fetch_next_end(struct restore *r, struct msg *m, uint16_t type, uint64_t *end_size)
-{
-	int rc = r->x->ops->recv(r->x, m);
-
-	if (rc < 0) {
-		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
-		return rc;
-	}
-	if (m->type == MSG_ERROR) {
-		rc = peer_refused(m, r->holder, r->why, sizeof(r->why));
-		msg_free(m);
-		return rc;
-	}
-	if (m->type == MSG_END) {
-		if (end_size)
-			msg_get_u64(m, K_SIZE, end_size);
-		msg_free(m);
-		return 0;
-	}
-	if (m->type != type) {
-		snprintf(r->why, sizeof(r->why), "%s: unexpected frame type %u", r->holder,
-			 m->type);
-		msg_free(m);
-		return -EPROTO;
-	}
-	return 1;
-}
-
-/* The holder's manifest to .stage/restore.manifest, fsync'd, its root checked. */
-static int fetch_next(struct restore *r, struct msg *m, uint16_t type)
-{
-	return fetch_next_end(r, m, type, NULL);
-}
-
+/* The copy's manifest to .stage/restore.manifest, fsync'd, its root checked
+ * against the one announced. */
 static int fetch_manifest(struct restore *r)
 {
-	struct msg m;
-	uint64_t off = 0, end_size = UINT64_MAX;
 	digest_t got;
 	int fd, rc;
 
@@ -182,35 +141,7 @@ static int fetch_manifest(struct restore *r)
 			 strerror(errno));
 		return -errno;
 	}
-	fetch_req(r, &m);
-	rc = r->x->ops->send(r->x, &m);
-	msg_free(&m);
-	if (rc < 0)
-		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
-	while (rc >= 0 && (rc = fetch_next_end(r, &m, MSG_MANIFEST, &end_size)) == 1) {
-		const uint8_t *p;
-		size_t n;
-		uint64_t at;
-
-		if (msg_get_u64(&m, K_OFFSET, &at) < 0 || at != off ||
-		    msg_get_bytes(&m, K_DATA, &p, &n) < 0 || off + n > REPL_MF_MAX) {
-			snprintf(r->why, sizeof(r->why), "%s: a manifest slice out of order",
-				 r->holder);
-			rc = -EPROTO;
-		} else {
-			rc = uio_pwrite(&r->ring, fd, p, n, off);
-			if (rc < 0)
-				snprintf(r->why, sizeof(r->why), "writing %s: %s", MF_FETCHED,
-					 strerror(-rc));
-			off += n;
-		}
-		msg_free(&m);
-	}
-	if (rc == 0 && end_size != off) {
-		snprintf(r->why, sizeof(r->why), "%s sent %llu manifest bytes, and said %llu",
-			 r->holder, (unsigned long long)off, (unsigned long long)end_size);
-		rc = -EPROTO;
-	}
+	rc = r->src->ops->manifest(r->src, fd);
 	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
 		snprintf(r->why, sizeof(r->why), "%s/%s/%s: fsync: %s", r->path, MF_DIRNAME,
@@ -221,7 +152,7 @@ static int fetch_manifest(struct restore *r)
 		return rc;
 	rc = ckpt_manifest_root(r->stage_fd, MF_FETCHED, &got, NULL, NULL, 0);
 	if (rc < 0 || !digest_eq(got, r->root)) {
-		snprintf(r->why, sizeof(r->why), "the manifest %s sent %s", r->holder,
+		snprintf(r->why, sizeof(r->why), "the manifest %s sent %s", r->src->name,
 			 rc < 0 ? "does not read (damaged on the way?)" :
 			 "has another root than it announced");
 		return rc < 0 ? rc : -EBADMSG;
@@ -229,67 +160,55 @@ static int fetch_manifest(struct restore *r)
 	return 0;
 }
 
-/* Fetches chunks [first, last) of e in one request into the file being
- * built, each chunk checked as its last byte arrives: one round trip for a
- * run of missing chunks, not one each. */
+/* The source failed (a chunk that does not match, a connection lost): the
+ * rest comes from the other one, the durable tier, when it holds the same
+ * commit, starting again at the chunk the failure was in. 0 to go on with
+ * it, or the failure's rc. */
+static int fall_back(struct restore *r, const struct mf_entry *e, int rc)
+{
+	struct rsrc *alt = &r->srcs[1];
+
+	if (r->src == alt || !alt->ops || rc == -ECANCELED)
+		return rc;
+	if (!alt->opened) {
+		int orc = alt->ops->open(alt);
+
+		if (orc < 0) {
+			job_note(r->j, LOG_WARN, NULL, NULL, "%s; and the durable tier cannot be "
+				 "read: %s", r->why, alt->why);
+			return rc;
+		}
+		alt->opened = true;
+	}
+	if (e && cbuild_rewind(&r->cb) < 0)
+		return rc;      /* the local writes failed: no source helps */
+	job_note(r->j, LOG_WARN, NULL, NULL, "%s: taking the rest of %s from the durable tier",
+		 r->why, r->path);
+	r->src = alt;
+	r->holder = alt->name;
+	r->fell_back = true;
+	*r->why = '\0';
+	return 0;
+}
+
+/* Fetches chunks [first, last) of e in one run into the file being built,
+ * each chunk checked as its last byte arrives; from the other source if the
+ * first fails part-way. */
 static int fetch_run(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
 		     uint64_t first, uint64_t last)
 {
-	uint64_t off = first * chunk_size, end = last * chunk_size;
-	struct msg m;
+	uint64_t end = last * chunk_size;
 	int rc;
 
 	if (end > e->size || !e->nchunks)
 		end = e->size;
-	fetch_req(r, &m);
-	msg_put_str(&m, K_PATH, e->path);
-	msg_put_u64(&m, K_OFFSET, off);
-	msg_put_u64(&m, K_SIZE, end - off);
-	rc = r->x->ops->send(r->x, &m);
-	msg_free(&m);
-	if (rc < 0) {
-		snprintf(r->why, sizeof(r->why), "%s: %s", r->holder, strerror(-rc));
-		return rc;
-	}
-	while ((rc = fetch_next(r, &m, MSG_DATA)) == 1) {
-		uint64_t next = r->cb.at;
-		uint8_t *raw_buf;
-		int b = cbuild_buf(&r->cb, &raw_buf);
-		const uint8_t *p;
-		size_t n, raw = 0, used;
-		uint64_t at;
+	do {
+		uint64_t before = r->src->bytes;
 
-		rc = msg_get_u64(&m, K_OFFSET, &at) < 0 || at != next ||
-		     msg_get_bytes(&m, K_DATA, &p, &n) < 0 ? -EPROTO :
-		     codec_chunk_decode(p, n, raw_buf, WQ_BUF, &raw, &used);
-		msg_free(&m);
-		if (rc == 0 && (used != n || raw == 0 || next + raw > end))
-			rc = -EPROTO;
-		if (rc < 0) {
-			snprintf(r->why, sizeof(r->why), "%s: a bad piece of %s at byte %llu (%s)",
-				 r->holder, e->path, (unsigned long long)next, strerror(-rc));
-			return rc;
-		}
-		rc = cbuild_put(&r->cb, b, raw);
-		if (rc == -EBADMSG) {
-			snprintf(r->why, sizeof(r->why), "chunk %llu of %s from %s does not match "
-				 "the manifest", (unsigned long long)r->cb.bad_chunk, e->path,
-				 r->holder);
-			return rc;
-		}
-		if (rc < 0) {
-			snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-rc));
-			return rc;
-		}
-		r->bytes_fetched += raw;
-		obs_add(OBS_RESTORE_BYTES, raw);
-	}
-	if (rc == 0 && r->cb.at != end) {
-		snprintf(r->why, sizeof(r->why), "%s sent %llu of %llu bytes of %s", r->holder,
-			 (unsigned long long)(r->cb.at - off), (unsigned long long)(end - off),
-			 e->path);
-		rc = -EPROTO;
-	}
+		rc = r->src->ops->fetch(r->src, &r->cb, e, r->cb.at, end);
+		r->bytes_fetched += r->src->bytes - before;
+		obs_add(OBS_RESTORE_BYTES, r->src->bytes - before);
+	} while (rc < 0 && fall_back(r, e, rc) == 0);
 	if (rc == 0)
 		r->chunks_fetched += last - first;
 	return rc;
@@ -699,6 +618,40 @@ static int open_dirs(struct restore *r)
 	return rc;
 }
 
+static void src_init(struct restore *r, struct rsrc *s, const char *holder)
+{
+	*s = (struct rsrc){ .ops = strcmp(holder, HOLD_DURABLE) == 0 ? &rsrc_durable_ops :
+				   &rsrc_peer_ops, .name = holder, .job = r->job, .step = r->step,
+			    .root = r->root, .ring = &r->ring, .why = r->why,
+			    .whylen = sizeof(r->why), .label = r->dlabel, .stepfd = -1 };
+}
+
+/* The copy chosen, and as its fall-back the durable tier's part of this
+ * node's step when it is of the same commit (its state aside: every chunk
+ * taken from it is checked). */
+static void set_sources(struct restore *r, const struct hold_cell *best,
+			const struct repl_answer *ans, size_t nans)
+{
+	src_init(r, &r->srcs[0], best->holder);
+	r->src = &r->srcs[0];
+	if (strcmp(best->holder, HOLD_DURABLE) == 0)
+		return;
+	for (size_t i = 0; i < nans; i++)
+		for (size_t c = 0; strcmp(ans[i].node, HOLD_DURABLE) == 0 && c < ans[i].ncells; c++) {
+			const struct hold_cell *h = &ans[i].cells[c];
+
+			if (strcmp(h->origin, repl.cfg->name) == 0 && h->has_root && h->step &&
+			    strcmp(h->step, r->step) == 0 && digest_eq(h->root, r->root))
+				src_init(r, &r->srcs[1], HOLD_DURABLE);
+		}
+}
+
+/* A holder's name for a person. */
+static const char *said(const char *holder)
+{
+	return strcmp(holder, HOLD_DURABLE) == 0 ? "the durable tier" : holder;
+}
+
 /* The copy to restore from: index into cells, or -1 with r->why. */
 static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t nans,
 		      bool have_local, digest_t local_root, bool forced)
@@ -733,6 +686,7 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 	if (best) {
 		r->root = best->root;
 		r->holder = best->holder;
+		set_sources(r, best, ans, nans);
 		return 0;
 	}
 	if (other) {
@@ -742,12 +696,13 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 		digest_to_hex(other->root, b);
 		snprintf(r->why, sizeof(r->why), "this node's manifest of %s/%s (root %s) is of "
 			 "another commit than the copy on %s (root %s): not mixing them; "
-			 "`--from %s` takes that copy whole", r->job, r->step, a, other->holder, b,
-			 other->holder);
+			 "`--from %s` takes that copy whole", r->job, r->step, a, said(other->holder),
+			 b, other->holder);
 		return -1;
 	}
-	o = (size_t)snprintf(r->why, sizeof(r->why), "no other node holds an intact copy of "
-			     "%s/%s from %s", r->job, r->step, self);
+	o = (size_t)snprintf(r->why, sizeof(r->why), "no other node%s holds an intact copy of "
+			     "%s/%s from %s", durable_on(repl.cfg) ? " nor the durable tier" : "",
+			     r->job, r->step, self);
 	bool unasked = false;
 
 	for (size_t i = 0; i < nans && o < sizeof(r->why); i++) {
@@ -821,6 +776,7 @@ static void run(struct restore *r, const char *from)
 {
 	struct repl_answer *ans = NULL;
 	struct leftover left = { 0 };
+	char source[CKPT_NAME_MAX + 64];
 	size_t nans = 0;
 	digest_t local_root;
 	const char *mf = "manifest";
@@ -828,9 +784,14 @@ static void run(struct restore *r, const char *from)
 	int rc;
 
 	rc = repl_survey(r->job, r->step, false, from, &ans, &nans);
+	if (rc == -ENOENT && strcmp(from, HOLD_DURABLE) == 0) {
+		job_result(r->j, 2, NULL, NULL, "--from %s: this node has no durable tier ([durable] "
+			   "root in its config)", from);
+		return;
+	}
 	if (rc == -ENOENT) {
-		job_result(r->j, 2, NULL, NULL, "--from %s: not a node of the hosts file %s", from,
-			   repl.cfg->hosts);
+		job_result(r->j, 2, NULL, NULL, "--from %s: not a node of the hosts file %s, nor "
+			   "\"%s\"", from, repl.cfg->hosts, HOLD_DURABLE);
 		return;
 	}
 	if (rc < 0 || (rc = open_dirs(r)) < 0) {
@@ -861,19 +822,23 @@ static void run(struct restore *r, const char *from)
 			   "commit than the one chosen (it changed since)", r->path, r->holder);
 		goto out;
 	}
-	rc = repl_dial((size_t)hosts_find(&repl.hosts, r->holder), REPL_CONNECT_MS, REPL_IO_MS,
-		       &r->x, r->why, sizeof(r->why));
+	rc = r->src->ops->open(r->src);
+	r->src->opened = rc == 0;
+	if (rc < 0)
+		rc = fall_back(r, NULL, rc);
 	if (rc == 0 && (!have_local || !digest_eq(local_root, r->root))) {
 		mf = MF_FETCHED;
 		rc = fetch_manifest(r);
+		if (rc < 0 && fall_back(r, NULL, rc) == 0)
+			rc = fetch_manifest(r);
 	}
 	if (rc < 0) {
-		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s", r->path, r->holder,
+		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s", r->path, said(r->holder),
 			   r->why);
 		goto out;
 	}
 	job_note(r->j, LOG_INFO, NULL, NULL, "restoring %s from the copy on %s", r->path,
-		 r->holder);
+		 said(r->holder));
 	/* From here until it is whole again the step is marked: neither the
 	 * watcher nor `stage commit` may commit it (and replicate half a
 	 * restore over the intact copies), even after a crash. A manifest of
@@ -927,7 +892,7 @@ static void run(struct restore *r, const char *from)
 		}
 	}
 	if (rc < 0) {
-		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s%s", r->path, r->holder,
+		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s%s", r->path, said(r->holder),
 			   *r->why ? r->why : strerror(-rc),
 			   "; the step stays marked unfinished: run the restore again");
 		goto out;
@@ -936,9 +901,14 @@ static void run(struct restore *r, const char *from)
 		      atomic_load(&r->j->bytes_total));
 	damage_remove(r->stage_fd);     /* what it named is repaired */
 	unmark(r);
+	if (r->fell_back)
+		snprintf(source, sizeof(source), "%s and the durable tier (%llu bytes from it)",
+			 r->srcs[0].name, (unsigned long long)r->srcs[1].bytes);
+	else
+		snprintf(source, sizeof(source), "%s", said(r->holder));
 	if (!r->files_fixed && !r->files_patched && !r->nbad) {
 		job_result(r->j, 0, r->path, NULL, "%s is intact (every byte checked against the "
-			   "copy on %s%s): nothing to restore", r->path, r->holder,
+			   "copy on %s%s): nothing to restore", r->path, source,
 			   r->trusted ? ", by the last verify --deep where nothing changed since" :
 			   "");
 	} else {
@@ -959,7 +929,7 @@ static void run(struct restore *r, const char *from)
 				 "--deep, not read again", (unsigned long long)r->trusted,
 				 r->trusted == 1 ? "" : "s");
 		job_result(r->j, 0, r->path, NULL, "restored %s from %s: %s%llu chunk%s (%llu bytes) "
-			   "fetched, %llu intact chunk%s kept%s%s", r->path, r->holder, files,
+			   "fetched, %llu intact chunk%s kept%s%s", r->path, source, files,
 			   (unsigned long long)r->chunks_fetched, r->chunks_fetched == 1 ? "" : "s",
 			   (unsigned long long)r->bytes_fetched, (unsigned long long)r->chunks_kept,
 			   r->chunks_kept == 1 ? "" : "s", trusted,
@@ -990,13 +960,14 @@ void repl_restore_pinned(struct job *j, const char *path, const char *from, cons
 			   "another node's replica", from);
 		return;
 	}
-	if (!repl.cluster) {
+	if (!repl.cluster && !durable_on(repl.cfg)) {
 		job_result(j, 1, NULL, NULL, "cannot restore %s/%s/%s: a single node (no hosts "
 			   "file %s) holds no replicas", repl.cfg->ckpt_root, job, step,
 			   repl.cfg->hosts);
 		return;
 	}
 	snprintf(r.path, sizeof(r.path), "%s/%s/%s", repl.cfg->ckpt_root, job, step);
+	snprintf(r.dlabel, sizeof(r.dlabel), "%s/%s/%s", repl.cfg->durable_root, job, step);
 	job_set_what(j, "%s", r.path);
 	rc = repl_restore_begin(job, step);
 	if (rc < 0) {
@@ -1020,8 +991,9 @@ void repl_restore_pinned(struct job *j, const char *path, const char *from, cons
 		cbuild_close(&r.cb);
 		io_uring_queue_exit(&r.ring);
 	}
-	if (r.x)
-		r.x->ops->close(r.x);
+	for (size_t i = 0; i < 2; i++)
+		if (r.srcs[i].opened)
+			r.srcs[i].ops->close(&r.srcs[i]);
 	for (size_t i = 0; i < r.nbad; i++) {
 		free(r.bad[i].rel);
 		free(r.bad[i].chunks);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/digest.h"
+#include "common/hosts.h"
 #include "daemon/ckpt/ckpt.h"
 
 #define WHY_MAX 16              /* reasons kept: the newest steps' */
@@ -156,7 +157,8 @@ int resume_decide(const struct resume_in *in, struct resume_out *out)
 	/* Without --nodes, a node that did not answer may be one of the job's:
 	 * nothing is promised until it answers or is left out. */
 	for (size_t i = 0; !in->origins && i < in->nnodes; i++)
-		if (!in->reached[i] && !in_list(origins, norigins, in->names[i]))
+		if (!in->reached[i] && !in_list(origins, norigins, in->names[i]) &&
+		    strcmp(in->names[i], HOLD_DURABLE) != 0)
 			origins[norigins++] = in->names[i];
 	for (size_t i = 0; i < in->ncells && rc == 0; i++) {
 		const struct hold_cell *c = &in->cells[i];

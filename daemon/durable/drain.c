@@ -1,5 +1,6 @@
 /* The drainer (drain.h has the states): scan, choose, drain, retire. */
 #include "daemon/durable/drain.h"
+#include "daemon/durable/tier.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -326,7 +327,7 @@ static int copy_manifest(int mfd, int dst, const char *self, char *why, size_t w
 		snprintf(why, whylen, "%s: %s", MF_DIRNAME, strerror(-sd));
 		return sd;
 	}
-	snprintf(name, sizeof(name), "manifest.%s", self);
+	durable_mf_name(self, name);
 	snprintf(tmp, sizeof(tmp), ".manifest.%s.tmp", self);
 	out = create_tmp(sd, tmp);
 	if (out < 0)
@@ -408,7 +409,7 @@ static void others_paths(int sd, const char *self, struct paths *p)
 {
 	int fd = openat(sd, MF_DIRNAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	char mine[CKPT_NAME_MAX + 32];
+	char mine[DURABLE_MF_MAX];
 	struct dirent *de;
 
 	if (!d) {
@@ -416,9 +417,10 @@ static void others_paths(int sd, const char *self, struct paths *p)
 			close(fd);
 		return;
 	}
-	snprintf(mine, sizeof(mine), "manifest.%s", self);
+	durable_mf_name(self, mine);
 	while ((de = readdir(d)))
-		if (strncmp(de->d_name, "manifest.", 9) == 0 && strcmp(de->d_name, mine) != 0)
+		if (strncmp(de->d_name, DURABLE_MF_PREFIX, strlen(DURABLE_MF_PREFIX)) == 0 &&
+		    strcmp(de->d_name, mine) != 0)
 			paths_add(dirfd(d), de->d_name, p);
 	closedir(d);
 }
@@ -589,10 +591,8 @@ static void retire_step(int jobdir, const char *job, const char *step)
 /* In durable_root/JOB: this origin's part drained (its manifest there). */
 static bool is_mine(int jobfd, const char *step, const void *arg)
 {
-	char name[CKPT_NAME_MAX + 32];
-
-	snprintf(name, sizeof(name), "%s/manifest.%s", MF_DIRNAME, dr.cfg->name);
-	return has(jobfd, step, name);
+	(void)arg;
+	return durable_has_part(jobfd, step, dr.cfg->name);
 }
 
 /* All but the newest `keep` of this origin's drained steps of JOB. */

@@ -128,6 +128,23 @@ int cbuild_skip_to(struct cbuild *b, uint64_t k)
 	return 0;
 }
 
+int cbuild_rewind(struct cbuild *b)
+{
+	int rc = wq_drain(&b->wq);      /* nothing of the failed chunk still on its way */
+
+	if (rc < 0)
+		return rc;
+	b->chunk_no = b->e->nchunks ? b->at / b->chunk_size : 0;
+	b->at = b->chunk_no * b->chunk_size;
+	b->chunk_fill = 0;
+	XXH3_128bits_reset(b->chunk);
+	if (b->at == 0)
+		XXH3_128bits_reset(b->whole);
+	else
+		b->skipped = true;
+	return 0;
+}
+
 int cbuild_end(struct cbuild *b)
 {
 	const struct mf_entry *e = b->e;

@@ -75,6 +75,12 @@ int cbuild_put(struct cbuild *b, int i, size_t n);
  * whole-file digest (the chunks left alone were checked by whoever judged
  * them). 0 or -EINVAL. */
 int cbuild_skip_to(struct cbuild *b, uint64_t k);
+/* After a failure, back to the start of the chunk the next byte was for
+ * (of a file of one chunk, to its start), every write done first: the rest
+ * can then come from another source. The chunks before it stay as written,
+ * each checked; past the start, cbuild_end checks no whole-file digest (it
+ * no longer covers each byte once). 0, or the writes' sticky error. */
+int cbuild_rewind(struct cbuild *b);
 /* Whether everything taken so far is checked: b->at ends a chunk (or the
  * file has one chunk only, checked at its end: never, before that). */
 static inline bool cbuild_checked(const struct cbuild *b)

@@ -158,6 +158,59 @@ static void test_a_bad_chunk_is_never_written(void **state)
 	free(bad);
 }
 
+/* A source fails part-way (a bad chunk in a piece spanning two chunks, or
+ * a connection lost mid-chunk): rewound to the start of the chunk the next
+ * byte was for, the rest fed from another source gives the right file; a
+ * file of one chunk starts over and is still checked by its digest. */
+static void test_rewind_to_another_source(void **state)
+{
+	static const size_t sizes[] = { 6 * CHUNK + 300, CHUNK - 7 };
+	struct cbuild b;
+
+	assert_int_equal(cbuild_open(&b), 0);
+	for (size_t s = 0; s < 2; s++) {
+		size_t n = sizes[s];
+		uint8_t *good = pattern(n, 9), *bad = malloc(n);
+		struct mf_entry e;
+		char path[64];
+		int fd = temp_file(path, sizeof(path));
+
+		entry_of(&e, good, n, CHUNK);
+		memcpy(bad, good, n);
+		bad[n > CHUNK ? 3 * CHUNK + 5 : 40] ^= 1;
+		/* A bad chunk, found by a piece that also completes a good one. */
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
+		assert_int_equal(feed(&b, bad, n, 0, n > CHUNK ? CHUNK + CHUNK / 2 : 1000), -EBADMSG);
+		assert_int_equal(cbuild_rewind(&b), 0);
+		assert_int_equal(b.at % CHUNK, 0);
+		assert_true(b.at <= (n > CHUNK ? 3 * CHUNK : 0));
+		assert_int_equal(feed(&b, good, n, (size_t)b.at, 4096), 0);
+		assert_int_equal(cbuild_end(&b), 0);
+		check_file(fd, good, n);
+		/* A source gone mid-chunk: what it gave stays up to the chunk's start. */
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
+		assert_int_equal(feed(&b, good, n / 2 + 3, 0, 4096), 0);
+		assert_int_equal(cbuild_rewind(&b), 0);
+		assert_int_equal(b.at, n > CHUNK ? (n / 2 + 3) / CHUNK * CHUNK : 0);
+		assert_int_equal(feed(&b, good, n, (size_t)b.at, 5000), 0);
+		assert_int_equal(cbuild_end(&b), 0);
+		check_file(fd, good, n);
+		/* Rewound and fed wrong again: still refused. */
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
+		assert_int_equal(feed(&b, good, n / 2, 0, 4096), 0);
+		assert_int_equal(cbuild_rewind(&b), 0);
+		assert_int_equal(feed(&b, bad, n, (size_t)b.at, 4096), n > CHUNK && b.at > 3 * CHUNK ?
+				 0 : -EBADMSG);
+		cbuild_end(&b);
+		close(fd);
+		unlink(path);
+		mf_entry_free(&e);
+		free(good);
+		free(bad);
+	}
+	cbuild_close(&b);
+}
+
 /* A file of one chunk has no chunk digests: its own digest is checked when
  * its last byte comes, before that byte is written. */
 static void test_one_chunk_file_is_checked_by_its_digest(void **state)
@@ -312,6 +365,7 @@ int main(void)
 		cmocka_unit_test(test_files_come_out_as_fed),
 		cmocka_unit_test(test_a_bad_chunk_is_never_written),
 		cmocka_unit_test(test_one_chunk_file_is_checked_by_its_digest),
+		cmocka_unit_test(test_rewind_to_another_source),
 		cmocka_unit_test(test_resume_checks_what_is_kept),
 		cmocka_unit_test(test_file_digest_and_size_are_checked),
 		cmocka_unit_test(test_patch_in_place),

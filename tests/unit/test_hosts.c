@@ -168,6 +168,9 @@ static void test_errors(void **state)
 		       "hosts:1: node 'n0': rdma 'bad_host!': not a host name or address");
 	assert_refused("n0 10.0.0.1:1\nn1 10.0.0.2:1\n# n0\nn0 10.0.0.3:1\n",
 		       "hosts:4: node 'n0': duplicate name (first on line 1)");
+	assert_refused("n0 10.0.0.1:1\ndurable 10.0.0.2:1\n",
+		       "hosts:2: node 'durable': the name of the durable tier in verify --cluster, "
+		       "restore --from and resume: call the node otherwise");
 	assert_refused("n0 10.0.0.1:1\nn1 10.0.0.1:1\n",
 		       "hosts:2: node 'n1': address '10.0.0.1:1' already used by node 'n0' (line 1)");
 	assert_refused("n0 Node.Example:1\nn1 node.example:1\n",

@@ -187,6 +187,45 @@ static void test_unasked_origin_blocks(void **state)
 	resume_out_free(&out);
 }
 
+/* The durable tier is one more holder: an origin whose only intact copy is
+ * there is restored from it; the tier unreadable is no origin of the job. */
+static void test_durable_tier_as_holder(void **state)
+{
+	static const char *const names[] = { "n0", "n1", "n2", "durable" };
+	bool up[] = { true, true, true, true };
+	struct hold_cell c[] = {
+		CELL("n0", "durable", "ok", "step-100", 10),
+		CELL("n1", "n1", "ok", "step-100", 11), CELL("n1", "n2", "ok", "step-100", 11),
+		CELL("n2", "n2", "ok", "step-100", 12), CELL("n2", "n0", "incomplete", "step-100", 0),
+		CELL("n1", "durable", "ok", "step-100", 11),
+	};
+	struct resume_in in = { .names = names, .reached = up, .nnodes = 4, .cells = c,
+				.ncells = 6 };
+	struct resume_out out;
+
+	assert_int_equal(resume_decide(&in, &out), 0);
+	assert_string_equal(out.step, "step-100");
+	assert_int_equal(out.norigins, 3);
+	assert_int_equal(out.nfix, 1);
+	assert_string_equal(out.fix[0].origin, "n0");
+	assert_string_equal(out.fix[0].from, "durable");
+	assert_true(digest_eq(out.fix[0].root, R(10)));
+	resume_out_free(&out);
+	/* A durable copy of another commit than the node's own: not mixed. */
+	c[0] = CELL("n0", "n0", "ok", "step-100", 10);
+	c[5] = CELL("n1", "durable", "ok", "step-100", 99);
+	assert_int_equal(resume_decide(&in, &out), 1);
+	assert_true(said(&out, "n1's copies on n1 and durable are of two different commits"));
+	resume_out_free(&out);
+	/* The tier could not be read: said by the caller, but no node of the job. */
+	c[5] = CELL("n1", "n1", "ok", "step-100", 11);
+	up[3] = false;
+	in.ncells = 5;
+	assert_int_equal(resume_decide(&in, &out), 0);
+	assert_int_equal(out.norigins, 3);
+	resume_out_free(&out);
+}
+
 static void test_nodes_naming_one_with_nothing(void **state)
 {
 	static const char *const job[] = { "n0", "n1", "n2", "n3" };
@@ -246,6 +285,7 @@ int main(void)
 		cmocka_unit_test(test_two_commits_not_mixed),
 		cmocka_unit_test(test_unasked_origin_blocks),
 		cmocka_unit_test(test_nodes_naming_one_with_nothing),
+		cmocka_unit_test(test_durable_tier_as_holder),
 		cmocka_unit_test(test_ghost_origin_left_out),
 		cmocka_unit_test(test_skip_and_other_steps),
 	};
