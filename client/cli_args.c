@@ -21,7 +21,7 @@ static const struct cli_command {
 	{ "manifest", CLI_CMD_MANIFEST, 1, "manifest PATH [--xxhsum]" },
 	{ "commit", CLI_CMD_COMMIT, 1, "commit DIR [--wait]" },
 	{ "ls", CLI_CMD_LS, 0, "ls" },
-	{ "restore", CLI_CMD_RESTORE, 1, "restore DIR [--from NODE]" },
+	{ "restore", CLI_CMD_RESTORE, 1, "restore DIR [--from NODE|durable]" },
 	{ "doctor", CLI_CMD_DOCTOR, 0, "doctor [--nodes LIST] [--ports LIST] [--quick]" },
 	{ "resume", CLI_CMD_RESUME, 1, "resume JOB [--nodes LIST] [--deep] [--dry-run]" },
 	{ "metrics", CLI_CMD_METRICS, 0, "metrics" },
@@ -266,8 +266,9 @@ void cli_args_usage(FILE *f)
 	      "            and queue its copies to the partners; --wait returns once every\n"
 	      "            copy is confirmed on disk\n"
 	      "  restore   bring checkpoint DIR (ckpt_root/JOB/STEP) back to this node from\n"
-	      "            the copies its partners hold; --from NODE fetches them from NODE\n"
-	      "            rather than from a holder the daemon picks\n"
+	      "            the copies its partners hold, else from the durable tier; --from\n"
+	      "            NODE fetches them from NODE (or \"durable\") rather than from a\n"
+	      "            holder the daemon picks\n"
 	      "  ls        checkpoints known to this node and where their copies are\n"
 	      "  doctor    the cluster preflight: bandwidth and latency between nodes, clocks,\n"
 	      "            the job's ports, facts that must agree (kernel, GPU, driver), disk\n"

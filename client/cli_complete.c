@@ -27,6 +27,7 @@
 #include "client/cli_args.h"
 #include "client/cli_conn.h"
 #include "common/codec.h"
+#include "common/hosts.h"
 #include "common/proto.h"
 
 #define ASK_TIMEOUT_MS 500      /* a TAB must not hang on a busy or wedged daemon */
@@ -223,6 +224,8 @@ static void offer_value(struct want *w, const char *opt, const char *socket_opt)
 {
 	if (strcmp(opt, "from") == 0 || strcmp(opt, "nodes") == 0) {
 		from_daemon(w, socket_opt, ASK_NODES);
+		if (strcmp(opt, "from") == 0)
+			offer_str(w, HOLD_DURABLE);     /* the durable tier, where there is one */
 	} else if (strcmp(opt, "codec") == 0) {
 		for (unsigned id = 0; id < CODEC_COUNT; id++)
 			offer_str(w, codec_by_id(id)->name);

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/ckpt/ckpt.h"
+#include "daemon/engine/cbuild.h"
 #include "daemon/engine/pace.h"
 #include "daemon/engine/prio.h"
 #include "daemon/engine/uio.h"
@@ -41,6 +42,7 @@ static struct {
 	pthread_cond_t cond;              /* monotonic; signalled at stop */
 	struct io_uring ring;
 	struct pace pace;
+	struct cbuild cb;                 /* the file being drained */
 	uint8_t *buf;                     /* BUF bytes */
 } dr = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -182,18 +184,13 @@ static int digest_file(int dfd, const char *name, digest_t *out)
  * unless `ours` (this node's last drain of the step named it); one of the
  * same content from a drain cut short stays; any other is another origin's:
  * a conflict. 0 or -errno with why. */
-static int drain_file(int src, int dst, const struct mf_entry *e, const char *self, bool ours,
-		      char *why, size_t whylen)
+static int drain_file(int src, int dst, const struct mf_entry *e, uint64_t chunk_size,
+		      const char *self, bool ours, char *why, size_t whylen)
 {
 	const char *base, *sbase, *what;
 	char tmp[128];
-	int in = -1, out = -1, pfd, spfd = -1, rc = 0;
-	XXH3_state_t *st = XXH3_createState();
-	uint64_t off = 0;
-	digest_t got;
+	int in = -1, out = -1, pfd, spfd = -1, rc = 0, crc;
 
-	if (!st)
-		return -ENOMEM;
 	pfd = treeops_open_parent(dst, e->path, &base);
 	if (pfd < 0) {
 		rc = pfd;
@@ -214,37 +211,51 @@ static int drain_file(int src, int dst, const struct mf_entry *e, const char *se
 			snprintf(why, whylen, "creating %s beside %s: %s", tmp, e->path, strerror(-rc));
 		goto out;
 	}
-	XXH3_128bits_reset(st);
-	while (off < e->size) {
+	/* The builder checks every chunk against the manifest before its last
+	 * byte is written and the whole file at the end, and writes through
+	 * its queue: the next piece is read while the last ones go out. */
+	rc = cbuild_begin(&dr.cb, e, chunk_size, out, 0, true);
+	while (rc == 0 && dr.cb.at < e->size) {
+		uint64_t at = dr.cb.at;
+		size_t want = e->size - at < WQ_BUF ? (size_t)(e->size - at) : WQ_BUF;
+		uint8_t *p;
+		int b = cbuild_buf(&dr.cb, &p);
 		ssize_t n;
 
 		if (atomic_load(&dr.stopping)) {
 			rc = -ECANCELED;
-			goto out;
+			break;
 		}
-		n = uio_pread(&dr.ring, in, dr.buf, BUF, off);
-		if (n <= 0) {
+		n = uio_pread(&dr.ring, in, p, want, at);
+		if (n != (ssize_t)want) {
 			rc = n < 0 ? (int)n : -ESTALE;   /* shorter than its manifest: changed */
 			snprintf(why, whylen, "reading %s: %s", e->path, n < 0 ? strerror(-rc) :
 				 "it is shorter than its manifest says");
-			goto out;
+			break;
 		}
-		pace_take(&dr.pace, (size_t)n);
-		XXH3_128bits_update(st, dr.buf, (size_t)n);
-		if ((rc = uio_pwrite(&dr.ring, out, dr.buf, (size_t)n, off)) < 0) {
+		pace_take(&dr.pace, want);
+		rc = cbuild_put(&dr.cb, b, want);
+		if (rc == -EBADMSG) {
+			rc = -ESTALE;
+			snprintf(why, whylen, "chunk %llu of %s does not match its manifest: it changed "
+				 "after the commit", (unsigned long long)dr.cb.bad_chunk, e->path);
+		} else if (rc < 0) {
 			snprintf(why, whylen, "writing %s: %s", e->path, strerror(-rc));
-			goto out;
+		} else {
+			obs_add(OBS_DURABLE_BYTES, want);
 		}
-		off += (uint64_t)n;
-		obs_add(OBS_DURABLE_BYTES, (uint64_t)n);
 	}
-	got = XXH3_128bits_digest(st);
-	if (!digest_eq(got, e->digest)) {
+	crc = cbuild_end(&dr.cb);
+	if (rc == 0 && crc == -EBADMSG) {
 		rc = -ESTALE;
 		snprintf(why, whylen, "%s does not hash to its manifest's digest: it changed after "
 			 "the commit", e->path);
-		goto out;
+	} else if (rc == 0 && crc < 0) {
+		rc = crc;
+		snprintf(why, whylen, "writing %s: %s", e->path, strerror(-rc));
 	}
+	if (rc < 0)
+		goto out;
 	if (fdatasync(out) < 0 ||
 	    treeops_set_meta(out, false, 0, 0, e->mode & 01777, e->mtime_ns, &what) < 0) {
 		rc = -errno;
@@ -277,7 +288,6 @@ out:
 		close(spfd);
 	if (pfd >= 0)
 		close(pfd);
-	XXH3_freeState(st);
 	return rc;
 }
 
@@ -505,7 +515,8 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 				close(d);
 			}
 		} else if (e.type == MF_FILE) {
-			rc = drain_file(src, dst, &e, self, paths_has(&prev, e.path), why, whylen);
+			rc = drain_file(src, dst, &e, mf_reader_chunk_size(r), self,
+					paths_has(&prev, e.path), why, whylen);
 		} else if (e.type == MF_LINK) {
 			rc = drain_link(dst, &e, self, why, whylen);
 		}
@@ -696,6 +707,10 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *m
 
 		for (size_t i = 0; i < n && !present; i++)
 			present = strcmp(steps[i], s.pending[0]) == 0;
+		uint64_t t0 = mono_ns();
+		struct timespec c0, c1;
+
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 		why[0] = '\0';
 		rc = present ? drain_step(job, s.pending[0], why, sizeof(why)) : 0;
 		if (rc == -ECANCELED)
@@ -714,9 +729,12 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *m
 			*retry_at = mono_ns() + RETRY_MS * 1000000ull;
 			break;
 		}
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
 		if (present && rc == 0)
-			log_info("durable: %s/%s drained to %s/%s/%s", job, s.pending[0],
-				 dr.cfg->durable_root, job, s.pending[0]);
+			log_info("durable: %s/%s drained to %s/%s/%s in %.3f s (CPU %.3f s)", job,
+				 s.pending[0], dr.cfg->durable_root, job, s.pending[0],
+				 (mono_ns() - t0) / 1e9, (double)(c1.tv_sec - c0.tv_sec) +
+				 (c1.tv_nsec - c0.tv_nsec) / 1e9);
 		memmove(s.pending[0], s.pending[1], sizeof(s.pending[0]) * (PENDING_MAX - 1));
 		s.npending--;
 		state_save(job, &s);
@@ -807,6 +825,11 @@ int durable_start(const struct stage_config *cfg, char *why, size_t whylen)
 		snprintf(why, whylen, "the durable drain: io_uring: %s", strerror(-rc));
 		goto out_free_buf;
 	}
+	rc = cbuild_open(&dr.cb);
+	if (rc < 0) {
+		snprintf(why, whylen, "the durable drain: %s", strerror(-rc));
+		goto out_exit_ring;
+	}
 	pace_init(&dr.pace, cfg->durable_rate);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -825,6 +848,8 @@ int durable_start(const struct stage_config *cfg, char *why, size_t whylen)
 
 out_destroy_cond:
 	pthread_cond_destroy(&dr.cond);
+	cbuild_close(&dr.cb);
+out_exit_ring:
 	io_uring_queue_exit(&dr.ring);
 out_free_buf:
 	free(dr.buf);
@@ -842,6 +867,7 @@ void durable_stop(void)
 	pthread_mutex_unlock(&dr.lock);
 	pthread_join(dr.thread, NULL);
 	pthread_cond_destroy(&dr.cond);
+	cbuild_close(&dr.cb);
 	io_uring_queue_exit(&dr.ring);
 	free(dr.buf);
 	dr.buf = NULL;

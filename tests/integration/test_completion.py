@@ -90,8 +90,8 @@ def test_paths_from_the_daemon(make_cluster, tmp_path):
     got = complete(["verify", ""], sock=n1.socket)
     assert {str(n1.stage_root), str(n1.base / "ckpt"), str(n1.base / "replicas")} <= set(got), got
     assert str(n1.base / "replicas" / "n0" / "job1" / "step-100") in got, got
-    # --from: the other nodes.
-    assert complete(["restore", str(step), "--from", ""], sock=n0.socket) == ["n0", "n1"]
+    # --from: the nodes, and the durable tier.
+    assert complete(["restore", str(step), "--from", ""], sock=n0.socket) == ["n0", "n1", "durable"]
     assert complete(["doctor", "--nodes", "=", "n1"], sock=n0.socket) == ["n1"]
     # --socket on the line wins over STAGE_SOCKET.
     got = complete(["--socket", str(n1.socket), "verify", ""])

@@ -172,7 +172,7 @@ static void test_args_restore(void **state)
 	assert_string_equal(a.from, "n2");
 
 	assert_int_equal(PARSE(&a, err, "restore"), -EINVAL);
-	assert_string_equal(err, "missing operand: stage restore DIR [--from NODE]");
+	assert_string_equal(err, "missing operand: stage restore DIR [--from NODE|durable]");
 	assert_int_equal(PARSE(&a, err, "restore", "a", "b"), -EINVAL);
 	assert_non_null(strstr(err, "extra operand 'b'"));
 	assert_int_equal(PARSE(&a, err, "verify", "p", "--from", "n1"), -EINVAL);
@@ -195,7 +195,7 @@ static void test_args_usage_text(void **state)
 	cli_args_usage(c.f);
 	t = cap_text(&c);
 	assert_non_null(strstr(t, "  stage verify PATH [--deep] [--cluster [--nodes LIST]]\n"));
-	assert_non_null(strstr(t, "  stage restore DIR [--from NODE]\n"));
+	assert_non_null(strstr(t, "  stage restore DIR [--from NODE|durable]\n"));
 	assert_non_null(strstr(t, "\n  restore   "));
 	assert_non_null(strstr(t, "--cluster: "));
 	assert_null(strstr(t, "later version"));
