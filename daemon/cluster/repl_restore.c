@@ -45,6 +45,7 @@
 #include "daemon/net/peer.h"
 #include "daemon/fs/cursor.h"
 #include "daemon/cluster/hold.h"
+#include "daemon/cluster/resume.h"
 #include "daemon/cluster/rsrc.h"
 #include "daemon/durable/tier.h"
 #include "daemon/repl/repl.h"
@@ -901,6 +902,16 @@ static void run(struct restore *r, const char *from)
 		      atomic_load(&r->j->bytes_total));
 	damage_remove(r->stage_fd);     /* what it named is repaired */
 	unmark(r);
+	/* A replacement node gets back the replicas it held of this step too
+	 * (resume asks for them itself, once every origin is whole). */
+	if (!r->pin) {
+		struct repl_flat f;
+
+		if (repl_flatten(ans, nans, &f) == 0) {
+			resume_holdings(r->j, r->job, r->step, f.cells, f.ncells);
+			repl_flat_free(&f);
+		}
+	}
 	if (r->fell_back)
 		snprintf(source, sizeof(source), "%s and the durable tier (%llu bytes from it)",
 			 r->srcs[0].name, (unsigned long long)r->srcs[1].bytes);

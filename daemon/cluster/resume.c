@@ -194,6 +194,43 @@ static size_t repair_all(struct job *j, const char *job, const struct resume_out
 	return failed;
 }
 
+static bool has_ok(const struct hold_cell *cells, size_t n, const char *origin,
+		   const char *holder, const char *step)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(cells[i].origin, origin) == 0 && strcmp(cells[i].holder, holder) == 0 &&
+		    cells[i].step && strcmp(cells[i].step, step) == 0 &&
+		    strcmp(cells[i].state, "ok") == 0)
+			return true;
+	return false;
+}
+
+void resume_holdings(struct job *j, const char *job, const char *step,
+		     const struct hold_cell *cells, size_t ncells)
+{
+	const char *self = repl.cfg->name;
+	struct repair *r = calloc(repl.hosts.n ? repl.hosts.n : 1, sizeof(*r));
+	size_t n = 0;
+
+	if (!r)
+		return;
+	for (size_t h = 0; h < repl.hosts.n; h++) {
+		const char *o = repl.hosts.v[h].name, *place[64];
+		size_t np = repl_placement(o, place, 64);
+		bool placed = false;
+
+		for (size_t k = 0; k < np; k++)
+			placed |= strcmp(place[k], self) == 0;
+		if (placed && strcmp(o, self) != 0 && has_ok(cells, ncells, o, o, step) &&
+		    !has_ok(cells, ncells, o, self, step))
+			r[n++] = (struct repair){ .type = MSG_RESEND_ASK, .node = o, .other = self,
+						  .job = job, .step = step };
+	}
+	if (n)
+		run_all(j, r, n);
+	free(r);
+}
+
 /* --deep: the fast choice confirmed by reading every byte of that step on
  * every node, the next newest tried when it fails. On 0, *out is the deep
  * decision (its fixes from the deep states; its strings live in *keep, the

@@ -77,6 +77,16 @@ struct resume_out {
 int resume_decide(const struct resume_in *in, struct resume_out *out);
 void resume_out_free(struct resume_out *out);
 
+/* After `stage restore` of JOB/STEP on this node (a replacement node, say):
+ * each origin whose survey answer shows its own copy of the step intact,
+ * that placement gives this node a copy of, and whose copy this node does
+ * not hold intact (survey cells: every answer's), is asked to send it again
+ * (MSG_RESEND_ASK), all at once, each said in a note. Replication sends
+ * only what is missing. */
+struct hold_cell;
+void resume_holdings(struct job *j, const char *job, const char *step,
+		     const struct hold_cell *cells, size_t ncells);
+
 /* Serves MSG_RESUME_REQ (sends notes and the result; its K_PATH is this
  * node's ckpt_root/JOB/STEP). nodes: --nodes, or NULL. */
 void resume_run(struct job *j, const char *job, const char *nodes);

@@ -102,6 +102,23 @@ def test_replacement_node_gets_its_shards_and_holdings_back(job3):
     assert (n2.base / "replicas" / "n1" / JOB / "step-200" / "shard-n1.pt").exists()
 
 
+def test_replacement_node_restore_gets_holdings_back(job3):
+    """The same with `stage restore` on the replacement node: its shards come
+    back, and n1 is asked to send the replica n2 held for it."""
+    n0, n1, n2 = job3
+    n2.stop()
+    for d in (n2.base / "ckpt", n2.state_dir, n2.base / "replicas"):
+        shutil.rmtree(d)
+        d.mkdir()
+    n2.start()
+    cp = n2.run("restore", ckpt(n2, JOB, "step-200"), timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "n1: llm/step-200 queued for n2 again" in cp.stderr, cp.stderr
+    wait_for(lambda: n0.run("verify", ckpt(n0, JOB, "step-200"), "--cluster").returncode == 0,
+             60, "verify --cluster clean once n1's copy is on n2 again", interval=0.5)
+    assert (n2.base / "replicas" / "n1" / JOB / "step-200" / "shard-n1.pt").exists()
+
+
 def test_incomplete_newest_step_falls_back(job3):
     n0, n1, n2 = job3
     # step-300 reached n0 and n1 only: n2 died before it wrote its shards.
