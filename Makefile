@@ -143,7 +143,9 @@ VG_TESTS := $(addprefix tests/integration/, \
 	test_metrics.py::test_unwritable_textfile_warns_once_and_recovers \
 	test_resume.py::test_replacement_node_gets_its_shards_and_holdings_back \
 	test_durable.py::test_steps_drained_side_by_side \
-	test_durable.py::test_kill9_mid_drain_resumes)
+	test_durable.py::test_kill9_mid_drain_resumes \
+	test_durable_restore.py::test_bad_replica_chunk_comes_from_durable \
+	test_durable_restore.py::test_two_neighbours_lose_disks)
 .PHONY: valgrind
 valgrind:
 	@command -v valgrind >/dev/null || { echo "make valgrind: no valgrind (make deps)" >&2; exit 2; }
