@@ -53,9 +53,15 @@ int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t why
 /* Where placement puts ORIGIN's copies: up to cap node names, in order. */
 size_t repl_placement(const char *origin, const char **holders, size_t cap);
 
+/* What follows a restore that succeeded, with its survey's cells (every
+ * answer's): resume_holdings, given by the caller (the restore calls up
+ * into nothing). */
+typedef void repl_restored_fn(struct job *j, const char *job, const char *step,
+			      const struct hold_cell *cells, size_t ncells);
 /* Serves MSG_RESTORE_REQ (repl_restore.c; sends the result). from: the
- * node to restore from (--from), or NULL for the best copy. */
-void repl_restore_run(struct job *j, const char *path, const char *from);
+ * node to restore from (--from), or NULL for the best copy; then: NULL or
+ * called once it is restored. */
+void repl_restore_run(struct job *j, const char *path, const char *from, repl_restored_fn *then);
 /* The same, restoring only commit *pin (resume's choice): refused when this
  * node's own manifest or the holder's copy is of another commit. */
 void repl_restore_pinned(struct job *j, const char *path, const char *from, const digest_t *pin);

@@ -45,7 +45,6 @@
 #include "daemon/net/peer.h"
 #include "daemon/fs/cursor.h"
 #include "daemon/cluster/hold.h"
-#include "daemon/cluster/resume.h"
 #include "daemon/cluster/rsrc.h"
 #include "daemon/durable/tier.h"
 #include "daemon/repl/repl.h"
@@ -72,6 +71,7 @@ struct restore {
 	const char *job, *step;
 	const char *holder;            /* the source's name: src->name */
 	const digest_t *pin;           /* resume: the only commit to restore, or NULL */
+	repl_restored_fn *then;        /* after success, or NULL */
 	digest_t root;                 /* the commit restored */
 	struct rsrc srcs[2];           /* the copy chosen; the durable tier's of the same
 					* commit as its fall-back (ops NULL: none) */
@@ -902,13 +902,11 @@ static void run(struct restore *r, const char *from)
 		      atomic_load(&r->j->bytes_total));
 	damage_remove(r->stage_fd);     /* what it named is repaired */
 	unmark(r);
-	/* A replacement node gets back the replicas it held of this step too
-	 * (resume asks for them itself, once every origin is whole). */
-	if (!r->pin) {
+	if (r->then) {
 		struct repl_flat f;
 
 		if (repl_flatten(ans, nans, &f) == 0) {
-			resume_holdings(r->j, r->job, r->step, f.cells, f.ncells);
+			r->then(r->j, r->job, r->step, f.cells, f.ncells);
 			repl_flat_free(&f);
 		}
 	}
@@ -950,15 +948,24 @@ out:
 	repl_answers_free(ans, nans);
 }
 
-void repl_restore_run(struct job *j, const char *path, const char *from)
+static void restore(struct job *j, const char *path, const char *from, const digest_t *pin,
+		    repl_restored_fn *then);
+
+void repl_restore_run(struct job *j, const char *path, const char *from, repl_restored_fn *then)
 {
-	repl_restore_pinned(j, path, from, NULL);
+	restore(j, path, from, NULL, then);
 }
 
 void repl_restore_pinned(struct job *j, const char *path, const char *from, const digest_t *pin)
 {
+	restore(j, path, from, pin, NULL);
+}
+
+static void restore(struct job *j, const char *path, const char *from, const digest_t *pin,
+		    repl_restored_fn *then)
+{
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
-	struct restore r = { .j = j, .job = job, .step = step, .pin = pin, .step_fd = -1,
+	struct restore r = { .j = j, .job = job, .step = step, .pin = pin, .then = then, .step_fd = -1,
 			     .stage_fd = -1, .tmp_fd = -1 };
 	int rc;
 
