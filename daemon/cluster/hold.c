@@ -202,6 +202,8 @@ static int durable_cell(const char *origin, void *arg)
 	if (config_check_name(origin, &w) < 0 || strlen(origin) > CKPT_NAME_MAX)
 		return 0;       /* a stray in .stage */
 	rc = durable_part_check(d->stepfd, origin, &p);
+	if (rc == -ENOENT)
+		return 0;       /* retired, or being drained again, since the listing */
 	c.state = rc == 0 ? "ok" : "damaged";
 	c.has_root = p.has_root;
 	c.root = p.root;

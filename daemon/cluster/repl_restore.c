@@ -128,6 +128,12 @@ static int bad_cmp(const void *a, const void *b)
 	return mf_path_cmp(((const struct bad *)a)->rel, ((const struct bad *)b)->rel);
 }
 
+/* A holder's name for a person. */
+static const char *said(const char *holder)
+{
+	return strcmp(holder, HOLD_DURABLE) == 0 ? "the durable tier" : holder;
+}
+
 /* The copy's manifest to .stage/restore.manifest, fsync'd, its root checked
  * against the one announced. */
 static int fetch_manifest(struct restore *r)
@@ -153,7 +159,7 @@ static int fetch_manifest(struct restore *r)
 		return rc;
 	rc = ckpt_manifest_root(r->stage_fd, MF_FETCHED, &got, NULL, NULL, 0);
 	if (rc < 0 || !digest_eq(got, r->root)) {
-		snprintf(r->why, sizeof(r->why), "the manifest %s sent %s", r->src->name,
+		snprintf(r->why, sizeof(r->why), "the manifest %s sent %s", said(r->src->name),
 			 rc < 0 ? "does not read (damaged on the way?)" :
 			 "has another root than it announced");
 		return rc < 0 ? rc : -EBADMSG;
@@ -172,11 +178,17 @@ static int fall_back(struct restore *r, const struct mf_entry *e, int rc)
 	if (r->src == alt || !alt->ops || rc == -ECANCELED)
 		return rc;
 	if (!alt->opened) {
-		int orc = alt->ops->open(alt);
+		char first[sizeof(r->why)];
+		int orc;
 
+		snprintf(first, sizeof(first), "%s", r->why);   /* alt->why is r->why */
+		orc = alt->ops->open(alt);
 		if (orc < 0) {
-			job_note(r->j, LOG_WARN, NULL, NULL, "%s; and the durable tier cannot be "
-				 "read: %s", r->why, alt->why);
+			char tier[sizeof(r->why)];
+
+			snprintf(tier, sizeof(tier), "%s", r->why);
+			snprintf(r->why, sizeof(r->why), "%.4000s; and the durable tier cannot be "
+				 "read: %.4000s", first, tier);
 			return rc;
 		}
 		alt->opened = true;
@@ -647,11 +659,6 @@ static void set_sources(struct restore *r, const struct hold_cell *best,
 		}
 }
 
-/* A holder's name for a person. */
-static const char *said(const char *holder)
-{
-	return strcmp(holder, HOLD_DURABLE) == 0 ? "the durable tier" : holder;
-}
 
 /* The copy to restore from: index into cells, or -1 with r->why. */
 static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t nans,

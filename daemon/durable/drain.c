@@ -450,12 +450,13 @@ static void unlink_beneath(int dir, const char *rel, int flags)
 /* Whether dst already holds this origin's manifest with src's root. */
 static bool drained(int src, int dst, const char *self)
 {
-	char name[CKPT_NAME_MAX + 32];
-	digest_t a, b;
+	struct durable_part p;
+	digest_t a;
 
-	snprintf(name, sizeof(name), "%s/manifest.%s", MF_DIRNAME, self);
+	/* The durable side read as any reader does: no link followed, no fifo
+	 * waited on. */
 	return ckpt_manifest_root(src, MF_NAME, &a, NULL, NULL, 0) == 0 &&
-	       ckpt_manifest_root(dst, name, &b, NULL, NULL, 0) == 0 && digest_eq(a, b);
+	       durable_part_check(dst, self, &p) >= 0 && p.has_root && digest_eq(a, p.root);
 }
 
 static int drain_step(const char *job, const char *step, char *why, size_t whylen)

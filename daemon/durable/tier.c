@@ -73,7 +73,7 @@ int durable_each_origin(int stepfd, int (*fn)(const char *origin, void *arg), vo
 		/* A drain's temporary starts with '.'; NAME is the caller's to
 		 * check as a node name. */
 		if (strncmp(e->d_name, DURABLE_MF_PREFIX, np) == 0 && e->d_name[np] &&
-		    e->d_type != DT_DIR)
+		    (e->d_type == DT_REG || e->d_type == DT_UNKNOWN))
 			rc = fn(e->d_name + np, arg);
 	}
 	closedir(d);
@@ -114,19 +114,56 @@ static const char *entry_wrong(int stepfd, const struct mf_entry *e, char *buf, 
 	return wrong;
 }
 
+FILE *durable_mf_open(int stepfd, const char *origin)
+{
+	char rel[DURABLE_MF_MAX + 16], mf[DURABLE_MF_MAX];
+	const char *base;
+	struct stat st;
+	FILE *f = NULL;
+	int pfd, fd = -1, err;
+
+	durable_mf_name(origin, mf);
+	snprintf(rel, sizeof(rel), MF_DIRNAME "/%s", mf);
+	pfd = treeops_open_parent(stepfd, rel, &base);
+	if (pfd < 0) {
+		errno = -pfd;
+		return NULL;
+	}
+	/* O_NONBLOCK only so that a fifo planted there cannot hang the open. */
+	fd = openat(pfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	err = errno;
+	close(pfd);
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0) < 0)) {
+		close(fd);
+		fd = -1;
+		err = EINVAL;
+	}
+	if (fd >= 0 && !(f = fdopen(fd, "re"))) {
+		err = errno;
+		close(fd);
+	}
+	errno = err;
+	return f;
+}
+
 int durable_part_check(int stepfd, const char *origin, struct durable_part *p)
 {
 	char rel[DURABLE_MF_MAX + 16], mf[DURABLE_MF_MAX], buf[256];
 	struct mf_reader *r;
 	struct mf_entry e;
+	FILE *f;
 	int rc;
 
 	memset(p, 0, sizeof(*p));
 	durable_mf_name(origin, mf);
 	snprintf(rel, sizeof(rel), MF_DIRNAME "/%s", mf);
-	rc = mf_reader_open(&r, stepfd, rel, MF_COMPLETE);
+	f = durable_mf_open(stepfd, origin);
+	rc = f ? mf_reader_open_fp(&r, f, rel, MF_COMPLETE) : -errno;
 	if (rc < 0) {
-		snprintf(p->first, sizeof(p->first), "%s: %s", rel, strerror(-rc));
+		snprintf(p->first, sizeof(p->first), "%s: %s", rel, rc == -EINVAL ?
+			 "not a regular file" : strerror(-rc));
+		if (f)
+			fclose(f);
 		return rc;
 	}
 	while ((rc = mf_reader_next(r, &e)) == 1) {
@@ -151,5 +188,6 @@ int durable_part_check(int stepfd, const char *origin, struct durable_part *p)
 		snprintf(p->first, sizeof(p->first), "%s", mf_reader_why(r));
 	}
 	mf_reader_close(r);
+	fclose(f);
 	return rc < 0 ? rc : p->bad ? 1 : 0;
 }

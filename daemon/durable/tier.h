@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/config.h"
 #include "common/digest.h"
@@ -40,6 +41,11 @@ bool durable_has_part(int jobfd, const char *step, const void *origin);
  * 0, or -errno when .stage cannot be read. */
 int durable_each_origin(int stepfd, int (*fn)(const char *origin, void *arg), void *arg);
 
+/* ORIGIN's manifest in the step at stepfd, opened with no symlink on its
+ * way and only if a regular file (a fifo planted there must not hang a
+ * reader): a stream to read, or NULL with errno (EINVAL: not a regular
+ * file). */
+FILE *durable_mf_open(int stepfd, const char *origin);
 /* ORIGIN's part of the step at stepfd, checked as `stage verify` checks a
  * tree without --deep, but entry by entry from its manifest rather than by
  * walking the directory, which holds every other origin's files too (a

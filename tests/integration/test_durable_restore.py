@@ -114,6 +114,11 @@ def test_verify_cluster_durable_column(dtrio):
     cells = {(o.get("origin"), o.get("holder")): o for o in map(json.loads, cp.stdout.splitlines())
              if o.get("event") == "copy"}
     assert all(cells[(n, "durable")]["state"] == "ok" for n in ("n0", "n1", "n2")), cells
+    # A fifo or a link planted among the manifests hangs nothing and is no part.
+    os.mkfifo(root / JOB / STEP / ".stage" / "manifest.n9")
+    os.symlink("/etc/passwd", root / JOB / STEP / ".stage" / "manifest.n8")
+    cp = n0.run("verify", ckpt(n0, JOB, STEP), "--cluster", timeout=60)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
     # A part gone wrong on the durable tier is a problem, named.
     with open(root / JOB / STEP / "shard-n1.pt", "r+b") as f:
         f.truncate(1000)
