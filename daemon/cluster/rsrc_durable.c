@@ -34,21 +34,10 @@ static int d_open(struct rsrc *s)
 /* A regular file beneath the step: its fd, or -errno with why. */
 static int open_file(struct rsrc *s, const char *rel, uint64_t need)
 {
-	const char *base;
+	int fd = treeops_open_file_beneath(s->stepfd, rel), rc = fd < 0 ? fd : 0;
 	struct stat st;
-	int pfd = treeops_open_parent(s->stepfd, rel, &base), fd = -1, rc = 0;
 
-	if (pfd < 0) {
-		rc = pfd;
-	} else {
-		/* O_NONBLOCK only so that a fifo planted there cannot hang the open. */
-		fd = openat(pfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-		rc = fd < 0 ? -errno : 0;
-		close(pfd);
-	}
-	if (rc == 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0) < 0))
-		rc = -EINVAL;
-	if (rc == 0 && (uint64_t)st.st_size < need)
+	if (rc == 0 && (fstat(fd, &st) < 0 || (uint64_t)st.st_size < need))
 		rc = -ENODATA;
 	if (rc < 0) {
 		snprintf(s->why, s->whylen, "%s/%s on the durable tier: %s", s->label, rel,

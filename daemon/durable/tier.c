@@ -117,33 +117,41 @@ static const char *entry_wrong(int stepfd, const struct mf_entry *e, char *buf, 
 FILE *durable_mf_open(int stepfd, const char *origin)
 {
 	char rel[DURABLE_MF_MAX + 16], mf[DURABLE_MF_MAX];
-	const char *base;
-	struct stat st;
-	FILE *f = NULL;
-	int pfd, fd = -1, err;
+	FILE *f;
+	int fd, err;
 
 	durable_mf_name(origin, mf);
 	snprintf(rel, sizeof(rel), MF_DIRNAME "/%s", mf);
-	pfd = treeops_open_parent(stepfd, rel, &base);
-	if (pfd < 0) {
-		errno = -pfd;
+	fd = treeops_open_file_beneath(stepfd, rel);
+	if (fd < 0) {
+		errno = -fd;
 		return NULL;
 	}
-	/* O_NONBLOCK only so that a fifo planted there cannot hang the open. */
-	fd = openat(pfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	err = errno;
-	close(pfd);
-	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0) < 0)) {
-		close(fd);
-		fd = -1;
-		err = EINVAL;
-	}
-	if (fd >= 0 && !(f = fdopen(fd, "re"))) {
+	if (!(f = fdopen(fd, "re"))) {
 		err = errno;
 		close(fd);
+		errno = err;
 	}
-	errno = err;
 	return f;
+}
+
+int durable_mf_root(int stepfd, const char *origin, digest_t *root)
+{
+	FILE *f = durable_mf_open(stepfd, origin);
+	struct mf_reader *r;
+	struct mf_entry e;
+	int rc = f ? mf_reader_open_fp(&r, f, DURABLE_MF_PREFIX, MF_COMPLETE) : -errno;
+
+	if (rc == 0) {
+		while ((rc = mf_reader_next(r, &e)) == 1)
+			mf_entry_free(&e);
+		if (rc == 0)
+			*root = mf_reader_root(r);
+		mf_reader_close(r);
+	}
+	if (f)
+		fclose(f);
+	return rc;
 }
 
 int durable_part_check(int stepfd, const char *origin, struct durable_part *p)

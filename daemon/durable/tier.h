@@ -46,6 +46,9 @@ int durable_each_origin(int stepfd, int (*fn)(const char *origin, void *arg), vo
  * reader): a stream to read, or NULL with errno (EINVAL: not a regular
  * file). */
 FILE *durable_mf_open(int stepfd, const char *origin);
+/* The root digest of ORIGIN's manifest there (its commit's), read whole.
+ * 0 or -errno (-EBADMSG: damaged). */
+int durable_mf_root(int stepfd, const char *origin, digest_t *root);
 /* ORIGIN's part of the step at stepfd, checked as `stage verify` checks a
  * tree without --deep, but entry by entry from its manifest rather than by
  * walking the directory, which holds every other origin's files too (a

@@ -209,3 +209,23 @@ int treeops_set_meta_at(int dirfd, const char *name, bool is_link, bool chown, u
 		return *what = "set times", -errno;
 	return 0;
 }
+
+int treeops_open_file_beneath(int root, const char *rel)
+{
+	const char *base;
+	struct stat st;
+	int pfd = treeops_open_parent(root, rel, &base), fd, rc = 0;
+
+	if (pfd < 0)
+		return pfd;
+	/* O_NONBLOCK only for the open: a fifo must not hang it. */
+	fd = openat(pfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		rc = -errno;
+	close(pfd);
+	if (rc == 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0) < 0)) {
+		close(fd);
+		rc = -EINVAL;
+	}
+	return rc < 0 ? rc : fd;
+}

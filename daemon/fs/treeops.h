@@ -34,6 +34,10 @@ int treeops_open_parent(int root, const char *rel, const char **base);
  * the fd of the one before, so a component that is, or becomes, a symlink
  * is refused (-ELOOP or -ENOTDIR), never followed. A directory fd, or
  * -errno. */
+/* The regular file REL beneath root opened for reading, with no symlink on
+ * its way and without waiting on a fifo planted there: an fd (blocking), or
+ * -errno (-EINVAL: not a regular file). */
+int treeops_open_file_beneath(int root, const char *rel);
 int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode);
 /* Gives an open file or directory its owner (when chown), mode and mtime
  * (ns; atime too). 0 or -errno, *what naming the step that failed. */
