@@ -103,7 +103,16 @@ $(HOSTLIST_EXPAND): $(call obj,tests/tools/hostlist_expand.c) $(BUILD)/libcommon
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 all: $(HOSTLIST_EXPAND)
 
-integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND)
+# Preloaded into the daemons of the fault campaigns (tests/tools/faultfs.py):
+# tells faultfs of each syncfs, which FUSE does not pass on. Built without
+# the sanitizers: it is loaded before their runtime.
+SYNCFS_SHIM := $(BUILD)/tests/syncfs_shim.so
+$(SYNCFS_SHIM): tests/tools/syncfs_shim.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -O2 -g -std=c11 -Wall -Wextra -Werror -fPIC -shared -o $@ $<
+all: $(SYNCFS_SHIM)
+
+integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND) $(SYNCFS_SHIM)
 	@tools/run-integration
 
 # One integration run under valgrind's memcheck: a plain build (no ASan) in

@@ -110,7 +110,8 @@ class Daemon:
     """
 
     def __init__(self, base, *, source_roots=None, stage_root=None, transfer=None, user=None, name=None,
-                 listen=None, cluster=None, netns=None, doctor=None, metrics=None, exec_prefix=None):
+                 listen=None, cluster=None, netns=None, doctor=None, metrics=None, exec_prefix=None,
+                 disk=None):
         # listen: fixed "HOST:PORT" (default: a fresh free port each write_config);
         # cluster: {key: value} written as a [cluster] section (default: none);
         # netns: run the daemon inside this network namespace (ip netns exec);
@@ -120,6 +121,9 @@ class Daemon:
         # exec_prefix: argv put before the daemon (after ip netns exec), e.g.
         # ["faketime", "-f", "+3s"]; read at each start, so a test may change
         # it and restart().
+        # disk: a directory (a faultfs mount) that holds state_dir and every
+        # root the daemon writes, as one node's disk would; config and logs
+        # stay in base (default: all in base).
         self.listen = listen
         self.cluster = dict(cluster) if cluster else None
         self.netns = netns
@@ -133,10 +137,13 @@ class Daemon:
         self.user = user
         self.sock_dir = Path(tempfile.mkdtemp(prefix="stg-", dir="/tmp"))
         self.socket = self.sock_dir / "staged.sock"
-        self.state_dir = self.base / "state"
+        self.disk = Path(disk) if disk else self.base
+        self.state_dir = self.disk / "state"
+        self.ckpt_root = self.disk / "ckpt"
+        self.replica_root = self.disk / "replicas"
         self.source_roots = [Path(p) for p in (source_roots or [self.base / "src"])]
         self.src_root = self.source_roots[0]
-        self.stage_root = Path(stage_root) if stage_root else self.base / "stage"
+        self.stage_root = Path(stage_root) if stage_root else self.disk / "stage"
         self.transfer = {"chunk_size": "64KiB", **({"compress": COMPRESS} if COMPRESS else {}),
                          **(transfer or {})}
         self.config_path = self.base / "daemon.conf"
@@ -147,12 +154,12 @@ class Daemon:
         os.symlink(STAGED, self.exe)
         self.proc = None
         self.runs = []        # [log path, how it ended: None (running), "term", "kill9", "died", "hung"]
-        for p in [self.state_dir, self.stage_root, self.base / "ckpt", self.base / "replicas",
+        for p in [self.state_dir, self.stage_root, self.ckpt_root, self.replica_root,
                   *self.source_roots]:
             p.mkdir(parents=True, exist_ok=True)
         if user:
             for p in [self.base, self.sock_dir, self.state_dir, self.stage_root,
-                      self.base / "ckpt", self.base / "replicas"]:
+                      self.ckpt_root, self.replica_root]:
                 os.chown(p, *user)
         self.write_config()
 
@@ -169,8 +176,8 @@ class Daemon:
             "[paths]\n"
             f"source_roots = {','.join(str(p) for p in self.source_roots)}\n"
             f"stage_root = {self.stage_root}\n"
-            f"ckpt_root = {self.base / 'ckpt'}\n"
-            f"replica_root = {self.base / 'replicas'}\n"
+            f"ckpt_root = {self.ckpt_root}\n"
+            f"replica_root = {self.replica_root}\n"
             "[transfer]\n"
             f"{t}\n"
         ) + ("[cluster]\n" + "".join(f"{k} = {v}\n" for k, v in self.cluster.items())
@@ -409,6 +416,25 @@ def small_tmpfs(tmp_path):
 
 
 @pytest.fixture
+def fault_mount(tmp_path):
+    """fault_mount(name="disk") -> a mounted FaultMount (tests/tools/faultfs.py)
+    under tmp_path; all unmounted at teardown. Request it before make_daemon
+    or make_cluster so that the daemons stop first. Root only."""
+    need_root("mounting a FUSE file system")
+    from faultmount import FaultMount
+    made = []
+
+    def make(name="disk"):
+        m = FaultMount(tmp_path, name)
+        made.append(m)
+        return m.mount()
+
+    yield make
+    for m in made:
+        m.close()
+
+
+@pytest.fixture
 def nobody_base():
     """A base directory an unprivileged user can reach (pytest's tmp_path is
     under a 0700 root-owned directory), owned by nobody. Root only."""
@@ -432,12 +458,13 @@ def make_cluster(make_daemon, tmp_path):
     127.0.0.1 and a free port). netns: [NS or None] per node. keys: {i: key}
     gives node i a key file of its own with that key. doctor: [doctor] keys for
     every node; node_doctor {i: {...}} per node. exec_prefix {i: [argv]}: what
-    node i's daemon runs under (e.g. faketime). start: start them all."""
+    node i's daemon runs under (e.g. faketime). disks {i: dir}: node i's
+    state and roots in dir (Daemon's disk). start: start them all."""
     counter = itertools.count()
 
     def make(n=2, *, replicas=None, keep=None, transfer=None, node_transfer=None, domains=None,
              addrs=None, netns=None, keys=None, doctor=None, node_doctor=None, exec_prefix=None,
-             start=True):
+             disks=None, start=True):
         cdir = tmp_path / f"cluster{next(counter)}"
         cdir.mkdir()
         key = write_key(cdir / "cluster.key")
@@ -458,7 +485,8 @@ def make_cluster(make_daemon, tmp_path):
             doc = {**(doctor or {}), **((node_doctor or {}).get(i, {}))}
             nodes.append(make_daemon(base=cdir / names[i], start=False, name=names[i], listen=addrs[i],
                                      cluster=cl, transfer=tr, netns=(netns or [None] * n)[i],
-                                     doctor=doc or None, exec_prefix=(exec_prefix or {}).get(i)))
+                                     doctor=doc or None, exec_prefix=(exec_prefix or {}).get(i),
+                                     disk=(disks or {}).get(i)))
         if start:
             for d in nodes:
                 d.start()

@@ -639,11 +639,11 @@ def run_cmd(*argv, check=True, timeout=30):
 # Daemon layout: ckpt_root is base/ckpt, replica_root base/replicas.
 
 def ckpt(d, job="job1", step="step-100"):
-    return d.base / "ckpt" / job / step
+    return d.ckpt_root / job / step
 
 
 def replica(holder, origin, job="job1", step="step-100"):
-    return holder.base / "replicas" / origin.name / job / step
+    return holder.replica_root / origin.name / job / step
 
 
 def assert_replica_of(origin_dir, replica_dir):
