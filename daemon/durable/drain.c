@@ -262,10 +262,11 @@ static int drain_file(int src, int dst, const struct mf_entry *e, uint64_t chunk
 		snprintf(why, whylen, "writing %s: %s", e->path, strerror(-rc));
 		goto out;
 	}
-	if (renameat2(pfd, tmp, pfd, base, ours ? 0 : RENAME_NOREPLACE) < 0) {
+	rc = ours ? (renameat(pfd, tmp, pfd, base) < 0 ? -errno : 0) :
+		    treeops_rename_noreplace(pfd, tmp, pfd, base);
+	if (rc < 0) {
 		digest_t there;
 
-		rc = -errno;
 		if (rc == -EEXIST && digest_file(pfd, base, &there) == 0 &&
 		    digest_eq(there, e->digest)) {
 			rc = 0;         /* ours, from a drain cut short: it stays */
@@ -305,9 +306,8 @@ static int drain_link(int dst, const struct mf_entry *e, const char *self, char 
 	}
 	tmp_name(tmp, sizeof(tmp), base, self);
 	unlinkat(pfd, tmp, 0);
-	if (symlinkat(e->target, pfd, tmp) < 0 || renameat2(pfd, tmp, pfd, base,
-							     RENAME_NOREPLACE) < 0) {
-		rc = -errno;
+	rc = symlinkat(e->target, pfd, tmp) < 0 ? -errno : treeops_rename_noreplace(pfd, tmp, pfd, base);
+	if (rc < 0) {
 		n = readlinkat(pfd, base, there, sizeof(there) - 1);
 		if (rc == -EEXIST && n >= 0 && (size_t)n == strlen(e->target) &&
 		    memcmp(there, e->target, (size_t)n) == 0)

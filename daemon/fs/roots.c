@@ -1,6 +1,7 @@
 #include "daemon/fs/roots.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,27 @@
 
 #include "common/paths.h"
 #include "daemon/fs/treeops.h"
+
+/* fsync of the directory that holds PATH: a new name in it is durable. */
+static int sync_parent(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	size_t n = slash ? (size_t)(slash - path) : 0;
+	int fd, rc = 0;
+
+	if (n >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	fd = open(n ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
 
 int roots_mkdirs(const char *path, unsigned mode)
 {
@@ -24,8 +46,14 @@ int roots_mkdirs(const char *path, unsigned mode)
 			char c = *p;
 
 			*p = '\0';
-			if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			if (mkdir(buf, mode) == 0) {
+				int rc = sync_parent(buf);
+
+				if (rc < 0)
+					return rc;
+			} else if (errno != EEXIST) {
 				return -errno;
+			}
 			*p = c;
 			if (!c)
 				break;

@@ -33,7 +33,8 @@ int roots_exit_code(int err);
  * disk) is understood. The rest must hold no ".." (nothing is there to
  * resolve it against): -EINVAL, as for a relative abs. 0 or -errno. */
 int roots_resolve(const char *abs, char **out);
-/* mkdir -p with mode for the directories it creates. 0 or -errno. */
+/* mkdir -p with mode for the directories it creates, each made durable
+ * (its parent fsync'd). 0 or -errno. */
 int roots_mkdirs(const char *path, unsigned mode);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -129,6 +130,23 @@ int treeops_open_parent(int root, const char *rel, const char **base)
 	return fd;
 }
 
+/* fsync of a directory, also through an O_PATH fd (which fsync refuses). */
+static int sync_dir(int fd)
+{
+	int rc, rfd;
+
+	if (fsync(fd) == 0)
+		return 0;
+	if (errno != EBADF)
+		return -errno;
+	rfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rfd < 0)
+		return -errno;
+	rc = fsync(rfd) < 0 ? -errno : 0;
+	close(rfd);
+	return rc;
+}
+
 int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode)
 {
 	char *copy, *save = NULL;
@@ -153,8 +171,16 @@ int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode)
 			fd = -EXDEV;
 			break;
 		}
-		if (mkdirat(fd, c, mode) < 0 && errno != EEXIST)
-			next = -errno;
+		if (mkdirat(fd, c, mode) == 0) {
+			/* Its name is durable only once its parent is synced
+			 * (ext4 happens to do it with the next fsync; POSIX
+			 * does not say so, nor do NFS or XFS promise it). */
+			next = sync_dir(fd);
+		} else {
+			next = errno == EEXIST ? 0 : -errno;
+		}
+		if (next < 0)
+			;
 		else if ((next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 					O_CLOEXEC)) < 0)
 			next = -errno;
@@ -228,4 +254,55 @@ int treeops_open_file_beneath(int root, const char *rel)
 		rc = -EINVAL;
 	}
 	return rc < 0 ? rc : fd;
+}
+
+int treeops_rename_noreplace(int ofd, const char *old, int nfd, const char *new)
+{
+	struct stat st;
+
+	if (renameat2(ofd, old, nfd, new, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	if (fstatat(ofd, old, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode)) {
+		if (linkat(ofd, old, nfd, new, 0) == 0)
+			return unlinkat(ofd, old, 0) < 0 ? -errno : 0;
+		if (errno != EPERM && errno != EOPNOTSUPP && errno != EMLINK)
+			return -errno;
+		/* No hard links either: as for a directory. */
+	}
+	if (fstatat(nfd, new, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return -EEXIST;
+	if (errno != ENOENT)
+		return -errno;
+	return renameat(ofd, old, nfd, new) < 0 ? -errno : 0;
+}
+
+int treeops_rename_exchange(int ofd, const char *old, int nfd, const char *new)
+{
+	char aside[NAME_MAX + 1];
+	int rc;
+
+	if (renameat2(ofd, old, nfd, new, RENAME_EXCHANGE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	if ((size_t)snprintf(aside, sizeof(aside), "%s.x", old) >= sizeof(aside))
+		return -ENAMETOOLONG;
+	if (renameat(ofd, old, ofd, aside) < 0)
+		return -errno;
+	if (renameat(nfd, new, ofd, old) < 0) {
+		rc = -errno;
+		(void)renameat(ofd, aside, ofd, old);           /* as it was */
+		return rc;
+	}
+	if (renameat(ofd, aside, nfd, new) < 0) {
+		rc = -errno;
+		if (renameat(ofd, old, nfd, new) == 0)          /* the earlier one back */
+			(void)renameat(ofd, aside, ofd, old);
+		return rc;
+	}
+	return 0;
 }

@@ -29,15 +29,15 @@ int treeops_open_beneath_path(const char *root, const char *rel);
 /* Opens the parent directory of REL beneath root and points *base at REL's
  * last component. A directory fd, or -errno. */
 int treeops_open_parent(int root, const char *rel, const char **base);
-/* mkdir -p of REL beneath root (MODE for what it creates), then opens it:
- * each component made with mkdirat and opened with openat(O_NOFOLLOW) on
- * the fd of the one before, so a component that is, or becomes, a symlink
- * is refused (-ELOOP or -ENOTDIR), never followed. A directory fd, or
- * -errno. */
 /* The regular file REL beneath root opened for reading, with no symlink on
  * its way and without waiting on a fifo planted there: an fd (blocking), or
  * -errno (-EINVAL: not a regular file). */
 int treeops_open_file_beneath(int root, const char *rel);
+/* mkdir -p of REL beneath root (MODE for what it creates), then opens it:
+ * each component made with mkdirat and opened with openat(O_NOFOLLOW) on
+ * the fd of the one before, so a component that is, or becomes, a symlink
+ * is refused (-ELOOP or -ENOTDIR), never followed. Each directory it
+ * makes is made durable (its parent fsync'd). A directory fd, or -errno. */
 int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode);
 /* Gives an open file or directory its owner (when chown), mode and mtime
  * (ns; atime too). 0 or -errno, *what naming the step that failed. */
@@ -47,5 +47,16 @@ int treeops_set_meta(int fd, bool chown, uid_t uid, gid_t gid, uint32_t mode, in
  * (whose mode Linux does not keep: mode is ignored for links). */
 int treeops_set_meta_at(int dirfd, const char *name, bool is_link, bool chown, uid_t uid,
 			gid_t gid, uint32_t mode, int64_t mtime_ns, const char **what);
+/* renameat2(RENAME_NOREPLACE): -EEXIST when NEW is there. A file system
+ * without the flag (EINVAL: NFS, a FUSE server of protocol 7.22 or older)
+ * gets the same result another way: a non-directory is hard-linked to NEW
+ * (as atomic: EEXIST if NEW is there) and OLD unlinked; a directory is
+ * looked up, then renamed, so the caller must keep other writers out of
+ * NEW's directory. 0 or -errno. */
+int treeops_rename_noreplace(int ofd, const char *old, int nfd, const char *new);
+/* renameat2(RENAME_EXCHANGE): OLD and NEW trade places. Without the flag,
+ * three renames through OLD's name with ".x" added: a crash between them
+ * leaves NEW's name empty for a moment, never holding a mix. 0 or -errno. */
+int treeops_rename_exchange(int ofd, const char *old, int nfd, const char *new);
 
 #endif

@@ -582,14 +582,15 @@ int rx_publish(struct rx *r)
 		return rx_fail(r, inc_fd, "%s/%s: %s", repl.cfg->replica_root, irel,
 			    strerror(-inc_fd));
 	}
-	if (renameat2(inc_fd, r->step, job_fd, r->step, RENAME_NOREPLACE) < 0) {
+	rc = treeops_rename_noreplace(inc_fd, r->step, job_fd, r->step);
+	if (rc == -EEXIST) {
 		/* An older copy of the step: swap, then the old one goes. */
-		if (errno != EEXIST ||
-		    renameat2(inc_fd, r->step, job_fd, r->step, RENAME_EXCHANGE) < 0)
-			rc = rx_fail(r, -errno, "publishing %s/%s: %s", rel, r->step, strerror(errno));
-		else
+		rc = treeops_rename_exchange(inc_fd, r->step, job_fd, r->step);
+		if (rc == 0)
 			treeops_remove(inc_fd, r->step, true);
 	}
+	if (rc < 0)
+		rc = rx_fail(r, rc, "publishing %s/%s: %s", rel, r->step, strerror(-rc));
 	if (rc == 0) {
 		fsync(job_fd);
 		retain(job_fd);

@@ -37,7 +37,8 @@ fdatasync (or a syncfs), a directory's entries as of its last fsync (or a
 syncfs); nothing else is. So a file created, written and fsync'd, whose
 directory was never fsync'd, is gone after a cut, and a rename not followed
 by an fsync of both directories is undone. What was there at mount counts as
-durable. Symbolic links keep the target they were made with.
+durable. Symbolic links keep the target they were made with; a directory's
+own mode and times are kept as they are at the cut.
 
 How. The backing directory always holds the live state, so reads are plain
 reads. Before the first change to something durable since its last sync, its
@@ -243,8 +244,8 @@ class FaultFS(Operations):
             out = self.root + CUT_SUFFIX
             shutil.rmtree(out, ignore_errors=True)
             os.mkdir(out)
-            shutil.copystat(self.root, out)
             lost = self._build(self.root_ino, self.root, out, live)
+            shutil.copystat(self.root, out)
             old = self.root + ".faultfs-old"
             shutil.rmtree(old, ignore_errors=True)
             os.rename(self.root, old)
@@ -267,9 +268,9 @@ class FaultFS(Operations):
             src = live.get(ino)
             if fmt == stat.S_IFDIR:
                 os.mkdir(dst)
-                if src:
-                    shutil.copystat(src, dst)
                 lost += self._build(ino, src if src and os.path.isdir(src) else None, dst, live)
+                if src:
+                    shutil.copystat(src, dst)   # after its entries: their making moves the mtime
                 continue
             state = self.files.get(ino)
             if state is None and fmt == stat.S_IFLNK and src:
