@@ -170,3 +170,28 @@ def test_full_durable_root_named_replication_unaffected(make_cluster, tmp_path):
         for d in nodes:
             d.stop()
         subprocess.run(["umount", str(root)], check=False)
+
+
+def test_durable_root_without_rename_flags(fault_mount, make_cluster):
+    """A durable root on a file system that refuses renameat2's flags with
+    EINVAL, as NFS does (faultfs speaks FUSE 7.19, where the kernel refuses
+    them the same way): each file is still published without replacing
+    another node's (a hard link, then the temporary unlinked). Before, every
+    file of every drain failed with "Invalid argument"."""
+    m = fault_mount("nfs")
+    root = m.mnt / "ckpt"
+    root.mkdir()
+    n0, n1 = durable_cluster(make_cluster, root)
+    for d in (n0, n1):
+        d.start()
+    s0 = step(n0, "step-100", [F("model.pt", size=300_000), F("sub/opt-0.pt", size=70_000)], 1)
+    commit_wait(n0, s0)
+    wait_for(lambda: drained(root, "step-100", "n0"), 30, "n0's part drained")
+    dst = root / JOB / "step-100"
+    for rel in ("model.pt", "sub/opt-0.pt"):
+        assert same_bytes(s0 / rel, dst / rel), rel
+    assert not [p for p in dst.rglob("*stage-drain*")], list(dst.rglob("*"))
+    commit_wait(n1, step(n1, "step-100", [F("model.pt", size=6000)], 2))
+    wait_for(lambda: "two nodes write the same file name" in n1.log(), 30, "n1's refusal logged")
+    assert same_bytes(s0 / "model.pt", dst / "model.pt"), "n0's file overwritten"
+    assert not drained(root, "step-100", "n1")

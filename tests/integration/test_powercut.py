@@ -85,12 +85,14 @@ class Plan:
               f"  (replay: STAGE_POWERCUT_SEED={SEED} STAGE_POWERCUT_CUTS={CUTS})")
 
 
-def cut(d, m, what, i, at):
+def cut(d, m, what, i, at, acked):
     """kill -9 of the node's daemon and the cut of its disk at once (a power
-    cut stops both), then the reboot."""
+    cut stops both), then the reboot. acked: whether the operation had been
+    acknowledged when the cut came (for the record)."""
     d.kill9()
     lost = m.cut()
-    print(f"  cut {i + 1}: {what} at {at:.2f} s ({lost})")
+    print(f"  cut {i + 1}: {what} at {at:.2f} s, {'after it was acknowledged' if acked else 'in flight'} "
+          f"({lost})")
     m.reboot()
     d.start()
 
@@ -152,7 +154,7 @@ def test_power_cut_during_pull(fault_mount, make_daemon):
         p = d.popen("pull", src)
         time.sleep(at)
         rc = p.poll()
-        cut(d, m, "fresh pull" if fresh else "re-pull", i, at)
+        cut(d, m, "fresh pull" if fresh else "re-pull", i, at, rc == 0)
         p.wait(30)
         out = p.out_path.read_text(errors="replace")
         acked = rc == 0 and "pulled" in out
@@ -191,7 +193,7 @@ def test_power_cut_during_commit(fault_mount, make_daemon):
         p = d.popen("commit", step)
         time.sleep(at)
         rc = p.poll()
-        cut(d, m, "commit", i, at)
+        cut(d, m, "commit", i, at, rc == 0)
         p.wait(30)
         assert versions(step) == want, f"cut {i + 1}: the trainer's files changed"
         mf = manifest_path(step)
@@ -236,7 +238,7 @@ def test_power_cut_while_receiving_a_replica(fault_mount, make_cluster):
         assert cp.returncode == 0, cp.stderr
         time.sleep(at)
         acked = confirmed(n0)
-        cut(n1, m, f"receiving {s.name}", i, at)
+        cut(n1, m, f"receiving {s.name}", i, at, s.name in acked)
         for name in sorted(acked):
             assert_replica_of(ckpt(n0, step=name), replica(n1, n0, step=name))
         rr = replica(n1, n0, step="x").parent
@@ -280,7 +282,7 @@ def test_power_cut_during_restore(fault_mount, make_cluster):
         at = plan.at[i - 1]
         time.sleep(at)
         rc = p.poll()
-        cut(n0, m, "restore", i - 1, at)
+        cut(n0, m, "restore", i - 1, at, rc == 0)
         p.wait(30)
         if rc == 0:
             assert versions(step) == want, f"cut {i}: a restore reported done, but the step is not whole"
