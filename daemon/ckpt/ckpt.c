@@ -391,8 +391,11 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 		snprintf(why, whylen, "cannot open %s/%s: %s", cfg->ckpt_root, rel, strerror(-rc));
 		return rc;
 	}
-	if (mkdirat(b.step_fd, MF_DIRNAME, 0755) < 0 && errno != EEXIST) {
-		rc = -errno;
+	/* A new .stage is synced into the step: else the manifest's name is
+	 * durable and the directory holding it may not be. */
+	rc = mkdirat(b.step_fd, MF_DIRNAME, 0755) == 0 ? treeops_sync_dir(b.step_fd) :
+	     errno == EEXIST ? 0 : -errno;
+	if (rc < 0) {
 		snprintf(why, whylen, "cannot create %s/%s/%s: %s", cfg->ckpt_root, rel, MF_DIRNAME,
 			 strerror(-rc));
 		goto out_close_step;
@@ -433,10 +436,13 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 		snprintf(why, whylen, "cannot publish the manifest of %s/%s: %s", cfg->ckpt_root,
 			 rel, strerror(-rc));
 	}
-	if (rc == 0)
-		fsync(stage_fd);
-	else
+	if (rc == 0 && fsync(stage_fd) < 0) {
+		rc = -errno;
+		snprintf(why, whylen, "cannot make the manifest of %s/%s durable: %s",
+			 cfg->ckpt_root, rel, strerror(-rc));
+	} else if (rc < 0) {
 		unlinkat(stage_fd, MF_TMP, 0);
+	}
 	*files = b.files;
 	*bytes = b.bytes;
 out_destroy_copier:

@@ -130,8 +130,7 @@ int treeops_open_parent(int root, const char *rel, const char **base)
 	return fd;
 }
 
-/* fsync of a directory, also through an O_PATH fd (which fsync refuses). */
-static int sync_dir(int fd)
+int treeops_sync_dir(int fd)
 {
 	int rc, rfd;
 
@@ -175,7 +174,7 @@ int treeops_mkdirs_beneath(int root, const char *rel, unsigned mode)
 			/* Its name is durable only once its parent is synced
 			 * (ext4 happens to do it with the next fsync; POSIX
 			 * does not say so, nor do NFS or XFS promise it). */
-			next = sync_dir(fd);
+			next = treeops_sync_dir(fd);
 		} else {
 			next = errno == EEXIST ? 0 : -errno;
 		}

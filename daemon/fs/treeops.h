@@ -47,6 +47,9 @@ int treeops_set_meta(int fd, bool chown, uid_t uid, gid_t gid, uint32_t mode, in
  * (whose mode Linux does not keep: mode is ignored for links). */
 int treeops_set_meta_at(int dirfd, const char *name, bool is_link, bool chown, uid_t uid,
 			gid_t gid, uint32_t mode, int64_t mtime_ns, const char **what);
+/* fsync of a directory (a name made in it is then durable), also through
+ * an O_PATH fd, which fsync refuses. 0 or -errno. */
+int treeops_sync_dir(int fd);
 /* renameat2(RENAME_NOREPLACE): -EEXIST when NEW is there. A file system
  * without the flag (EINVAL: NFS, a FUSE server of protocol 7.22 or older)
  * gets the same result another way: a non-directory is hard-linked to NEW

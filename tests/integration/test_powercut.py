@@ -190,7 +190,10 @@ def test_power_cut_during_commit(fault_mount, make_daemon):
     for i, at in enumerate(plan.at):
         step = trainer_save(100 + i)
         want = versions(step)
-        p = d.popen("commit", step)
+        # The confirmation is --wait's: a plain commit answers once the
+        # manifest is queued ("manifest and 0 copies queued"), before it is
+        # written.
+        p = d.popen("commit", step, "--wait")
         time.sleep(at)
         rc = p.poll()
         cut(d, m, "commit", i, at, rc == 0)
