@@ -3,7 +3,6 @@ power, reboot (unmount, mount again), unmount at teardown."""
 import os
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from helpers import BUILD, REPO, wait_for
@@ -114,11 +113,3 @@ class FaultMount:
         except FileNotFoundError:
             pass
 
-
-def wait_gone(pid, timeout=10):
-    t = time.monotonic() + timeout
-    while time.monotonic() < t:
-        if not os.path.exists(f"/proc/{pid}"):
-            return True
-        time.sleep(0.05)
-    return False

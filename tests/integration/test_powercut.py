@@ -32,7 +32,7 @@ import time
 import pytest
 
 from faultmount import SYNCFS_SHIM
-from helpers import (CHUNK, F, assert_replica_of, assert_tree_equal, ckpt, commit_wait, ls_entries,
+from helpers import (F, assert_replica_of, assert_tree_equal, ckpt, commit_wait, ls_entries,
                      make_tree, manifest_path, replica, temporaries, wait_for, walk)
 
 MiB = 1 << 20
