@@ -18,7 +18,7 @@ static int sync_parent(const char *path)
 	char dir[PATH_MAX];
 	const char *slash = strrchr(path, '/');
 	size_t n = slash ? (size_t)(slash - path) : 0;
-	int fd, rc = 0;
+	int fd, rc;
 
 	if (n >= sizeof(dir))
 		return -ENAMETOOLONG;
@@ -27,8 +27,7 @@ static int sync_parent(const char *path)
 	fd = open(n ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	if (fsync(fd) < 0)
-		rc = -errno;
+	rc = treeops_sync_dir(fd);
 	close(fd);
 	return rc;
 }

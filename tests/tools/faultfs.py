@@ -219,9 +219,33 @@ class FaultFS(Operations):
         if stat.S_ISLNK(st.st_mode):
             self.files.setdefault(st.st_ino, ("link", os.readlink(path)))
         elif st.st_nlink <= 1:
-            pin = os.path.join(self.store, f"pin-{st.st_ino}")
-            os.link(path, pin, follow_symlinks=False)
-            self.pins[st.st_ino] = pin
+            self._pin(path, st.st_ino, os.link)
+
+    def _pin(self, path, ino, how):
+        """Keeps inode ino alive in the store (how: os.link for a file,
+        os.rename for an empty directory)."""
+        pin = os.path.join(self.store, f"pin-{ino}")
+        how(path, pin)
+        self.pins[ino] = pin
+
+    def _limit(self, op, path, off, size):
+        """How many of size bytes at off the fault rules let through."""
+        for r in self.rules:
+            try:
+                size = r.limit(op, path or "", off, size)
+            except FuseOSError:
+                self.n["faults"] += 1
+                raise
+        return size
+
+    def _before_attrs(self, path):
+        """Before a change of path's mode, owner or times: a regular file's
+        durable attributes are kept with its bytes. Its backing path."""
+        p = self._p(path)
+        st = os.lstat(p)
+        if stat.S_ISREG(st.st_mode):
+            self._cow_file(st.st_ino, p)
+        return p
 
     def _parent(self, path):
         return os.path.dirname(self._p(path)) or self.root
@@ -340,12 +364,7 @@ class FaultFS(Operations):
 
     def read(self, path, size, off, fh):
         self._enter(size)
-        for r in self.rules:
-            try:
-                size = r.limit("read", path or "", off, size)
-            except FuseOSError:
-                self.n["faults"] += 1
-                raise
+        size = self._limit("read", path, off, size)
         b = os.pread(fh, size, off)
         self.n["read_bytes"] += len(b)
         return b
@@ -373,13 +392,7 @@ class FaultFS(Operations):
     def write(self, path, data, off, fh):
         self._enter(len(data))
         with self._locked():
-            n = len(data)
-            for r in self.rules:
-                try:
-                    n = r.limit("write", path or "", off, n)
-                except FuseOSError:
-                    self.n["faults"] += 1
-                    raise
+            n = self._limit("write", path, off, len(data))
             self._cow_file(os.fstat(fh).st_ino, fh)
             w = os.pwrite(fh, data[:n], off)
             self.n["write_bytes"] += w
@@ -412,28 +425,19 @@ class FaultFS(Operations):
     def chmod(self, path, mode):
         self._enter()
         with self._locked():
-            p = self._p(path)
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode):
-                self._cow_file(st.st_ino, p)
+            p = self._before_attrs(path)
             os.chmod(p, mode)
 
     def chown(self, path, uid, gid):
         self._enter()
         with self._locked():
-            p = self._p(path)
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode):
-                self._cow_file(st.st_ino, p)
+            p = self._before_attrs(path)
             os.lchown(p, uid, gid)
 
     def utimens(self, path, times=None):
         self._enter()
         with self._locked():
-            p = self._p(path)
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode):
-                self._cow_file(st.st_ino, p)
+            p = self._before_attrs(path)
             if times:
                 os.utime(p, ns=times, follow_symlinks=False)
             else:
@@ -488,9 +492,7 @@ class FaultFS(Operations):
                 raise FuseOSError(errno.ENOTEMPTY)
             self._cow_dir(self._parent(path))
             self.dirs.setdefault(st.st_ino, {})
-            pin = os.path.join(self.store, f"pin-{st.st_ino}")
-            os.rename(p, pin)
-            self.pins[st.st_ino] = pin
+            self._pin(p, st.st_ino, os.rename)
 
     def rename(self, old, new):
         self._enter()
@@ -506,9 +508,7 @@ class FaultFS(Operations):
                 if os.listdir(pn):
                     raise FuseOSError(errno.ENOTEMPTY)
                 self.dirs.setdefault(st.st_ino, {})
-                pin = os.path.join(self.store, f"pin-{st.st_ino}")
-                os.rename(pn, pin)          # the empty directory replaced: pinned
-                self.pins[st.st_ino] = pin
+                self._pin(pn, st.st_ino, os.rename)     # the empty directory replaced
             elif st is not None:
                 self._cow_entry(pn)
             os.rename(po, pn)
