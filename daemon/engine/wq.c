@@ -87,20 +87,29 @@ static void try_sync(struct wq *q)
 	io_uring_submit(&q->ring);
 }
 
-/* O_DIRECT accepted by fcntl and refused by a write (an alignment this file
- * system wants bigger): the rest of the file, this write first, goes
- * through the cache. true if resubmitted. */
-static bool resubmit(struct wq *q, unsigned i)
+/* Submits what is left of write i: all of it, or the rest after a short
+ * write. true if submitted. */
+static bool submit_rest(struct wq *q, unsigned i)
 {
-	struct io_uring_sqe *sqe;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
 
-	set_direct(q, false);
-	q->dio[i] = false;
-	if (q->direct || !(sqe = io_uring_get_sqe(&q->ring)))
+	if (!sqe)
 		return false;
-	io_uring_prep_write(sqe, q->fd, q->buf[i], q->len[i], q->off[i]);
+	io_uring_prep_write(sqe, q->fd, q->buf[i] + q->done[i], q->len[i] - q->done[i],
+			    q->off[i] + q->done[i]);
 	io_uring_sqe_set_data64(sqe, i);
 	return io_uring_submit(&q->ring) >= 0;
+}
+
+/* O_DIRECT accepted by fcntl and refused by a write (an alignment this file
+ * system wants bigger), or a short direct write that left the rest
+ * unaligned: the rest of the file, this write's rest first, goes through
+ * the cache. true if resubmitted. */
+static bool resubmit_buffered(struct wq *q, unsigned i)
+{
+	set_direct(q, false);
+	q->dio[i] = false;
+	return !q->direct && submit_rest(q, i);
 }
 
 static bool pending(const struct wq *q)
@@ -131,9 +140,23 @@ static void reap(struct wq *q, bool wait)
 			return;
 		}
 		tag = io_uring_cqe_get_data64(cqe);
-		if (tag != SYNC_TAG && cqe->res == -EINVAL && q->dio[tag] && resubmit(q, (unsigned)tag)) {
+		if (tag != SYNC_TAG && cqe->res == -EINVAL && q->dio[tag] &&
+		    resubmit_buffered(q, (unsigned)tag)) {
 			io_uring_cqe_seen(&q->ring, cqe);
 			continue;
+		}
+		if (tag != SYNC_TAG && cqe->res > 0 && !q->err &&
+		    q->done[tag] + (uint32_t)cqe->res < q->len[tag]) {
+			/* A short write (a disk that failed part-way, a file
+			 * system nearly full): the rest is asked again, and
+			 * what stops it says why: EIO, ENOSPC. */
+			q->done[tag] += (uint32_t)cqe->res;
+			if (q->dio[tag] && q->done[tag] % WQ_ALIGN ? resubmit_buffered(q, (unsigned)tag) :
+			    submit_rest(q, (unsigned)tag)) {
+				io_uring_cqe_seen(&q->ring, cqe);
+				continue;
+			}
+			q->err = -EBUSY;        /* no room in the ring to ask again */
 		}
 		if (tag == SYNC_TAG) {
 			if (cqe->res < 0 && !q->err)
@@ -142,8 +165,8 @@ static void reap(struct wq *q, bool wait)
 				q->durable = q->sync_at;
 			q->sync_at = 0;
 		} else {
-			/* A short write to a regular file: the file system is full. */
-			if (cqe->res != (int)q->len[tag] && !q->err)
+			/* A write that wrote nothing: the file system is full. */
+			if (cqe->res <= 0 && !q->err)
 				q->err = cqe->res < 0 ? cqe->res : -ENOSPC;
 			q->busy[tag] = false;
 			q->inflight--;
@@ -201,6 +224,7 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 	io_uring_sqe_set_data64(sqe, (uint64_t)b);
 	q->busy[b] = true;
 	q->len[b] = (uint32_t)n;
+	q->done[b] = 0;
 	q->off[b] = off;
 	q->dio[b] = q->direct;
 	q->inflight++;

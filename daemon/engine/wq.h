@@ -37,6 +37,7 @@ struct wq {
 	struct io_uring ring;
 	uint8_t *buf[WQ_DEPTH];        /* WQ_BUF each, WQ_ALIGN-aligned, owned */
 	uint32_t len[WQ_DEPTH];        /* bytes asked of the write in flight */
+	uint32_t done[WQ_DEPTH];       /* of those, written already (a short write) */
 	uint64_t off[WQ_DEPTH];        /* its offset */
 	bool dio[WQ_DEPTH];            /* it was issued with O_DIRECT */
 	bool busy[WQ_DEPTH];

@@ -4,7 +4,8 @@
  * as written and of their size (the padded last block cut back), a piece
  * that is not aligned falls back to the cache without losing a byte, and
  * wq_sync makes durable what is below its offset, and says so, while
- * writes above it go on. */
+ * writes above it go on; a write cut short is asked again, so that the
+ * error named is the file system's own. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -192,6 +195,54 @@ static void test_error_is_sticky(void **state)
 	unlink(path);
 }
 
+/* A file system that stops a write part-way (a disk failing mid-file, a
+ * file size limit): the short write is asked again for the rest, and the
+ * error is what the second asking returns (EFBIG here), not a guess of
+ * "full"; the bytes before the limit are as written. RLIMIT_FSIZE makes
+ * the fault: a write across it is cut short there, the next one fails. */
+static void test_short_write_says_why(void **state)
+{
+	const size_t limit = WQ_BUF + 12345;       /* not a block boundary */
+	struct rlimit old, rl;
+	uint8_t *p = pattern(3 * WQ_BUF, 7), *back = malloc(limit);
+
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, SIG_IGN);
+	for (size_t d = 0; d < sizeof(dirs) / sizeof(dirs[0]); d++) {
+		char path[256];
+		int fd = make_file(dirs[d], path, sizeof(path)), rc = 0;
+		struct wq q;
+		struct stat st;
+
+		assert_true(fd >= 0);
+		assert_int_equal(wq_open(&q), 0);
+		rl = (struct rlimit){ .rlim_cur = limit, .rlim_max = old.rlim_max };
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
+		wq_begin(&q, fd, 3 * WQ_BUF, true);
+		for (size_t off = 0; off < 3 * WQ_BUF && rc == 0; off += WQ_BUF) {
+			int b = wq_buf(&q);
+
+			memcpy(q.buf[b], p + off, WQ_BUF);
+			rc = wq_write(&q, b, WQ_BUF, off);
+		}
+		if (rc == 0)
+			rc = wq_drain(&q);
+		assert_int_equal(rc, -EFBIG);
+		assert_int_equal(wq_end(&q), -EFBIG);
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+		assert_int_equal(fstat(fd, &st), 0);
+		assert_int_equal(st.st_size, limit);
+		assert_int_equal(pread(fd, back, limit, 0), (ssize_t)limit);
+		assert_memory_equal(back, p, limit);
+		wq_close(&q);
+		close(fd);
+		unlink(path);
+	}
+	signal(SIGXFSZ, SIG_DFL);
+	free(back);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -199,6 +250,7 @@ int main(void)
 		cmocka_unit_test(test_unaligned_falls_back),
 		cmocka_unit_test(test_sync_says_how_far),
 		cmocka_unit_test(test_error_is_sticky),
+		cmocka_unit_test(test_short_write_says_why),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
