@@ -58,6 +58,10 @@
 
 #define MF_FETCHED "restore.manifest"
 #define TMP_DIR "tmp"
+/* The copy chosen and its fall-backs: with replicas = 2 and the durable
+ * tier, three; beyond a few, a restore that failed on each is better run
+ * again than walked along a longer list. */
+#define RSRC_MAX 4
 
 struct bad {                       /* a finding of the local verify */
 	char *rel;
@@ -73,8 +77,9 @@ struct restore {
 	const digest_t *pin;           /* resume: the only commit to restore, or NULL */
 	repl_restored_fn *then;        /* after success, or NULL */
 	digest_t root;                 /* the commit restored */
-	struct rsrc srcs[2];           /* the copy chosen; the durable tier's of the same
-					* commit as its fall-back (ops NULL: none) */
+	struct rsrc srcs[RSRC_MAX];    /* the copy chosen, then its fall-backs: the other
+					* holders of the same commit, the durable tier's */
+	size_t nsrcs;
 	struct rsrc *src;              /* the one in use */
 	bool fell_back;
 	struct io_uring ring;
@@ -167,41 +172,43 @@ static int fetch_manifest(struct restore *r)
 	return 0;
 }
 
-/* The source failed (a chunk that does not match, a connection lost): the
- * rest comes from the other one, the durable tier, when it holds the same
- * commit, starting again at the chunk the failure was in. 0 to go on with
- * it, or the failure's rc. */
+/* The source failed (a chunk that does not match, a holder's disk that
+ * cannot be read, a connection lost): the rest comes from the next one, the
+ * other holders of the same commit and then the durable tier, starting again
+ * at the chunk the failure was in. 0 to go on with it, or the failure's rc
+ * with every source's reason in why. */
 static int fall_back(struct restore *r, const struct mf_entry *e, int rc)
 {
-	struct rsrc *alt = &r->srcs[1];
-
-	if (r->src == alt || !alt->ops || rc == -ECANCELED)
+	if (rc == -ECANCELED)
 		return rc;
-	if (!alt->opened) {
+	if (e && cbuild_rewind(&r->cb) < 0)
+		return rc;      /* the local writes failed: no source helps */
+	while ((size_t)(r->src - r->srcs) + 1 < r->nsrcs) {
+		struct rsrc *alt = r->src + 1;
 		char first[sizeof(r->why)];
 		int orc;
 
 		snprintf(first, sizeof(first), "%s", r->why);   /* alt->why is r->why */
+		r->src = alt;
 		orc = alt->ops->open(alt);
+		alt->opened = orc == 0;
 		if (orc < 0) {
-			char tier[sizeof(r->why)];
+			char next[sizeof(r->why)];
 
-			snprintf(tier, sizeof(tier), "%s", r->why);
-			snprintf(r->why, sizeof(r->why), "%.4000s; and the durable tier cannot be "
-				 "read: %.4000s", first, tier);
-			return rc;
+			snprintf(next, sizeof(next), "%s", r->why);
+			snprintf(r->why, sizeof(r->why), "%.4000s; and %s cannot be read: %.4000s",
+				 first, said(alt->name), next);
+			continue;
 		}
-		alt->opened = true;
+		job_note(r->j, LOG_WARN, NULL, NULL, "%s: taking the rest of %s from %s%s", first,
+			 r->path, strcmp(alt->name, HOLD_DURABLE) == 0 ? "" : "the copy on ",
+			 said(alt->name));
+		r->holder = alt->name;
+		r->fell_back = true;
+		*r->why = '\0';
+		return 0;
 	}
-	if (e && cbuild_rewind(&r->cb) < 0)
-		return rc;      /* the local writes failed: no source helps */
-	job_note(r->j, LOG_WARN, NULL, NULL, "%s: taking the rest of %s from the durable tier",
-		 r->why, r->path);
-	r->src = alt;
-	r->holder = alt->name;
-	r->fell_back = true;
-	*r->why = '\0';
-	return 0;
+	return rc;
 }
 
 /* Fetches chunks [first, last) of e in one run into the file being built,
@@ -639,51 +646,76 @@ static void src_init(struct restore *r, struct rsrc *s, const char *holder)
 			    .whylen = sizeof(r->why), .label = r->dlabel, .stepfd = -1 };
 }
 
-/* The copy chosen, and as its fall-back the durable tier's part of this
- * node's step when it is of the same commit (its state aside: every chunk
- * taken from it is checked). */
+/* Whether node is one this node's copies are placed on. */
+static bool placed(const char *node)
+{
+	const char *place[64];
+	size_t n = repl_placement(repl.cfg->name, place, 64);
+
+	for (size_t k = 0; k < n; k++)
+		if (strcmp(place[k], node) == 0)
+			return true;
+	return false;
+}
+
+/* Whether cell h is an intact copy of this node's step r->step (from any
+ * holder but this node), and of commit root when root is not NULL. */
+static bool intact_copy(const struct restore *r, const struct hold_cell *h, const digest_t *root)
+{
+	return strcmp(h->origin, repl.cfg->name) == 0 && strcmp(h->holder, repl.cfg->name) != 0 &&
+	       strcmp(h->state, "ok") == 0 && h->has_root && h->step &&
+	       strcmp(h->step, r->step) == 0 && (!root || digest_eq(h->root, *root));
+}
+
+/* The copy chosen first, then as its fall-backs every other intact copy of
+ * the same commit in the order of the answers (placement order first: see
+ * choose) and last the durable tier's (its state aside: every chunk taken
+ * from any source is checked). */
 static void set_sources(struct restore *r, const struct hold_cell *best,
 			const struct repl_answer *ans, size_t nans)
 {
+	const struct hold_cell *durable = NULL;
+
 	src_init(r, &r->srcs[0], best->holder);
 	r->src = &r->srcs[0];
-	if (strcmp(best->holder, HOLD_DURABLE) == 0)
-		return;
-	for (size_t i = 0; i < nans; i++)
-		for (size_t c = 0; strcmp(ans[i].node, HOLD_DURABLE) == 0 && c < ans[i].ncells; c++) {
-			const struct hold_cell *h = &ans[i].cells[c];
+	r->nsrcs = 1;
+	for (size_t pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < nans; i++)
+			for (size_t c = 0; c < ans[i].ncells; c++) {
+				const struct hold_cell *h = &ans[i].cells[c];
+				bool tier = strcmp(h->holder, HOLD_DURABLE) == 0;
 
-			if (strcmp(h->origin, repl.cfg->name) == 0 && h->has_root && h->step &&
-			    strcmp(h->step, r->step) == 0 && digest_eq(h->root, r->root))
-				src_init(r, &r->srcs[1], HOLD_DURABLE);
-		}
+				if (h == best || !intact_copy(r, h, &r->root) ||
+				    strcmp(h->holder, best->holder) == 0)
+					continue;
+				if (tier)
+					durable = h;
+				else if (pass == 0 && placed(ans[i].node) && r->nsrcs < RSRC_MAX - 1)
+					src_init(r, &r->srcs[r->nsrcs++], h->holder);
+				else if (pass == 1 && !placed(ans[i].node) && r->nsrcs < RSRC_MAX - 1)
+					src_init(r, &r->srcs[r->nsrcs++], h->holder);
+			}
+	if (durable && strcmp(best->holder, HOLD_DURABLE) != 0)
+		src_init(r, &r->srcs[r->nsrcs++], HOLD_DURABLE);
 }
-
 
 /* The copy to restore from: index into cells, or -1 with r->why. */
 static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t nans,
 		      bool have_local, digest_t local_root, bool forced)
 {
-	const char *self = repl.cfg->name, *place[64];
-	size_t nplace = repl_placement(self, place, 64);
+	const char *self = repl.cfg->name;
 	const struct hold_cell *best = NULL, *other = NULL;
 	size_t o = 0;
 
 	/* Placement order first: those are the copies meant for this. */
 	for (size_t pass = 0; pass < 2 && !best; pass++)
 		for (size_t i = 0; i < nans && !best; i++) {
-			bool placed = false;
-
-			for (size_t k = 0; k < nplace; k++)
-				placed |= strcmp(place[k], ans[i].node) == 0;
-			if (placed != (pass == 0))
+			if (placed(ans[i].node) != (pass == 0))
 				continue;
 			for (size_t c = 0; c < ans[i].ncells; c++) {
 				const struct hold_cell *h = &ans[i].cells[c];
 
-				if (strcmp(h->origin, self) != 0 || strcmp(h->holder, self) == 0 ||
-				    strcmp(h->state, "ok") != 0 || !h->has_root || !h->step ||
-				    strcmp(h->step, r->step) != 0)
+				if (!intact_copy(r, h, NULL))
 					continue;
 				if (!have_local || digest_eq(h->root, local_root) || forced)
 					best = h;
@@ -741,6 +773,19 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 	return -1;
 }
 
+/* Where the bytes came from, for the result: the copy chosen, and each
+ * fall-back that gave some with how many. */
+static void sources_said(const struct restore *r, char *out, size_t len)
+{
+	size_t o = (size_t)snprintf(out, len, "%s", said(r->srcs[0].name));
+
+	for (size_t i = 1; r->fell_back && i < r->nsrcs && o < len; i++)
+		if (r->srcs[i].opened)
+			o += (size_t)snprintf(out + o, len - o, " and %s (%llu bytes from it)",
+					      said(r->srcs[i].name),
+					      (unsigned long long)r->srcs[i].bytes);
+}
+
 /* .stage/restoring: the persistent "being restored" mark (repl.c reads it
  * before any commit of the step). Holds the holder and root, for a person. */
 static int mark(struct restore *r)
@@ -784,7 +829,7 @@ static void run(struct restore *r, const char *from)
 {
 	struct repl_answer *ans = NULL;
 	struct leftover left = { 0 };
-	char source[CKPT_NAME_MAX + 64];
+	char source[RSRC_MAX * (CKPT_NAME_MAX + 64)];
 	size_t nans = 0;
 	digest_t local_root;
 	const char *mf = "manifest";
@@ -917,11 +962,7 @@ static void run(struct restore *r, const char *from)
 			repl_flat_free(&f);
 		}
 	}
-	if (r->fell_back)
-		snprintf(source, sizeof(source), "%s and the durable tier (%llu bytes from it)",
-			 r->srcs[0].name, (unsigned long long)r->srcs[1].bytes);
-	else
-		snprintf(source, sizeof(source), "%s", said(r->holder));
+	sources_said(r, source, sizeof(source));
 	if (!r->files_fixed && !r->files_patched && !r->nbad) {
 		job_result(r->j, 0, r->path, NULL, "%s is intact (every byte checked against the "
 			   "copy on %s%s): nothing to restore", r->path, source,
@@ -1016,7 +1057,7 @@ static void restore(struct job *j, const char *path, const char *from, const dig
 		cbuild_close(&r.cb);
 		io_uring_queue_exit(&r.ring);
 	}
-	for (size_t i = 0; i < 2; i++)
+	for (size_t i = 0; i < r.nsrcs; i++)
 		if (r.srcs[i].opened)
 			r.srcs[i].ops->close(&r.srcs[i]);
 	for (size_t i = 0; i < r.nbad; i++) {
