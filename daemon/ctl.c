@@ -20,6 +20,7 @@
 #include "daemon/cluster/cverify.h"
 #include "daemon/cluster/resume.h"
 #include "daemon/doctor/doctor.h"
+#include "daemon/fs/fsprobe.h"
 #include "daemon/job/job.h"
 #include "daemon/metrics.h"
 #include "daemon/pull/pull.h"
@@ -137,6 +138,7 @@ static void serve_status(const struct stage_config *cfg, int fd)
 	msg_put_pairf(&m, "ckpt_root", "%s", cfg->ckpt_root);
 	msg_put_pairf(&m, "replica_root", "%s", cfg->replica_root);
 	repl_status(&m);
+	fsprobe_status(&m);
 	msg_put_pairf(&m, "jobs", "%u", jobs_count());
 	jobs_status(&m);
 	msg_send(fd, &m);

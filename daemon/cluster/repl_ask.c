@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/durable/tier.h"
+#include "daemon/fs/fsprobe.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 
@@ -107,6 +108,17 @@ static void ask_durable(const char *job, const char *step, struct repl_answer *a
 	struct msg m;
 
 	a->node = HOLD_DURABLE;
+	/* On shared storage that may hang: the asking thread is not staked
+	 * on it (fsprobe.h), the tier is named as not answering instead. */
+	a->err = fsprobe_answers(repl.cfg->durable_root, FSPROBE_WAIT_MS, NULL, NULL, a->why,
+				 sizeof(a->why));
+	if (a->err < 0) {
+		char why[sizeof(a->why)];
+
+		snprintf(why, sizeof(why), "%s", a->why);
+		snprintf(a->why, sizeof(a->why), "the durable tier: %.480s", why);
+		return;
+	}
 	msg_init(&m, MSG_HOLD);
 	a->err = hold_survey_durable(repl.cfg, job, step, &m);
 	if (a->err == 0)

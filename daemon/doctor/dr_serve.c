@@ -25,6 +25,7 @@
 #include "common/version.h"
 #include "daemon/doctor/dr_disk.h"
 #include "daemon/doctor/dr_local.h"
+#include "daemon/fs/fsprobe.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 #include "daemon/repl/repl_impl.h"
@@ -217,7 +218,12 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		int rc;
 
 		memset(&s, 0, sizeof(s));
-		rc = dr_source_probe(c->cfg->source_roots[i], size, 20000, 500, stopping, NULL, &s);
+		/* A shared mount that hangs is a finding, not a doctor that hangs. */
+		rc = fsprobe_answers(c->cfg->source_roots[i], FSPROBE_WAIT_MS, stopping, NULL, s.why,
+				     sizeof(s.why));
+		if (rc == 0)
+			rc = dr_source_probe(c->cfg->source_roots[i], size, 20000, 500, stopping, NULL,
+					     &s);
 		if (rc == -ECANCELED)
 			return rc;
 		dr_put_at(ans, "src", (size_t)i, "path", "%s", c->cfg->source_roots[i]);

@@ -152,6 +152,13 @@ int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *
 		snprintf(why, whylen, "source '%s': %s", src_arg, strerror(errno));
 		return ret;
 	}
+	/* s is resolved (no link in it), so a root it lies beneath by its
+	 * text is the directory it names: taken without asking that root's
+	 * file system, which may be a mount that hangs. Only a root that is
+	 * itself a link, or under one, needs resolving, each in turn. */
+	for (int i = 0; i < cfg->n_source_roots && !rel; i++)
+		if (paths_rel(s, cfg->source_roots[i]) && (root = strdup(cfg->source_roots[i])))
+			rel = paths_rel(s, root);
 	for (int i = 0; i < cfg->n_source_roots && !rel; i++) {
 		free(root);
 		root = realpath(cfg->source_roots[i], NULL);

@@ -28,6 +28,7 @@ void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config 
 	snprintf(j->what, sizeof(j->what), "%s", what);
 	atomic_store(&j->phase, "start");
 	j->t_start_ns = mono_ns();
+	atomic_store(&j->t_alive_ns, j->t_start_ns);
 	pthread_mutex_lock(&reg_lock);
 	j->next = reg_head;
 	reg_head = j;
@@ -142,12 +143,12 @@ void job_note(struct job *j, enum log_level lvl, const char *kind, const char *p
 
 void job_progress(struct job *j, bool force)
 {
-	uint64_t now;
+	uint64_t now = mono_ns();
 	struct msg m;
 
+	atomic_store(&j->t_alive_ns, now);
 	if (!(j->flags & REQ_PROGRESS))
 		return;
-	now = mono_ns();
 	if (!force && now - j->t_progress_ns < 100000000ull)
 		return;
 	j->t_progress_ns = now;
@@ -166,9 +167,10 @@ bool job_cancelled(struct job *j)
 
 	if (atomic_load(&stage_stopping) || j->gone)
 		return true;
+	now = mono_ns();
+	atomic_store(&j->t_alive_ns, now);
 	if (j->fd < 0)
 		return false;
-	now = mono_ns();
 	if (now - j->t_check_ns < 50000000ull)
 		return false;
 	j->t_check_ns = now;
@@ -211,18 +213,30 @@ void job_result(struct job *j, int code, const char *path, struct msg *m,
 	j->sent_result = true;
 }
 
+/* A job's thread asks job_progress or job_cancelled at least every few
+ * hundred milliseconds while it works (its loops do, between calls); one
+ * that has not for this long is inside a call that does not return: a
+ * file system or a peer that does not answer. */
+#define JOB_STUCK_NS (5ull * 1000000000ull)
+
 void jobs_status(struct msg *m)
 {
+	uint64_t now = mono_ns();
+
 	pthread_mutex_lock(&reg_lock);
 	for (struct job *j = reg_head; j; j = j->next) {
-		char v[1024];
+		uint64_t quiet = now - atomic_load(&j->t_alive_ns);
+		char v[1024], stuck[96] = "";
 
-		snprintf(v, sizeof(v), "%s %s [%s] %llu/%llu files, %llu/%llu bytes", j->kind,
+		if (quiet > JOB_STUCK_NS)
+			snprintf(stuck, sizeof(stuck), "; stuck for %llu s in a call that has not "
+				 "returned", (unsigned long long)(quiet / 1000000000ull));
+		snprintf(v, sizeof(v), "%s %s [%s] %llu/%llu files, %llu/%llu bytes%s", j->kind,
 			 j->what, atomic_load(&j->phase),
 			 (unsigned long long)atomic_load(&j->files_done),
 			 (unsigned long long)atomic_load(&j->files_total),
 			 (unsigned long long)atomic_load(&j->bytes_done),
-			 (unsigned long long)atomic_load(&j->bytes_total));
+			 (unsigned long long)atomic_load(&j->bytes_total), stuck);
 		msg_put_str(m, K_NAME, "job");
 		msg_put_str(m, K_VALUE, v);
 	}

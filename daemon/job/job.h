@@ -29,6 +29,8 @@ struct job {
 	_Atomic(const char *) phase;     /* atomic: "scan", "copy", "verify" */
 	_Atomic uint64_t files_done, files_total, bytes_done, bytes_total;
 	uint64_t t_start_ns;             /* CLOCK_MONOTONIC */
+	_Atomic uint64_t t_alive_ns;     /* atomic: its thread last asked job_progress or
+					  * job_cancelled; long ago, it is stuck in a call */
 	uint64_t t_progress_ns;          /* last MSG_PROGRESS sent */
 	uint64_t t_check_ns;             /* last look at the client socket */
 	bool gone;                       /* the client hung up: cancel */

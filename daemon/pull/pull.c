@@ -40,6 +40,7 @@
 #include "common/paths.h"
 #include "daemon/engine/copier.h"
 #include "daemon/fs/cursor.h"
+#include "daemon/fs/fsprobe.h"
 #include "daemon/pull/dirstack.h"
 #include "daemon/fs/roots.h"
 #include "daemon/pull/stagedir.h"
@@ -866,6 +867,11 @@ static void verify_and_repair(struct pull *p, digest_t root)
 	}
 }
 
+static bool client_gone(void *arg)
+{
+	return job_cancelled(arg);
+}
+
 void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 {
 	struct pull *p = calloc(1, sizeof(*p));
@@ -881,6 +887,19 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 	p->cfg = j->cfg;
 	p->src_fd = p->dst_fd = -1;
 	p->as_root = geteuid() == 0;
+	/* Nothing below touches the source before its file system has been
+	 * seen to answer: a mount that hangs holds a probe, not this thread. */
+	ret = fsprobe_answers(src_arg, FSPROBE_WAIT_MS, client_gone, j, why, sizeof(why));
+	if (ret == -ETIMEDOUT || ret == -EBUSY) {
+		job_result(j, 1, NULL, NULL, "cannot pull %s: %s (a server gone away?); pull again "
+			   "once it answers (`stage status` lists what is not answering)", src_arg,
+			   why);
+		goto out_free;
+	}
+	if (ret < 0) {
+		job_result(j, 1, NULL, NULL, "pull %s: %s", src_arg, why);
+		goto out_free;
+	}
 	ret = roots_pull(p->cfg, src_arg, dest_arg, &p->src, &p->dst, &p->src_fd, why,
 			 sizeof(why));
 	if (ret < 0) {
