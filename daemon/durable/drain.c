@@ -177,6 +177,22 @@ static int digest_file(int dfd, const char *name, digest_t *out)
 	return n < 0 ? (int)n : 0;
 }
 
+/* The mode and mtime of e given to the regular file at dfd/name, made
+ * durable. 0 or -errno. */
+static int fix_meta(int dfd, const char *name, const struct mf_entry *e)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), rc = 0;
+	const char *what;
+
+	if (fd < 0)
+		return -errno;
+	rc = treeops_set_meta(fd, false, 0, 0, e->mode & 01777, e->mtime_ns, &what);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 /* Copies src/rel to dst/rel: a temporary beside it, every byte hashed on
  * the way and compared with the manifest's digest, made durable, given its
  * mode (without set-id bits: the copy is root's, on shared storage) and
@@ -256,9 +272,13 @@ static int drain_file(int src, int dst, const struct mf_entry *e, uint64_t chunk
 	}
 	if (rc < 0)
 		goto out;
-	if (fdatasync(out) < 0 ||
-	    treeops_set_meta(out, false, 0, 0, e->mode & 01777, e->mtime_ns, &what) < 0) {
+	/* Its mode and mtime before its fsync, which makes them durable with
+	 * the bytes (fdatasync need not: a power cut kept a part's bytes and
+	 * lost its mtimes). */
+	rc = treeops_set_meta(out, false, 0, 0, e->mode & 01777, e->mtime_ns, &what);
+	if (rc == 0 && fsync(out) < 0)
 		rc = -errno;
+	if (rc < 0) {
 		snprintf(why, whylen, "writing %s: %s", e->path, strerror(-rc));
 		goto out;
 	}
@@ -269,7 +289,11 @@ static int drain_file(int src, int dst, const struct mf_entry *e, uint64_t chunk
 
 		if (rc == -EEXIST && digest_file(pfd, base, &there) == 0 &&
 		    digest_eq(there, e->digest)) {
-			rc = 0;         /* ours, from a drain cut short: it stays */
+			/* Ours, from a drain cut short: it stays, given the
+			 * mode and mtime a crash may have cost it. */
+			rc = fix_meta(pfd, base, e);
+			if (rc < 0)
+				snprintf(why, whylen, "%s: %s", e->path, strerror(-rc));
 		} else if (rc == -EEXIST) {
 			snprintf(why, whylen, "%s is there already, of other content: two nodes write "
 				 "the same file name into one step (left as it is)", e->path);
@@ -349,7 +373,8 @@ static int copy_manifest(int mfd, int dst, const char *self, char *why, size_t w
 	if (rc == 0 && n < 0)
 		rc = (int)n;
 	/* The durable root's own file system decides what durable means: the
-	 * files' data (fdatasync each), their names (syncfs), then this. */
+	 * files' bytes and attributes (fsync each), their names (syncfs), then
+	 * this. */
 	if (rc == 0 && (syncfs(out) < 0 || fsync(out) < 0 || renameat(sd, tmp, sd, name) < 0 ||
 			fsync(sd) < 0))
 		rc = -errno;

@@ -85,15 +85,18 @@ class Plan:
               f"  (replay: STAGE_POWERCUT_SEED={SEED} STAGE_POWERCUT_CUTS={CUTS})")
 
 
-def cut(d, m, what, i, at, acked):
+def cut(d, m, what, i, at, acked, before_start=None):
     """kill -9 of the node's daemon and the cut of its disk at once (a power
     cut stops both), then the reboot. acked: whether the operation had been
-    acknowledged when the cut came (for the record)."""
+    acknowledged when the cut came (for the record). before_start: called
+    once the disk is back, before the daemon starts."""
     d.kill9()
     lost = m.cut()
     print(f"  cut {i + 1}: {what} at {at:.2f} s, {'after it was acknowledged' if acked else 'in flight'} "
           f"({lost})")
     m.reboot()
+    if before_start:
+        before_start()
     d.start()
 
 
@@ -212,6 +215,15 @@ def test_power_cut_during_commit(fault_mount, make_daemon):
         assert cp.returncode == 0, f"cut {i + 1}: the commit after the reboot does not verify: {cp.stdout}{cp.stderr}"
 
 
+def saver(d, steps):
+    """save(n): the trainer saves step-N on d (appended to steps)."""
+    def save(n):
+        s = dataset(ckpt(d, step=f"step-{n}"), n)
+        steps.append(s)
+        return s
+    return save
+
+
 def confirmed(n0):
     return {n.split("/", 1)[1] for n, f in ls_entries(n0)
             if f.get("origin") == "n0" and n.startswith("job1/") and f.get("copies") == "n1:confirmed"}
@@ -226,11 +238,7 @@ def test_power_cut_while_receiving_a_replica(fault_mount, make_cluster):
     n1.start()
     m.cmd("rate", RATE)
     steps = []
-
-    def save(n):
-        s = dataset(ckpt(n0, step=f"step-{n}"), n)
-        steps.append(s)
-        return s
+    save = saver(n0, steps)
 
     t0 = time.monotonic()
     commit_wait(n0, save(99), timeout=120)
@@ -296,3 +304,78 @@ def test_power_cut_during_restore(fault_mount, make_cluster):
         cp = n0.run("verify", step)
         assert cp.returncode == 0, cp.stdout + cp.stderr
     assert_tree_equal(orig, step)
+
+
+def meta(p):
+    st = os.lstat(p)
+    return st.st_mode, st.st_mtime_ns
+
+
+def durable_part(root, step, node="n0"):
+    return (root / "job1" / step.name / ".stage" / f"manifest.{node}").exists()
+
+
+@pytest.mark.timeout(150 + 40 * CUTS)
+def test_power_cut_during_durable_drain(fault_mount, make_cluster):
+    """The durable tier's storage (an NFS server) loses power while a step
+    is drained to it, and the node's daemon dies at the same moment. After
+    the reboot: a part whose manifest stands there is whole and the
+    commit's, byte for byte; no file under a final name is partial; the
+    drain finishes every step."""
+    m = fault_mount("nfs")
+    root = m.mnt / "ckpt"
+    root.mkdir()
+    sync_fs(m, m.mnt)
+    (n0,) = make_cluster(1, transfer={"watch": "off", "compress": "off"},
+                         exec_prefix={0: m.env_prefix()}, start=False)
+    n0.durable = {"root": root, "keep": 100}
+    n0.write_config()
+    n0.start()
+    m.cmd("rate", RATE)
+    steps = []
+    save = saver(n0, steps)
+
+    def commit(n):
+        s = save(n)
+        commit_wait(n0, s, timeout=120)
+        return s
+
+    t0 = time.monotonic()
+    first = commit(99)
+    wait_for(lambda: durable_part(root, first), 60, "the first step drained")
+    plan = Plan("durable drain", (time.monotonic() - t0) * 1.1)
+
+    def check(when):
+        for s in steps:
+            part = root / "job1" / s.name
+            if durable_part(root, s):
+                # Its files byte for byte, with their modes and mtimes; the
+                # directories are every origin's, so theirs are not one
+                # commit's to keep.
+                got = versions(part)
+                bad = [r for r, v in versions(s).items()
+                       if got.get(r) != v or v != "dir" and meta(s / r) != meta(part / r)]
+                assert not bad, f"{when}: the durable part of {s.name} differs: " + ", ".join(
+                    f"{r} ({'content' if got.get(r) != versions(s)[r] else 'mode, mtime'})"
+                    for r in bad[:10])
+                assert (part / ".stage" / "manifest.n0").read_bytes() == manifest_path(s).read_bytes(), \
+                    f"{when}: the durable manifest of {s.name} is not its commit's"
+            elif part.exists():
+                left = {r: v for r, v in versions(part).items() if ".stage-drain." not in r}
+                bad = [r for r, v in left.items() if v != "dir" and versions(s).get(r) != v]
+                assert not bad, f"{when}: partial under final names in {part}: {bad[:10]}"
+
+    check("uncut")
+    for i, at in enumerate(plan.at):
+        s = commit(100 + i)
+        time.sleep(at)
+        # The check comes between the reboot and the daemon's start: the
+        # drain it starts would be changing what is checked.
+        cut(n0, m, f"draining {s.name}", i, at, durable_part(root, s),
+            before_start=lambda: check(f"cut {i + 1}"))
+        wait_for(lambda: all(durable_part(root, x) for x in steps), 120,
+                 f"every step drained after cut {i + 1}")
+        check(f"after cut {i + 1}, drained")
+        for x in steps:
+            part = root / "job1" / x.name
+            assert not [p for p in part.rglob("*stage-drain*")], f"temporaries left in {part}"
