@@ -290,6 +290,11 @@ int treeops_rename_exchange(int ofd, const char *old, int nfd, const char *new)
 		return -errno;
 	if ((size_t)snprintf(aside, sizeof(aside), "%s.x", old) >= sizeof(aside))
 		return -ENAMETOOLONG;
+	/* One left by an exchange cut short is older than OLD: without this
+	 * the first rename would meet it (ENOTEMPTY) on every try to come. */
+	rc = treeops_remove(ofd, aside, false);
+	if (rc < 0)
+		return rc;
 	if (renameat(ofd, old, ofd, aside) < 0)
 		return -errno;
 	if (renameat(nfd, new, ofd, old) < 0) {

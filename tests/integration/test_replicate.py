@@ -637,3 +637,27 @@ def test_replication_threads_yield_to_the_trainer(make_cluster, priority):
             assert all(pr[t][1] in (None, IOPRIO_LOW) for t in low), pr
         else:
             assert not low and all(io != IOPRIO_LOW for _, io in pr.values()), pr
+
+
+def test_recommit_on_a_replica_root_without_rename_flags(fault_mount, make_cluster):
+    """A step committed again, received on a replica_root that refuses
+    renameat2's flags (faultfs, as NFS): the new copy replaces the old by
+    three renames through STEP.x, and one left there by a crash between
+    them (planted here) is removed first; before, it made every later
+    publication of the step fail with "Directory not empty"."""
+    m = fault_mount()
+    n0, n1 = cluster(make_cluster, 2, disks={1: m.mnt}, exec_prefix={1: m.env_prefix()},
+                     start=False)
+    n0.start()
+    n1.start()
+    s = rich_tree(ckpt(n0))
+    commit_wait(n0, s)
+    assert_replica_of(s, replica(n1, n0))
+    inc = n1.replica_root / ".incoming" / "n0" / "job1"
+    (inc / "step-100.x" / "stale").mkdir(parents=True)
+    (inc / "step-100.x" / "stale" / "f").write_bytes(b"from an exchange cut short")
+    (s / "model.pt").write_bytes(os.urandom(CHUNK + 7))
+    commit_wait(n0, s)
+    assert_replica_of(s, replica(n1, n0))
+    assert not (inc / "step-100.x").exists() and not (inc / "step-100").exists(), \
+        sorted(os.listdir(inc))
