@@ -658,19 +658,20 @@ static bool placed(const char *node)
 	return false;
 }
 
-/* Whether cell h is an intact copy of this node's step r->step (from any
- * holder but this node), and of commit root when root is not NULL. */
-static bool intact_copy(const struct restore *r, const struct hold_cell *h, const digest_t *root)
+/* Whether cell h is a copy of this node's step r->step (from any holder
+ * but this node), of commit root when root is not NULL, and intact unless
+ * any_state. */
+static bool copy_of(const struct restore *r, const struct hold_cell *h, const digest_t *root,
+		    bool any_state)
 {
 	return strcmp(h->origin, repl.cfg->name) == 0 && strcmp(h->holder, repl.cfg->name) != 0 &&
-	       strcmp(h->state, "ok") == 0 && h->has_root && h->step &&
+	       (any_state || strcmp(h->state, "ok") == 0) && h->has_root && h->step &&
 	       strcmp(h->step, r->step) == 0 && (!root || digest_eq(h->root, *root));
 }
 
 /* The copy chosen first, then as its fall-backs every other intact copy of
  * the same commit in the order of the answers (placement order first: see
- * choose) and last the durable tier's (its state aside: every chunk taken
- * from any source is checked). */
+ * choose) and last the durable tier's part of it. */
 static void set_sources(struct restore *r, const struct hold_cell *best,
 			const struct repl_answer *ans, size_t nans)
 {
@@ -685,7 +686,9 @@ static void set_sources(struct restore *r, const struct hold_cell *best,
 				const struct hold_cell *h = &ans[i].cells[c];
 				bool tier = strcmp(h->holder, HOLD_DURABLE) == 0;
 
-				if (h == best || !intact_copy(r, h, &r->root) ||
+				/* The tier's state aside, as before: every chunk
+				 * taken from any source is checked. */
+				if (h == best || !copy_of(r, h, &r->root, tier) ||
 				    strcmp(h->holder, best->holder) == 0)
 					continue;
 				if (tier)
@@ -715,7 +718,7 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 			for (size_t c = 0; c < ans[i].ncells; c++) {
 				const struct hold_cell *h = &ans[i].cells[c];
 
-				if (!intact_copy(r, h, NULL))
+				if (!copy_of(r, h, NULL, false))
 					continue;
 				if (!have_local || digest_eq(h->root, local_root) || forced)
 					best = h;
