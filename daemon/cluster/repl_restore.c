@@ -780,13 +780,19 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
  * fall-back that gave some with how many. */
 static void sources_said(const struct restore *r, char *out, size_t len)
 {
-	size_t o = (size_t)snprintf(out, len, "%s", said(r->srcs[0].name));
+	size_t o = 0, used = 0;
 
-	for (size_t i = 1; r->fell_back && i < r->nsrcs && o < len; i++)
-		if (r->srcs[i].opened)
+	*out = '\0';
+	for (size_t i = 0; i < r->nsrcs && o < len; i++) {
+		if (!r->srcs[i].opened)
+			continue;       /* could not be read: it gave nothing */
+		if (used++ == 0)
+			o += (size_t)snprintf(out + o, len - o, "%s", said(r->srcs[i].name));
+		else
 			o += (size_t)snprintf(out + o, len - o, " and %s (%llu bytes from it)",
 					      said(r->srcs[i].name),
 					      (unsigned long long)r->srcs[i].bytes);
+	}
 }
 
 /* .stage/restoring: the persistent "being restored" mark (repl.c reads it
@@ -885,7 +891,7 @@ static void run(struct restore *r, const char *from)
 	if (rc == 0 && (!have_local || !digest_eq(local_root, r->root))) {
 		mf = MF_FETCHED;
 		rc = fetch_manifest(r);
-		if (rc < 0 && fall_back(r, NULL, rc) == 0)
+		while (rc < 0 && fall_back(r, NULL, rc) == 0)
 			rc = fetch_manifest(r);
 	}
 	if (rc < 0) {

@@ -275,9 +275,10 @@ int fsprobe_answers(const char *path, unsigned wait_ms, bool (*gone)(void *), vo
 
 void fsprobe_status(struct msg *m)
 {
-	uint64_t now = mono_ns();
+	uint64_t now;
 
 	pthread_mutex_lock(&lock);
+	now = mono_ns();        /* under the lock: no probe sent after it */
 	for (size_t i = 0; i < FSPROBE_SLOTS; i++)
 		if (slots[i].out && now - slots[i].since_ns > 1000000000ull)
 			msg_put_pairf(m, "not answering", "%s: a probe of it waits for %llu s",

@@ -137,6 +137,18 @@ int roots_exit_code(int err)
 	}
 }
 
+bool roots_source_by_text(const struct stage_config *cfg, const char *src_arg)
+{
+	char p[PATH_MAX];
+
+	if (snprintf(p, sizeof(p), "%s", src_arg) >= (int)sizeof(p) || paths_normalize(p, false) < 0)
+		return false;
+	for (int i = 0; i < cfg->n_source_roots; i++)
+		if (paths_under(p, cfg->source_roots[i]))
+			return true;
+	return false;
+}
+
 int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *dest_arg,
 	       char **src, char **dst, int *src_fd, char *why, size_t whylen)
 {

@@ -8,6 +8,7 @@
 #ifndef STAGE_ROOTS_H
 #define STAGE_ROOTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/config.h"
@@ -19,6 +20,9 @@
  * -errno with *why set. */
 int roots_pull(const struct stage_config *cfg, const char *src_arg, const char *dest_arg,
 	       char **src, char **dst, int *src_fd, char *why, size_t whylen);
+/* Whether src_arg lies beneath a source root by its text alone (absolute,
+ * no "..", no link asked about). */
+bool roots_source_by_text(const struct stage_config *cfg, const char *src_arg);
 /* A staged tree or checkpoint to inspect: must exist beneath stage_root,
  * ckpt_root or replica_root; *path its resolved path, *fd the directory
  * opened. 0, or -errno with *why set. */

@@ -288,7 +288,9 @@ int treeops_rename_exchange(int ofd, const char *old, int nfd, const char *new)
 		return 0;
 	if (errno != EINVAL)
 		return -errno;
-	if ((size_t)snprintf(aside, sizeof(aside), "%s.x", old) >= sizeof(aside))
+	/* ".OLD.x": no step, job or node name starts with '.', so this is
+	 * never another entry's name. */
+	if ((size_t)snprintf(aside, sizeof(aside), ".%s.x", old) >= sizeof(aside))
 		return -ENAMETOOLONG;
 	/* One left by an exchange cut short is older than OLD: without this
 	 * the first rename would meet it (ENOTEMPTY) on every try to come. */

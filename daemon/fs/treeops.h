@@ -58,8 +58,8 @@ int treeops_sync_dir(int fd);
  * NEW's directory. 0 or -errno. */
 int treeops_rename_noreplace(int ofd, const char *old, int nfd, const char *new);
 /* renameat2(RENAME_EXCHANGE): OLD and NEW trade places. Without the flag,
- * three renames through OLD's name with ".x" added (a leftover of that name,
- * from a crash between them, removed first): a crash between them leaves
+ * three renames through ".OLD.x" (a leftover of that name, from a
+ * crash between them, removed first): a crash between them leaves
  * NEW's name empty for a moment, never holding a mix. 0 or -errno. */
 int treeops_rename_exchange(int ofd, const char *old, int nfd, const char *new);
 

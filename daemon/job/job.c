@@ -213,19 +213,19 @@ void job_result(struct job *j, int code, const char *path, struct msg *m,
 	j->sent_result = true;
 }
 
-/* A job's thread asks job_progress or job_cancelled at least every few
- * hundred milliseconds while it works (its loops do, between calls); one
- * that has not for this long is inside a call that does not return: a
- * file system or a peer that does not answer. */
+/* A job with watch_stuck asks job_progress or job_cancelled at least every
+ * few hundred milliseconds while it works (a pull's loops do, between
+ * calls); one that has not for this long is inside a call that does not
+ * return: a file system that does not answer. Other jobs may spend longer
+ * in one piece of work (a restore fetching a big file): not marked. */
 #define JOB_STUCK_NS (5ull * 1000000000ull)
 
 void jobs_status(struct msg *m)
 {
-	uint64_t now = mono_ns();
-
 	pthread_mutex_lock(&reg_lock);
 	for (struct job *j = reg_head; j; j = j->next) {
-		uint64_t quiet = now - atomic_load(&j->t_alive_ns);
+		uint64_t alive = atomic_load(&j->t_alive_ns), now = mono_ns();
+		uint64_t quiet = j->watch_stuck && now > alive ? now - alive : 0;
 		char v[1024], stuck[96] = "";
 
 		if (quiet > JOB_STUCK_NS)

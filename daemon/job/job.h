@@ -31,6 +31,8 @@ struct job {
 	uint64_t t_start_ns;             /* CLOCK_MONOTONIC */
 	_Atomic uint64_t t_alive_ns;     /* atomic: its thread last asked job_progress or
 					  * job_cancelled; long ago, it is stuck in a call */
+	bool watch_stuck;                /* set by a job whose loops ask them every few
+					  * hundred ms (a pull): status says when it is stuck */
 	uint64_t t_progress_ns;          /* last MSG_PROGRESS sent */
 	uint64_t t_check_ns;             /* last look at the client socket */
 	bool gone;                       /* the client hung up: cancel */

@@ -887,9 +887,14 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 	p->cfg = j->cfg;
 	p->src_fd = p->dst_fd = -1;
 	p->as_root = geteuid() == 0;
+	j->watch_stuck = true;
 	/* Nothing below touches the source before its file system has been
-	 * seen to answer: a mount that hangs holds a probe, not this thread. */
-	ret = fsprobe_answers(src_arg, FSPROBE_WAIT_MS, client_gone, j, why, sizeof(why));
+	 * seen to answer: a mount that hangs holds a probe, not this thread.
+	 * Only a source beneath a root by its text is probed: any other
+	 * (through a link, with "..") is resolved first, so that a path that
+	 * leads elsewhere cannot hold the probe of the mount it seems on. */
+	ret = roots_source_by_text(p->cfg, src_arg)
+	      ? fsprobe_answers(src_arg, FSPROBE_WAIT_MS, client_gone, j, why, sizeof(why)) : 0;
 	if (ret == -ETIMEDOUT || ret == -EBUSY) {
 		job_result(j, 1, NULL, NULL, "cannot pull %s: %s (a server gone away?); pull again "
 			   "once it answers (`stage status` lists what is not answering)", src_arg,

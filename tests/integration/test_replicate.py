@@ -642,7 +642,7 @@ def test_replication_threads_yield_to_the_trainer(make_cluster, priority):
 def test_recommit_on_a_replica_root_without_rename_flags(fault_mount, make_cluster):
     """A step committed again, received on a replica_root that refuses
     renameat2's flags (faultfs, as NFS): the new copy replaces the old by
-    three renames through STEP.x, and one left there by a crash between
+    three renames through .STEP.x, and one left there by a crash between
     them (planted here) is removed first; before, it made every later
     publication of the step fail with "Directory not empty"."""
     m = fault_mount()
@@ -654,10 +654,10 @@ def test_recommit_on_a_replica_root_without_rename_flags(fault_mount, make_clust
     commit_wait(n0, s)
     assert_replica_of(s, replica(n1, n0))
     inc = n1.replica_root / ".incoming" / "n0" / "job1"
-    (inc / "step-100.x" / "stale").mkdir(parents=True)
-    (inc / "step-100.x" / "stale" / "f").write_bytes(b"from an exchange cut short")
+    (inc / ".step-100.x" / "stale").mkdir(parents=True)
+    (inc / ".step-100.x" / "stale" / "f").write_bytes(b"from an exchange cut short")
     (s / "model.pt").write_bytes(os.urandom(CHUNK + 7))
     commit_wait(n0, s)
     assert_replica_of(s, replica(n1, n0))
-    assert not (inc / "step-100.x").exists() and not (inc / "step-100").exists(), \
+    assert not (inc / ".step-100.x").exists() and not (inc / "step-100").exists(), \
         sorted(os.listdir(inc))
