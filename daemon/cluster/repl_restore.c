@@ -80,6 +80,8 @@ struct restore {
 	struct rsrc srcs[RSRC_MAX];    /* the copy chosen, then its fall-backs: the other
 					* holders of the same commit, the durable tier's */
 	size_t nsrcs;
+	const char *place[64];         /* the nodes this node's copies are placed on */
+	size_t nplace;
 	struct rsrc *src;              /* the one in use */
 	bool fell_back;
 	struct io_uring ring;
@@ -646,14 +648,12 @@ static void src_init(struct restore *r, struct rsrc *s, const char *holder)
 			    .whylen = sizeof(r->why), .label = r->dlabel, .stepfd = -1 };
 }
 
-/* Whether node is one this node's copies are placed on. */
-static bool placed(const char *node)
+/* Whether node is one this node's copies are placed on (r->place, worked
+ * out once by choose). */
+static bool placed(const struct restore *r, const char *node)
 {
-	const char *place[64];
-	size_t n = repl_placement(repl.cfg->name, place, 64);
-
-	for (size_t k = 0; k < n; k++)
-		if (strcmp(place[k], node) == 0)
+	for (size_t k = 0; k < r->nplace; k++)
+		if (strcmp(r->place[k], node) == 0)
 			return true;
 	return false;
 }
@@ -693,9 +693,9 @@ static void set_sources(struct restore *r, const struct hold_cell *best,
 					continue;
 				if (tier)
 					durable = h;
-				else if (pass == 0 && placed(ans[i].node) && r->nsrcs < RSRC_MAX - 1)
+				else if (pass == 0 && placed(r, ans[i].node) && r->nsrcs < RSRC_MAX - 1)
 					src_init(r, &r->srcs[r->nsrcs++], h->holder);
-				else if (pass == 1 && !placed(ans[i].node) && r->nsrcs < RSRC_MAX - 1)
+				else if (pass == 1 && !placed(r, ans[i].node) && r->nsrcs < RSRC_MAX - 1)
 					src_init(r, &r->srcs[r->nsrcs++], h->holder);
 			}
 	if (durable && strcmp(best->holder, HOLD_DURABLE) != 0)
@@ -710,10 +710,11 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 	const struct hold_cell *best = NULL, *other = NULL;
 	size_t o = 0;
 
+	r->nplace = repl_placement(self, r->place, sizeof(r->place) / sizeof(r->place[0]));
 	/* Placement order first: those are the copies meant for this. */
 	for (size_t pass = 0; pass < 2 && !best; pass++)
 		for (size_t i = 0; i < nans && !best; i++) {
-			if (placed(ans[i].node) != (pass == 0))
+			if (placed(r, ans[i].node) != (pass == 0))
 				continue;
 			for (size_t c = 0; c < ans[i].ncells; c++) {
 				const struct hold_cell *h = &ans[i].cells[c];

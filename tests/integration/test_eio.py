@@ -191,7 +191,7 @@ def restore_pair(fault_mount, make_cluster, on):
     return m, nodes, step
 
 
-def damage(step, rng, want):
+def damage(step, rng):
     lost = sorted(rng.sample(files_of(step), 4) + ["shard-1.bin"])
     for rel in set(lost):
         (step / rel).unlink(missing_ok=True)
@@ -208,7 +208,7 @@ def test_restore_local_disk_eio(fault_mount, make_cluster):
     want = versions(step)
     rng = rng_for("restore local disk EIO")
     for i in range(ROUNDS):
-        damage(step, rng, want)
+        damage(step, rng)
         # Rebuilds are written as .stage/tmp/rebuild.N, N counting files in
         # manifest order: the fault takes the first to reach the byte.
         at, name, words = fault(m, rng, "write", "*/ckpt/job1/step-100/.stage/tmp/rebuild.*",
@@ -238,7 +238,7 @@ def test_restore_holder_disk_eio(fault_mount, make_cluster):
     want = versions(step)
     rng = rng_for("restore holder disk EIO")
     for i in range(ROUNDS):
-        lost = damage(step, rng, want)
+        lost = damage(step, rng)
         rel = pick(rng, lost)
         size = os.path.getsize(replica(n1, n0) / rel)
         at, name, words = fault(m, rng, "read", f"*/replicas/n0/job1/step-100/{rel}", size)
