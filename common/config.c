@@ -188,6 +188,8 @@ static const struct cfg_entry cfg_table[] = {
 	  .def = "4MiB", .doc = "largest single read or write; a power of two" },
 	{ KEY_SIZE("transfer", "chunk_size", chunk_size), .flags = F_POW2, .min = 4 * KiB, .max = GiB,
 	  .def = "4MiB", .doc = "manifest hashing granularity; a power of two" },
+	{ KEY_INT("transfer", "restore_streams", restore_streams), .min = 1, .max = 4, .def = "4",
+	  .doc = "connections a restore fetches over at once, spread over the holders of intact copies" },
 	{ KEY_ENUM("transfer", "priority", priority, priority_names), .def = "low",
 	  .doc = "low | normal: CPU and I/O priority of hashing commits, sending and receiving replicas" },
 

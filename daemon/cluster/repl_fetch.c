@@ -131,14 +131,69 @@ out:
 
 /* Each receiver thread that serves fetches keeps one piece sender (read
  * ahead, the rate cap) for the life of its connection: a restore asks for
- * many ranges, and the cap holds across them. Freed when the thread ends. */
+ * many ranges, and the cap holds across them. Freed when the thread ends.
+ *
+ * `rate` is per restore served, and a restore fetches over several
+ * connections at once (its lanes): the piece senders of one origin's
+ * connections take from one bucket, found by the origin's proven name in
+ * a table of FETCH_PACES. Past that many origins served at once, a
+ * connection keeps a bucket of its own. */
+#define FETCH_PACES 64
+
+struct fetch_ps {
+	struct psend ps;
+	int slot;                      /* its bucket in paces[], or -1 */
+};
+
+static struct {
+	char origin[CKPT_NAME_MAX + 1];
+	struct pace pace;
+	unsigned users;                /* connections taking from it; 0: free */
+} paces[FETCH_PACES];
+static pthread_mutex_t paces_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int pace_slot(const char *origin)
+{
+	int free_slot = -1;
+
+	pthread_mutex_lock(&paces_mu);
+	for (int i = 0; i < FETCH_PACES; i++) {
+		if (paces[i].users && strcmp(paces[i].origin, origin) == 0) {
+			paces[i].users++;
+			pthread_mutex_unlock(&paces_mu);
+			return i;
+		}
+		if (!paces[i].users && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot >= 0) {
+		snprintf(paces[free_slot].origin, sizeof(paces[free_slot].origin), "%s", origin);
+		pace_init(&paces[free_slot].pace, repl.cfg->rate);
+		paces[free_slot].users = 1;
+	}
+	pthread_mutex_unlock(&paces_mu);
+	return free_slot;
+}
+
+static void pace_slot_put(int slot)
+{
+	if (slot < 0)
+		return;
+	pthread_mutex_lock(&paces_mu);
+	paces[slot].users--;
+	pthread_mutex_unlock(&paces_mu);
+}
+
 static pthread_key_t ps_key;
 static pthread_once_t ps_once = PTHREAD_ONCE_INIT;
 
 static void ps_free(void *p)
 {
-	psend_close(p);
-	free(p);
+	struct fetch_ps *f = p;
+
+	pace_slot_put(f->slot);
+	psend_close(&f->ps);
+	free(f);
 }
 
 static int ps_key_rc;
@@ -148,31 +203,35 @@ static void ps_key_make(void)
 	ps_key_rc = -pthread_key_create(&ps_key, ps_free);
 }
 
-static int thread_psend(struct psend **out)
+/* The thread's piece sender; its connection is origin's (proven). */
+static int thread_psend(const char *origin, struct psend **out)
 {
-	struct psend *ps;
+	struct fetch_ps *f;
 	int rc;
 
 	pthread_once(&ps_once, ps_key_make);
 	if (ps_key_rc < 0)
 		return ps_key_rc;
-	ps = pthread_getspecific(ps_key);
-	if (!ps) {
-		ps = malloc(sizeof(*ps));
-		if (!ps)
+	f = pthread_getspecific(ps_key);
+	if (!f) {
+		f = malloc(sizeof(*f));
+		if (!f)
 			return -ENOMEM;
-		rc = psend_open(ps, repl.cfg->rate);
+		rc = psend_open(&f->ps, repl.cfg->rate);
 		if (rc < 0) {
-			free(ps);
+			free(f);
 			return rc;
 		}
-		rc = -pthread_setspecific(ps_key, ps);
+		f->slot = repl.cfg->rate ? pace_slot(origin) : -1;
+		if (f->slot >= 0)
+			f->ps.cap = &paces[f->slot].pace;
+		rc = -pthread_setspecific(ps_key, f);
 		if (rc < 0) {
-			ps_free(ps);
+			ps_free(f);
 			return rc;
 		}
 	}
-	*out = ps;
+	*out = &f->ps;
 	return 0;
 }
 
@@ -185,8 +244,8 @@ static const struct codec_ops *fetch_codec(void *arg)
 	       repl.cfg->compress == CFG_COMPRESS_FLOAT ? &codec_float_ops : &codec_none_ops;
 }
 
-static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t off,
-		      uint64_t size, char *why, size_t whylen)
+static int send_range(struct xport *x, const char *origin, int step_fd, const char *rel,
+		      uint64_t off, uint64_t size, char *why, size_t whylen)
 {
 	const struct psend_hooks h = { .pick = fetch_codec };
 	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
@@ -196,7 +255,7 @@ static int send_range(struct xport *x, int step_fd, const char *rel, uint64_t of
 	struct msg m;
 	int dir_fd, fd = -1, rc;
 
-	rc = thread_psend(&ps);
+	rc = thread_psend(origin, &ps);
 	if (rc < 0) {
 		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
 		return rc;
@@ -278,7 +337,7 @@ int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		goto out;
 	}
 	x->ops->set_timeout(x, REPL_IO_MS);
-	rc = path ? send_range(x, step_fd, path, off, size, why, sizeof(why))
+	rc = path ? send_range(x, origin, step_fd, path, off, size, why, sizeof(why))
 		  : send_manifest(x, step_fd, why, sizeof(why));
 	if (rc < 0 && *why) {
 		log_warn("restore of %s for %s: %s", rel, peer, why);

@@ -31,10 +31,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -62,6 +64,11 @@
  * tier, three; beyond a few, a restore that failed on each is better run
  * again than walked along a longer list. */
 #define RSRC_MAX 4
+/* Lanes of one restore at most ([transfer] restore_streams): each holds a
+ * connection, a ring, a piece buffer and a write queue (about 5 MiB here,
+ * 8 MiB of read-ahead on its holder). */
+#define RLANES_MAX 4
+#define LANE_MEM (REPL_PIECE + WQ_DEPTH * WQ_BUF)
 
 struct bad {                       /* a finding of the local verify */
 	char *rel;
@@ -70,28 +77,64 @@ struct bad {                       /* a finding of the local verify */
 	uint64_t *chunks, nchunks;     /* owned; nchunks 0: the file as a whole */
 };
 
+struct restore;
+
+/* A lane: one connection's worth of a restore. It takes files from the
+ * restore's queue and rebuilds or patches each with its own sources, ring,
+ * builder and buffer, so that several holders (or several connections to
+ * one) send at once and one file's fdatasync overlaps another's data. Its
+ * sources are the restore's, the intact holders rotated by its number: with
+ * two holders, lane 0 starts on the first and lane 1 on the second; each
+ * falls back along its own list. */
+struct rlane {
+	struct restore *r;
+	unsigned id;
+	struct rsrc srcs[RSRC_MAX];    /* the copy it starts on, then its fall-backs */
+	size_t nsrcs;
+	struct rsrc *src;              /* the one in use */
+	struct io_uring ring;
+	uint8_t *buf;                  /* REPL_PIECE: local chunks being judged */
+	struct cbuild cb;              /* the file being rebuilt */
+	bool ready;                    /* ring, buf and cb are set up */
+	pthread_t thread;
+	bool started;
+	uint64_t files_fixed, files_patched, chunks_fetched, bytes_fetched, chunks_kept;
+	uint64_t tmp_seq;              /* names its temporaries: rebuild.LANE.SEQ */
+	char why[8192];
+};
+
+/* A file handed to a lane: its manifest entry (a copy) and its finding. */
+struct rwork {
+	struct mf_entry e;
+	uint64_t chunk_size;
+	const struct bad *b;
+};
+
 struct restore {
 	struct job *j;
 	const char *job, *step;
-	const char *holder;            /* the source's name: src->name */
+	const char *holder;            /* the chosen copy's holder */
 	const digest_t *pin;           /* resume: the only commit to restore, or NULL */
 	repl_restored_fn *then;        /* after success, or NULL */
 	digest_t root;                 /* the commit restored */
-	struct rsrc srcs[RSRC_MAX];    /* the copy chosen, then its fall-backs: the other
-					* holders of the same commit, the durable tier's */
-	size_t nsrcs;
 	const char *place[64];         /* the nodes this node's copies are placed on */
 	size_t nplace;
-	struct rsrc *src;              /* the one in use */
-	bool fell_back;
-	struct io_uring ring;
+	struct io_uring ring;          /* the job thread's own reads and writes */
 	int step_fd, stage_fd, tmp_fd;
-	uint8_t *buf;                  /* REPL_PIECE: local chunks being judged */
-	struct cbuild cb;              /* the file being rebuilt */
 	struct bad *bad;
 	size_t nbad, capbad;
+	struct rlane lanes[RLANES_MAX];  /* lanes[0] also fetches the manifest */
+	size_t nlanes;                 /* set up; started once the repairs begin */
+	/* The queue from the job thread to the lanes, and how they ended. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             /* work queued or taken, a lane ended */
+	struct rwork q[RLANES_MAX];
+	size_t qhead, qlen, running;
+	bool qclosed;
+	int err;                       /* the first failure; its reason in why */
+	_Atomic bool stop;             /* a failure or a cancel: lanes take no more */
 	uint64_t files_fixed, files_patched, chunks_fetched, bytes_fetched, chunks_kept;
-	uint64_t displaced;            /* entries of the wrong type moved aside */
+	_Atomic uint64_t displaced;    /* entries of the wrong type moved aside */
 	uint64_t trusted;              /* files the last verify --deep vouched for, not read */
 	bool lost_finding;             /* on_bad could not record one: fail */
 	char path[4096];               /* ckpt_root/JOB/STEP, for messages */
@@ -143,22 +186,23 @@ static const char *said(const char *holder)
 
 /* The copy's manifest to .stage/restore.manifest, fsync'd, its root checked
  * against the one announced. */
-static int fetch_manifest(struct restore *r)
+static int fetch_manifest(struct rlane *l)
 {
+	struct restore *r = l->r;
 	digest_t got;
 	int fd, rc;
 
 	fd = openat(r->stage_fd, MF_FETCHED, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
 		    0644);
 	if (fd < 0) {
-		snprintf(r->why, sizeof(r->why), "%s/%s/%s: %s", r->path, MF_DIRNAME, MF_FETCHED,
+		snprintf(l->why, sizeof(l->why), "%s/%s/%s: %s", r->path, MF_DIRNAME, MF_FETCHED,
 			 strerror(errno));
 		return -errno;
 	}
-	rc = r->src->ops->manifest(r->src, fd);
+	rc = l->src->ops->manifest(l->src, fd);
 	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
-		snprintf(r->why, sizeof(r->why), "%s/%s/%s: fsync: %s", r->path, MF_DIRNAME,
+		snprintf(l->why, sizeof(l->why), "%s/%s/%s: fsync: %s", r->path, MF_DIRNAME,
 			 MF_FETCHED, strerror(errno));
 	}
 	close(fd);
@@ -166,7 +210,7 @@ static int fetch_manifest(struct restore *r)
 		return rc;
 	rc = ckpt_manifest_root(r->stage_fd, MF_FETCHED, &got, NULL, NULL, 0);
 	if (rc < 0 || !digest_eq(got, r->root)) {
-		snprintf(r->why, sizeof(r->why), "the manifest %s sent %s", said(r->src->name),
+		snprintf(l->why, sizeof(l->why), "the manifest %s sent %s", said(l->src->name),
 			 rc < 0 ? "does not read (damaged on the way?)" :
 			 "has another root than it announced");
 		return rc < 0 ? rc : -EBADMSG;
@@ -175,48 +219,56 @@ static int fetch_manifest(struct restore *r)
 }
 
 /* The source failed (a chunk that does not match, a holder's disk that
- * cannot be read, a connection lost): the rest comes from the next one, the
- * other holders of the same commit and then the durable tier, starting again
- * at the chunk the failure was in. 0 to go on with it, or the failure's rc
- * with every source's reason in why. */
-static int fall_back(struct restore *r, const struct mf_entry *e, int rc)
+ * cannot be read, a connection lost): the rest comes from the lane's next
+ * one, the other holders of the same commit and then the durable tier,
+ * starting again at the chunk the failure was in. 0 to go on with it, or
+ * the failure's rc with every source's reason in why. */
+static int fall_back(struct rlane *l, const struct mf_entry *e, int rc)
 {
 	if (rc == -ECANCELED)
 		return rc;
-	if (e && cbuild_rewind(&r->cb) < 0)
+	if (e && cbuild_rewind(&l->cb) < 0)
 		return rc;      /* the local writes failed: no source helps */
-	while ((size_t)(r->src - r->srcs) + 1 < r->nsrcs) {
-		struct rsrc *alt = r->src + 1;
-		char first[sizeof(r->why)];
+	while ((size_t)(l->src - l->srcs) + 1 < l->nsrcs) {
+		struct rsrc *alt = l->src + 1;
+		char first[sizeof(l->why)];
 		int orc;
 
-		snprintf(first, sizeof(first), "%s", r->why);   /* alt->why is r->why */
-		r->src = alt;
+		snprintf(first, sizeof(first), "%s", l->why);   /* alt->why is l->why */
+		l->src = alt;
 		orc = alt->ops->open(alt);
 		alt->opened = orc == 0;
 		if (orc < 0) {
-			char next[sizeof(r->why)];
+			char next[sizeof(l->why)];
 
-			snprintf(next, sizeof(next), "%s", r->why);
-			snprintf(r->why, sizeof(r->why), "%.4000s; and %s cannot be read: %.4000s",
+			snprintf(next, sizeof(next), "%s", l->why);
+			snprintf(l->why, sizeof(l->why), "%.4000s; and %s cannot be read: %.4000s",
 				 first, said(alt->name), next);
 			continue;
 		}
-		job_note(r->j, LOG_WARN, NULL, NULL, "%s: taking the rest of %s from %s%s", first,
-			 r->path, strcmp(alt->name, HOLD_DURABLE) == 0 ? "" : "the copy on ",
+		job_note(l->r->j, LOG_WARN, NULL, NULL, "%s: taking the rest of %s from %s%s", first,
+			 l->r->path, strcmp(alt->name, HOLD_DURABLE) == 0 ? "" : "the copy on ",
 			 said(alt->name));
-		r->holder = alt->name;
-		r->fell_back = true;
-		*r->why = '\0';
+		*l->why = '\0';
 		return 0;
 	}
 	return rc;
 }
 
+/* Opens the lane's first source that opens. 0, or -errno with every
+ * source's reason in why. */
+static int lane_open(struct rlane *l)
+{
+	int rc = l->src->ops->open(l->src);
+
+	l->src->opened = rc == 0;
+	return rc < 0 ? fall_back(l, NULL, rc) : 0;
+}
+
 /* Fetches chunks [first, last) of e in one run into the file being built,
- * each chunk checked as its last byte arrives; from the other source if the
- * first fails part-way. */
-static int fetch_run(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
+ * each chunk checked as its last byte arrives; from the next source if one
+ * fails part-way. */
+static int fetch_run(struct rlane *l, const struct mf_entry *e, uint64_t chunk_size,
 		     uint64_t first, uint64_t last)
 {
 	uint64_t end = last * chunk_size;
@@ -225,19 +277,19 @@ static int fetch_run(struct restore *r, const struct mf_entry *e, uint64_t chunk
 	if (end > e->size || !e->nchunks)
 		end = e->size;
 	do {
-		uint64_t before = r->src->bytes;
+		uint64_t before = l->src->bytes;
 
-		rc = r->src->ops->fetch(r->src, &r->cb, e, r->cb.at, end);
-		r->bytes_fetched += r->src->bytes - before;
-		obs_add(OBS_RESTORE_BYTES, r->src->bytes - before);
-	} while (rc < 0 && fall_back(r, e, rc) == 0);
+		rc = l->src->ops->fetch(l->src, &l->cb, e, l->cb.at, end);
+		l->bytes_fetched += l->src->bytes - before;
+		obs_add(OBS_RESTORE_BYTES, l->src->bytes - before);
+	} while (rc < 0 && fall_back(l, e, rc) == 0);
 	if (rc == 0)
-		r->chunks_fetched += last - first;
+		l->chunks_fetched += last - first;
 	return rc;
 }
 
 /* Whether [off, off+len) of the local file still hashes to want. */
-static bool local_intact(struct restore *r, int lfd, uint64_t off, uint64_t len, digest_t want)
+static bool local_intact(struct rlane *l, int lfd, uint64_t off, uint64_t len, digest_t want)
 {
 	XXH3_state_t *st = XXH3_createState();
 	bool ok = st != NULL;
@@ -247,9 +299,9 @@ static bool local_intact(struct restore *r, int lfd, uint64_t off, uint64_t len,
 	for (uint64_t o = off; ok && o < off + len;) {
 		size_t n = off + len - o < REPL_PIECE ? (size_t)(off + len - o) : REPL_PIECE;
 
-		ok = uio_pread(&r->ring, lfd, r->buf, n, o) == (ssize_t)n;
+		ok = uio_pread(&l->ring, lfd, l->buf, n, o) == (ssize_t)n;
 		if (ok)
-			XXH3_128bits_update(st, r->buf, n);
+			XXH3_128bits_update(st, l->buf, n);
 		o += n;
 	}
 	ok = ok && digest_eq(XXH3_128bits_digest(st), want);
@@ -259,16 +311,16 @@ static bool local_intact(struct restore *r, int lfd, uint64_t off, uint64_t len,
 
 /* Copies an intact local range into the file being built: checked again
  * as it is copied, so a chunk that changed since it was judged is caught. */
-static int keep_range(struct restore *r, int lfd, uint64_t len)
+static int keep_range(struct rlane *l, int lfd, uint64_t len)
 {
-	for (uint64_t o = r->cb.at, end = r->cb.at + len; o < end;) {
+	for (uint64_t o = l->cb.at, end = l->cb.at + len; o < end;) {
 		size_t n = end - o < WQ_BUF ? (size_t)(end - o) : WQ_BUF;
 		uint8_t *p;
-		int b = cbuild_buf(&r->cb, &p), rc;
+		int b = cbuild_buf(&l->cb, &p), rc;
 
-		if (uio_pread(&r->ring, lfd, p, n, o) != (ssize_t)n)
+		if (uio_pread(&l->ring, lfd, p, n, o) != (ssize_t)n)
 			return -EIO;
-		rc = cbuild_put(&r->cb, b, n);
+		rc = cbuild_put(&l->cb, b, n);
 		if (rc < 0)
 			return rc;
 		o += n;
@@ -279,16 +331,18 @@ static int keep_range(struct restore *r, int lfd, uint64_t len)
 /* An entry of another type than the manifest's stands where it belongs (a
  * directory where a file was): it is moved aside to .stage/displaced.N, not
  * deleted, since what is in it was never compared with anything. */
-static int displace(struct restore *r, int parent, const char *base, const char *rel)
+static int displace(struct restore *r, int parent, const char *base, const char *rel,
+		    char *why, size_t whylen)
 {
 	char name[64];
 
-	snprintf(name, sizeof(name), "displaced.%llu", (unsigned long long)r->displaced++);
+	snprintf(name, sizeof(name), "displaced.%llu",
+		 (unsigned long long)atomic_fetch_add(&r->displaced, 1));
 	if (renameat(parent, base, r->stage_fd, name) < 0) {
 		int err = errno;
 
-		snprintf(r->why, sizeof(r->why), "%s/%s is in the way and cannot be moved aside: %s",
-			 r->path, rel, strerror(err));
+		snprintf(why, whylen, "%s/%s is in the way and cannot be moved aside: %s", r->path,
+			 rel, strerror(err));
 		return -err;
 	}
 	job_note(r->j, LOG_WARN, "displaced", rel, "%s/%s was not what the manifest says it is: "
@@ -297,57 +351,58 @@ static int displace(struct restore *r, int parent, const char *base, const char 
 }
 
 /* What stands at parent/base, unless it is of the type wanted (S_IF*):
- * moved aside. 0 or -errno. */
+ * moved aside. 0 or -errno with why. */
 static int clear_way(struct restore *r, int parent, const char *base, const char *rel,
-		     mode_t want)
+		     mode_t want, char *why, size_t whylen)
 {
 	struct stat st;
 
 	if (fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    (st.st_mode & S_IFMT) == want)
 		return 0;
-	return displace(r, parent, base, rel);
+	return displace(r, parent, base, rel, why, whylen);
 }
 
-/* The end of a file built by r->cb, whatever rc the building ended with:
+/* The end of a file built by l->cb, whatever rc the building ended with:
  * every write done (a padded last block cut back), even after a failure
  * (the file is closed or unlinked next); then, if all went well, the
  * whole-file check, fdatasync, and the manifest's mode and mtime (without
  * set-id bits: those are not restored from another node's word; a repair
  * in place moved the mtime). */
-static int finish_built(struct restore *r, const struct mf_entry *e, int fd, int rc)
+static int finish_built(struct rlane *l, const struct mf_entry *e, int fd, int rc)
 {
 	const char *what;
-	int wrc = cbuild_end(&r->cb);
+	int wrc = cbuild_end(&l->cb);
 
 	if (rc == 0 && wrc == -EBADMSG)
-		snprintf(r->why, sizeof(r->why), "%s: the rebuilt file does not match its digest",
+		snprintf(l->why, sizeof(l->why), "%s: the rebuilt file does not match its digest",
 			 e->path);
 	else if (rc == 0 && wrc < 0)
-		snprintf(r->why, sizeof(r->why), "writing %s: %s", e->path, strerror(-wrc));
+		snprintf(l->why, sizeof(l->why), "writing %s: %s", e->path, strerror(-wrc));
 	if (rc == 0)
 		rc = wrc;
 	if (rc == 0 && fdatasync(fd) < 0) {
 		rc = -errno;
-		snprintf(r->why, sizeof(r->why), "%s: fdatasync: %s", e->path, strerror(errno));
+		snprintf(l->why, sizeof(l->why), "%s: fdatasync: %s", e->path, strerror(errno));
 	}
 	if (rc == 0 && (rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
 					      &what)) < 0)
-		snprintf(r->why, sizeof(r->why), "%s: %s: %s", e->path, what, strerror(-rc));
+		snprintf(l->why, sizeof(l->why), "%s: %s: %s", e->path, what, strerror(-rc));
 	return rc;
 }
 
 /* Rebuilds file e at parent/base (see the top of the file). */
-static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
+static int rebuild(struct rlane *l, const struct mf_entry *e, uint64_t chunk_size,
 		   int parent, const char *base)
 {
+	struct restore *r = l->r;
 	uint64_t n = e->nchunks ? e->nchunks : 1;
 	char tmp[64];
 	struct stat st;
 	uint64_t intact_next = UINT64_MAX;     /* a chunk found intact while looking ahead */
 	int lfd, fd, rc = 0;
 
-	snprintf(tmp, sizeof(tmp), "rebuild.%llu", (unsigned long long)r->files_fixed);
+	snprintf(tmp, sizeof(tmp), "rebuild.%u.%llu", l->id, (unsigned long long)l->tmp_seq++);
 	/* O_NONBLOCK only so that a fifo in its place cannot hang the open;
 	 * io_uring reads of a non-blocking file may return -EAGAIN. */
 	lfd = openat(parent, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -359,11 +414,11 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 	fd = openat(r->tmp_fd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
-		snprintf(r->why, sizeof(r->why), "%s/%s/%s: %s", r->path, MF_DIRNAME, TMP_DIR,
+		snprintf(l->why, sizeof(l->why), "%s/%s/%s: %s", r->path, MF_DIRNAME, TMP_DIR,
 			 strerror(errno));
 		goto out_local;
 	}
-	cbuild_begin(&r->cb, e, chunk_size, fd, 0, true);
+	cbuild_begin(&l->cb, e, chunk_size, fd, 0, true);
 	for (uint64_t i = 0; i < n && rc == 0 && e->size;) {
 		uint64_t off = i * chunk_size, k;
 		uint64_t len = e->size - off < chunk_size ? e->size - off : chunk_size;
@@ -373,15 +428,15 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 		 * second time from the page cache): a chunk may be far larger than
 		 * the piece buffer, and nothing is written that turns out bad. */
 		if (intact_next == i || (lfd >= 0 && (uint64_t)st.st_size >= off + len &&
-					 local_intact(r, lfd, off, len, want))) {
-			rc = keep_range(r, lfd, len);
+					 local_intact(l, lfd, off, len, want))) {
+			rc = keep_range(l, lfd, len);
 			if (rc == -EBADMSG)
-				snprintf(r->why, sizeof(r->why), "%s: chunk %llu changed while it "
+				snprintf(l->why, sizeof(l->why), "%s: chunk %llu changed while it "
 					 "was copied", e->path, (unsigned long long)i);
 			else if (rc < 0)
-				snprintf(r->why, sizeof(r->why), "copying %s: %s", e->path,
+				snprintf(l->why, sizeof(l->why), "copying %s: %s", e->path,
 					 strerror(-rc));
-			r->chunks_kept++;
+			l->chunks_kept++;
 			i++;
 			continue;
 		}
@@ -391,21 +446,21 @@ static int rebuild(struct restore *r, const struct mf_entry *e, uint64_t chunk_s
 			uint64_t kl = e->size - ko < chunk_size ? e->size - ko : chunk_size;
 
 			if (lfd >= 0 && (uint64_t)st.st_size >= ko + kl &&
-			    local_intact(r, lfd, ko, kl, e->chunks[k])) {
+			    local_intact(l, lfd, ko, kl, e->chunks[k])) {
 				intact_next = k;
 				break;
 			}
 		}
-		rc = fetch_run(r, e, chunk_size, i, k);
+		rc = fetch_run(l, e, chunk_size, i, k);
 		i = k;
 	}
-	rc = finish_built(r, e, fd, rc);
+	rc = finish_built(l, e, fd, rc);
 	if (rc == 0)
-		rc = clear_way(r, parent, base, e->path, S_IFREG);
+		rc = clear_way(r, parent, base, e->path, S_IFREG, l->why, sizeof(l->why));
 	if (rc == 0) {
 		if (renameat(r->tmp_fd, tmp, parent, base) < 0) {
 			rc = -errno;
-			snprintf(r->why, sizeof(r->why), "renaming into %s: %s", e->path,
+			snprintf(l->why, sizeof(l->why), "renaming into %s: %s", e->path,
 				 strerror(errno));
 		}
 	}
@@ -424,7 +479,7 @@ out_local:
  * part-way leaves each of those chunks wrong or right and every other chunk
  * as it was, under a step still marked as being restored. -EAGAIN: it is
  * no longer a regular file of the manifest's size (it is rebuilt then). */
-static int patch(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
+static int patch(struct rlane *l, const struct mf_entry *e, uint64_t chunk_size,
 		 int parent, const char *base, const struct bad *b)
 {
 	struct stat st;
@@ -441,30 +496,58 @@ static int patch(struct restore *r, const struct mf_entry *e, uint64_t chunk_siz
 		close(fd);
 		return -EAGAIN;
 	}
-	cbuild_begin(&r->cb, e, chunk_size, fd, 0, true);
+	cbuild_begin(&l->cb, e, chunk_size, fd, 0, true);
 	for (uint64_t i = 0, k; i < b->nchunks && rc == 0; i = k) {
 		/* A run of consecutive bad chunks: one request. */
 		for (k = i + 1; k < b->nchunks && b->chunks[k] == b->chunks[k - 1] + 1; k++)
 			;
-		rc = cbuild_skip_to(&r->cb, b->chunks[i]);
+		rc = cbuild_skip_to(&l->cb, b->chunks[i]);
 		if (rc < 0)     /* the list is ascending and checked above: not reached */
-			snprintf(r->why, sizeof(r->why), "%s: chunk %llu out of order",
+			snprintf(l->why, sizeof(l->why), "%s: chunk %llu out of order",
 				 e->path, (unsigned long long)b->chunks[i]);
 		else
-			rc = fetch_run(r, e, chunk_size, b->chunks[i], b->chunks[k - 1] + 1);
+			rc = fetch_run(l, e, chunk_size, b->chunks[i], b->chunks[k - 1] + 1);
 	}
-	rc = finish_built(r, e, fd, rc);
+	rc = finish_built(l, e, fd, rc);
 	if (rc == 0) {
-		r->chunks_kept += e->nchunks - b->nchunks;
-		r->files_patched++;
+		l->chunks_kept += e->nchunks - b->nchunks;
+		l->files_patched++;
 		obs_add(OBS_RESTORE_FILES, 1);
 	}
 	close(fd);
 	return rc;
 }
 
-static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chunk_size,
-		      const struct bad *b)
+/* A file of the manifest, on a lane: patched in place when the verify named
+ * its bad chunks and it still fits, otherwise rebuilt. */
+static int repair_file(struct rlane *l, const struct mf_entry *e, uint64_t chunk_size,
+		       const struct bad *b)
+{
+	const char *base;
+	int parent, rc;
+
+	parent = treeops_open_parent(l->r->step_fd, e->path, &base);
+	if (parent < 0) {
+		snprintf(l->why, sizeof(l->why), "%s: its directory: %s", e->path,
+			 strerror(-parent));
+		return parent;
+	}
+	rc = b->damaged && b->nchunks && e->nchunks ?
+	     patch(l, e, chunk_size, parent, base, b) : -EAGAIN;
+	if (rc == -EAGAIN) {
+		rc = rebuild(l, e, chunk_size, parent, base);
+		if (rc == 0) {
+			l->files_fixed++;
+			obs_add(OBS_RESTORE_FILES, 1);
+		}
+	}
+	close(parent);
+	return rc;
+}
+
+/* A directory or a link of the manifest, on the job thread: before any file
+ * beneath it is handed to a lane. 0 or -errno with why. */
+static int repair_entry(struct restore *r, const struct mf_entry *e, char *why, size_t whylen)
 {
 	const char *base, *what;
 	struct stat st;
@@ -472,19 +555,17 @@ static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chun
 
 	parent = treeops_open_parent(r->step_fd, e->path, &base);
 	if (parent < 0) {
-		snprintf(r->why, sizeof(r->why), "%s: its directory: %s", e->path,
+		snprintf(why, whylen, "%s: its directory: %s", e->path,
 			 strerror(-parent));
 		return parent;
 	}
-	switch (e->type) {
-	case MF_DIR:
-		rc = clear_way(r, parent, base, e->path, S_IFDIR);
+	if (e->type == MF_DIR) {
+		rc = clear_way(r, parent, base, e->path, S_IFDIR, why, whylen);
 		if (rc == 0 && mkdirat(parent, base, 0700) < 0 && errno != EEXIST)
 			rc = -errno;
-		break;
-	case MF_LINK:
+	} else if (e->type == MF_LINK) {
 		/* A link with the wrong target is replaced; anything else moves aside. */
-		rc = clear_way(r, parent, base, e->path, S_IFLNK);
+		rc = clear_way(r, parent, base, e->path, S_IFLNK, why, whylen);
 		if (rc == 0 && fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    unlinkat(parent, base, 0) < 0)
 			rc = -errno;
@@ -493,22 +574,9 @@ static int repair_one(struct restore *r, const struct mf_entry *e, uint64_t chun
 		else if (rc == 0)
 			rc = treeops_set_meta_at(parent, base, true, false, 0, 0, e->mode,
 						 e->mtime_ns, &what);
-		break;
-	case MF_FILE:
-		rc = b->damaged && b->nchunks && e->nchunks ?
-		     patch(r, e, chunk_size, parent, base, b) : -EAGAIN;
-		if (rc == -EAGAIN) {
-			rc = rebuild(r, e, chunk_size, parent, base);
-			if (rc == 0) {
-				r->files_fixed++;
-				obs_add(OBS_RESTORE_FILES, 1);
-			}
-		}
-		close(parent);
-		return rc;
 	}
-	if (rc < 0)
-		snprintf(r->why, sizeof(r->why), "%s: %s", e->path, strerror(-rc));
+	if (rc < 0 && !*why)
+		snprintf(why, whylen, "%s: %s", e->path, strerror(-rc));
 	close(parent);
 	return rc;
 }
@@ -539,10 +607,128 @@ static void dir_meta(struct restore *r, const char *mf)
 	mf_reader_close(mr);
 }
 
+/* The first failure wins: its rc and reason are the restore's; every lane
+ * stops after the file it is on. Under r->mu. */
+static void fail_locked(struct restore *r, int rc, const char *why)
+{
+	if (!r->err) {
+		r->err = rc;
+		if (why != r->why)
+			snprintf(r->why, sizeof(r->why), "%s", why);
+	}
+	atomic_store(&r->stop, true);
+	pthread_cond_broadcast(&r->cv);
+}
+
+static void *lane_main(void *arg)
+{
+	struct rlane *l = arg;
+	struct restore *r = l->r;
+	int rc = l->src->opened ? 0 : lane_open(l);
+
+	/* A lane that reaches no source leaves the work to the others; lane 0
+	 * is open already (the manifest came through it). */
+	if (rc < 0)
+		LOG(LOG_WARN, "restore of %s: lane %u: %s", r->path, l->id, l->why);
+	pthread_mutex_lock(&r->mu);
+	while (rc == 0) {
+		struct rwork w;
+
+		while (!r->qlen && !r->qclosed && !atomic_load(&r->stop))
+			pthread_cond_wait(&r->cv, &r->mu);
+		if (!r->qlen || atomic_load(&r->stop))
+			break;
+		w = r->q[r->qhead];
+		r->qhead = (r->qhead + 1) % RLANES_MAX;
+		r->qlen--;
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+		*l->why = '\0';
+		rc = repair_file(l, &w.e, w.chunk_size, w.b);
+		if (rc == 0)
+			job_note(r->j, LOG_INFO, "restored", w.e.path, "restored %s/%s", r->path,
+				 w.e.path);
+		atomic_fetch_add(&r->j->files_done, 1);
+		pthread_mutex_lock(&r->mu);
+		if (rc < 0)
+			fail_locked(r, rc, *l->why ? l->why : strerror(-rc));
+		mf_entry_free(&w.e);
+	}
+	r->running--;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	codec_thread_end();
+	return NULL;
+}
+
+/* Waits (under r->mu) until pred holds, keeping the client told and
+ * watching for its Ctrl-C: the job thread alone speaks for the job. */
+static void wait_lanes(struct restore *r, bool (*pred)(const struct restore *))
+{
+	while (!pred(r)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 100000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+		pthread_mutex_unlock(&r->mu);
+		job_progress(r->j, false);
+		bool cancelled = job_cancelled(r->j);
+		pthread_mutex_lock(&r->mu);
+		if (cancelled)
+			fail_locked(r, -ECANCELED, "cancelled");
+	}
+}
+
+static bool queue_has_room(const struct restore *r)
+{
+	return r->qlen < r->nlanes || atomic_load(&r->stop) || !r->running;
+}
+
+static bool lanes_done(const struct restore *r)
+{
+	return !r->running;
+}
+
+static void lanes_start(struct restore *r)
+{
+	r->running = 0;
+	for (size_t i = 0; i < r->nlanes; i++) {
+		struct rlane *l = &r->lanes[i];
+
+		l->started = pthread_create(&l->thread, NULL, lane_main, l) == 0;
+		r->running += l->started;
+	}
+}
+
+static void lanes_join(struct restore *r)
+{
+	for (size_t i = 0; i < r->nlanes; i++)
+		if (r->lanes[i].started) {
+			pthread_join(r->lanes[i].thread, NULL);
+			r->lanes[i].started = false;
+		}
+	for (size_t i = 0; i < r->nlanes; i++) {
+		struct rlane *l = &r->lanes[i];
+
+		r->files_fixed += l->files_fixed;
+		r->files_patched += l->files_patched;
+		r->chunks_fetched += l->chunks_fetched;
+		r->bytes_fetched += l->bytes_fetched;
+		r->chunks_kept += l->chunks_kept;
+	}
+}
+
+/* The findings in manifest order: directories and links made here, files
+ * handed to the lanes. */
 static int repair(struct restore *r, const char *mf)
 {
 	struct cursor c;
-	char why[1024];
+	char why[1024], ewhy[4096];
 	int rc = cursor_open(&c, r->stage_fd, mf, MF_COMPLETE, why, sizeof(why));
 
 	if (rc < 0) {
@@ -553,35 +739,73 @@ static int repair(struct restore *r, const char *mf)
 	atomic_store(&r->j->phase, "restore");
 	atomic_store(&r->j->files_total, r->nbad);
 	atomic_store(&r->j->files_done, 0);
-	for (size_t i = 0; i < r->nbad && rc == 0; i++) {
+	lanes_start(r);
+	pthread_mutex_lock(&r->mu);
+	for (size_t i = 0; i < r->nbad && !atomic_load(&r->stop); i++) {
 		const struct mf_entry *e;
+		struct rwork *w;
 
-		if (job_cancelled(r->j)) {
-			snprintf(r->why, sizeof(r->why), "cancelled");
-			rc = -ECANCELED;
-			break;
-		}
 		if (r->bad[i].unexpected) {
 			job_note(r->j, LOG_WARN, "unexpected", r->bad[i].rel,
 				 "left alone: %s/%s is not in the manifest (remove it, or commit "
 				 "the step again)", r->path, r->bad[i].rel);
 			continue;
 		}
-		e = cursor_find(&c, r->bad[i].rel);
-		if (!e) {
-			if (c.err) {
-				snprintf(r->why, sizeof(r->why), "the manifest stopped reading");
-				rc = c.err;
-			}
-			continue;       /* a finding below an entry already rebuilt */
+		pthread_mutex_unlock(&r->mu);
+		if (job_cancelled(r->j)) {
+			pthread_mutex_lock(&r->mu);
+			fail_locked(r, -ECANCELED, "cancelled");
+			break;
 		}
-		rc = repair_one(r, e, cursor_chunk_size(&c), &r->bad[i]);
-		if (rc == 0)
-			job_note(r->j, LOG_INFO, "restored", e->path, "restored %s/%s", r->path,
-				 e->path);
-		atomic_fetch_add(&r->j->files_done, 1);
-		job_progress(r->j, false);
+		e = cursor_find(&c, r->bad[i].rel);
+		if (!e || e->type != MF_FILE) {
+			rc = 0;
+			*ewhy = '\0';
+			if (!e && c.err) {
+				snprintf(ewhy, sizeof(ewhy), "the manifest stopped reading");
+				rc = c.err;
+			} else if (e) {
+				rc = repair_entry(r, e, ewhy, sizeof(ewhy));
+				if (rc == 0)
+					job_note(r->j, LOG_INFO, "restored", e->path, "restored %s/%s",
+						 r->path, e->path);
+				atomic_fetch_add(&r->j->files_done, 1);
+			}
+			/* !e: a finding below an entry already rebuilt */
+			pthread_mutex_lock(&r->mu);
+			if (rc < 0)
+				fail_locked(r, rc, ewhy);
+			continue;
+		}
+		pthread_mutex_lock(&r->mu);
+		wait_lanes(r, queue_has_room);
+		if (atomic_load(&r->stop))
+			break;
+		if (!r->running) {      /* no thread could be started */
+			fail_locked(r, -EAGAIN, "no thread could be started for the repairs");
+			break;
+		}
+		w = &r->q[(r->qhead + r->qlen) % RLANES_MAX];
+		w->chunk_size = cursor_chunk_size(&c);
+		w->b = &r->bad[i];
+		if (mf_entry_copy(&w->e, e) < 0) {
+			fail_locked(r, -ENOMEM, "out of memory");
+			break;
+		}
+		r->qlen++;
+		pthread_cond_broadcast(&r->cv);
 	}
+	r->qclosed = true;
+	pthread_cond_broadcast(&r->cv);
+	wait_lanes(r, lanes_done);
+	while (r->qlen) {       /* left when the lanes stopped early */
+		mf_entry_free(&r->q[r->qhead].e);
+		r->qhead = (r->qhead + 1) % RLANES_MAX;
+		r->qlen--;
+	}
+	rc = r->err;
+	pthread_mutex_unlock(&r->mu);
+	lanes_join(r);
 	cursor_close(&c);
 	if (rc == 0)
 		dir_meta(r, mf);
@@ -640,12 +864,14 @@ static int open_dirs(struct restore *r)
 	return rc;
 }
 
-static void src_init(struct restore *r, struct rsrc *s, const char *holder)
+static void src_init(struct rlane *l, struct rsrc *s, const char *holder)
 {
+	struct restore *r = l->r;
+
 	*s = (struct rsrc){ .ops = strcmp(holder, HOLD_DURABLE) == 0 ? &rsrc_durable_ops :
 				   &rsrc_peer_ops, .name = holder, .job = r->job, .step = r->step,
-			    .root = r->root, .ring = &r->ring, .why = r->why,
-			    .whylen = sizeof(r->why), .label = r->dlabel, .stepfd = -1 };
+			    .root = r->root, .ring = &l->ring, .why = l->why,
+			    .whylen = sizeof(l->why), .label = r->dlabel, .stepfd = -1 };
 }
 
 /* Whether node is one this node's copies are placed on (r->place, worked
@@ -676,10 +902,11 @@ static void set_sources(struct restore *r, const struct hold_cell *best,
 			const struct repl_answer *ans, size_t nans)
 {
 	const struct hold_cell *durable = NULL;
+	struct rlane *l = &r->lanes[0];
 
-	src_init(r, &r->srcs[0], best->holder);
-	r->src = &r->srcs[0];
-	r->nsrcs = 1;
+	src_init(l, &l->srcs[0], best->holder);
+	l->src = &l->srcs[0];
+	l->nsrcs = 1;
 	for (size_t pass = 0; pass < 2; pass++)
 		for (size_t i = 0; i < nans; i++)
 			for (size_t c = 0; c < ans[i].ncells; c++) {
@@ -693,13 +920,89 @@ static void set_sources(struct restore *r, const struct hold_cell *best,
 					continue;
 				if (tier)
 					durable = h;
-				else if (pass == 0 && placed(r, ans[i].node) && r->nsrcs < RSRC_MAX - 1)
-					src_init(r, &r->srcs[r->nsrcs++], h->holder);
-				else if (pass == 1 && !placed(r, ans[i].node) && r->nsrcs < RSRC_MAX - 1)
-					src_init(r, &r->srcs[r->nsrcs++], h->holder);
+				else if (pass == 0 && placed(r, ans[i].node) && l->nsrcs < RSRC_MAX - 1)
+					src_init(l, &l->srcs[l->nsrcs++], h->holder);
+				else if (pass == 1 && !placed(r, ans[i].node) && l->nsrcs < RSRC_MAX - 1)
+					src_init(l, &l->srcs[l->nsrcs++], h->holder);
 			}
 	if (durable && strcmp(best->holder, HOLD_DURABLE) != 0)
-		src_init(r, &r->srcs[r->nsrcs++], HOLD_DURABLE);
+		src_init(l, &l->srcs[l->nsrcs++], HOLD_DURABLE);
+}
+
+/* Lane l's sources: lane 0's holders rotated by l's number, so that the
+ * lanes start on different holders when there are several, and then the
+ * durable tier, last for every lane. */
+static void lane_sources(struct rlane *l, const struct rlane *first)
+{
+	size_t nh = 0;
+
+	while (nh < first->nsrcs && strcmp(first->srcs[nh].name, HOLD_DURABLE) != 0)
+		nh++;
+	l->nsrcs = 0;
+	for (size_t k = 0; k < nh; k++)
+		src_init(l, &l->srcs[l->nsrcs++], first->srcs[(k + l->id) % nh].name);
+	for (size_t k = nh; k < first->nsrcs; k++)
+		src_init(l, &l->srcs[l->nsrcs++], first->srcs[k].name);
+	l->src = &l->srcs[0];
+}
+
+static int lane_setup(struct restore *r, struct rlane *l, unsigned id)
+{
+	int rc;
+
+	*l = (struct rlane){ .r = r, .id = id };
+	l->buf = malloc(REPL_PIECE);
+	if (!l->buf)
+		return -ENOMEM;
+	rc = uio_init(&l->ring);
+	if (rc == 0 && (rc = cbuild_open(&l->cb)) < 0)
+		io_uring_queue_exit(&l->ring);
+	if (rc < 0) {
+		free(l->buf);
+		l->buf = NULL;
+		return rc;
+	}
+	l->ready = true;
+	return 0;
+}
+
+static void lane_teardown(struct rlane *l)
+{
+	for (size_t i = 0; i < l->nsrcs; i++)
+		if (l->srcs[i].opened)
+			l->srcs[i].ops->close(&l->srcs[i]);
+	if (l->ready) {
+		cbuild_close(&l->cb);
+		io_uring_queue_exit(&l->ring);
+	}
+	free(l->buf);
+	l->buf = NULL;
+	l->ready = false;
+}
+
+/* Lanes beside lane 0 for the files the verify found: [transfer]
+ * restore_streams at most, no more than there are files, and within the
+ * job's memory budget. Fewer when one cannot be set up. */
+static void lanes_add(struct restore *r)
+{
+	uint64_t want = (uint64_t)repl.cfg->restore_streams, files = 0;
+
+	for (size_t i = 0; i < r->nbad; i++)
+		files += !r->bad[i].unexpected;
+	if (want > files)
+		want = files;
+	if (want > repl.cfg->memory / LANE_MEM)
+		want = repl.cfg->memory / LANE_MEM;
+	if (want > RLANES_MAX)
+		want = RLANES_MAX;
+	while (r->nlanes < want) {
+		struct rlane *l = &r->lanes[r->nlanes];
+
+		if (lane_setup(r, l, (unsigned)r->nlanes) < 0)
+			break;
+		lane_sources(l, &r->lanes[0]);
+		r->nlanes++;
+	}
 }
 
 /* The copy to restore from: index into cells, or -1 with r->why. */
@@ -781,18 +1084,29 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
  * fall-back that gave some with how many. */
 static void sources_said(const struct restore *r, char *out, size_t len)
 {
+	const struct rlane *first = &r->lanes[0];
 	size_t o = 0, used = 0;
 
 	*out = '\0';
-	for (size_t i = 0; i < r->nsrcs && o < len; i++) {
-		if (!r->srcs[i].opened)
+	/* Lane 0's list names every source once; the others are its order. */
+	for (size_t i = 0; i < first->nsrcs && o < len; i++) {
+		const char *name = first->srcs[i].name;
+		uint64_t bytes = 0;
+		bool opened = false;
+
+		for (size_t k = 0; k < r->nlanes; k++)
+			for (size_t s = 0; s < r->lanes[k].nsrcs; s++)
+				if (strcmp(r->lanes[k].srcs[s].name, name) == 0) {
+					opened |= r->lanes[k].srcs[s].opened;
+					bytes += r->lanes[k].srcs[s].bytes;
+				}
+		if (!opened)
 			continue;       /* could not be read: it gave nothing */
 		if (used++ == 0)
-			o += (size_t)snprintf(out + o, len - o, "%s", said(r->srcs[i].name));
+			o += (size_t)snprintf(out + o, len - o, "%s", said(name));
 		else
 			o += (size_t)snprintf(out + o, len - o, " and %s (%llu bytes from it)",
-					      said(r->srcs[i].name),
-					      (unsigned long long)r->srcs[i].bytes);
+					      said(name), (unsigned long long)bytes);
 	}
 }
 
@@ -885,19 +1199,16 @@ static void run(struct restore *r, const char *from)
 			   "commit than the one chosen (it changed since)", r->path, r->holder);
 		goto out;
 	}
-	rc = r->src->ops->open(r->src);
-	r->src->opened = rc == 0;
-	if (rc < 0)
-		rc = fall_back(r, NULL, rc);
+	rc = lane_open(&r->lanes[0]);
 	if (rc == 0 && (!have_local || !digest_eq(local_root, r->root))) {
 		mf = MF_FETCHED;
-		rc = fetch_manifest(r);
-		while (rc < 0 && fall_back(r, NULL, rc) == 0)
-			rc = fetch_manifest(r);
+		rc = fetch_manifest(&r->lanes[0]);
+		while (rc < 0 && fall_back(&r->lanes[0], NULL, rc) == 0)
+			rc = fetch_manifest(&r->lanes[0]);
 	}
 	if (rc < 0) {
 		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s", r->path, said(r->holder),
-			   r->why);
+			   r->lanes[0].why);
 		goto out;
 	}
 	job_note(r->j, LOG_INFO, NULL, NULL, "restoring %s from the copy on %s", r->path,
@@ -921,8 +1232,12 @@ static void run(struct restore *r, const char *from)
 		rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
 					 .deep = true, .bad = on_bad, .arg = r, .manifest = mf,
 					 .record = true, .trust = true, .trusted = &r->trusted });
-		if (rc == 1 && !r->lost_finding)
+		if (rc == 1 && !r->lost_finding) {
+			lanes_add(r);
+			if (r->nlanes > 1)
+				job_set_what(r->j, "%s (%zu streams)", r->path, r->nlanes);
 			rc = repair(r, mf);
+		}
 		else if (rc == 1)
 			rc = -ENOMEM;
 		if (rc < 0 && !*r->why)
@@ -1052,30 +1367,32 @@ static void restore(struct job *j, const char *path, const char *from, const dig
 			   "a restore of it is already running");
 		return;
 	}
-	r.buf = malloc(REPL_PIECE);
-	rc = r.buf ? uio_init(&r.ring) : -ENOMEM;
-	if (rc == 0) {
-		rc = cbuild_open(&r.cb);
-		if (rc < 0)
-			io_uring_queue_exit(&r.ring);
-	}
-	if (rc < 0)
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&r.mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* wait_lanes' deadlines */
+	pthread_cond_init(&r.cv, &ca);
+	pthread_condattr_destroy(&ca);
+	rc = uio_init(&r.ring);
+	if (rc == 0 && (rc = lane_setup(&r, &r.lanes[0], 0)) < 0)
+		io_uring_queue_exit(&r.ring);
+	if (rc < 0) {
 		job_result(j, 1, NULL, NULL, "restore %s: %s", r.path, strerror(-rc));
-	else
+	} else {
+		r.nlanes = 1;
 		run(&r, from);
-	if (rc == 0) {
-		cbuild_close(&r.cb);
 		io_uring_queue_exit(&r.ring);
 	}
-	for (size_t i = 0; i < r.nsrcs; i++)
-		if (r.srcs[i].opened)
-			r.srcs[i].ops->close(&r.srcs[i]);
+	for (size_t i = 0; i < r.nlanes; i++)
+		lane_teardown(&r.lanes[i]);
+	pthread_cond_destroy(&r.cv);
+	pthread_mutex_destroy(&r.mu);
 	for (size_t i = 0; i < r.nbad; i++) {
 		free(r.bad[i].rel);
 		free(r.bad[i].chunks);
 	}
 	free(r.bad);
-	free(r.buf);
 	if (r.tmp_fd >= 0)
 		close(r.tmp_fd);
 	if (r.stage_fd >= 0)

@@ -6,16 +6,17 @@
 
 void pace_take(struct pace *p, size_t n)
 {
-	uint64_t now, d;
+	uint64_t now, d, t, nt;
 
 	if (!p->rate)
 		return;
 	now = mono_ns();
-	if (p->tokens_t < now)
-		p->tokens_t = now;
-	p->tokens_t += (uint64_t)((double)n * 1e9 / (double)p->rate);
-	if (p->tokens_t > now + PACE_BURST_NS) {
-		d = p->tokens_t - now - PACE_BURST_NS;
+	t = atomic_load(&p->tokens_t);
+	do
+		nt = (t < now ? now : t) + (uint64_t)((double)n * 1e9 / (double)p->rate);
+	while (!atomic_compare_exchange_weak(&p->tokens_t, &t, nt));
+	if (nt > now + PACE_BURST_NS) {
+		d = nt - now - PACE_BURST_NS;
 		struct timespec ts = { .tv_sec = (time_t)(d / 1000000000ull),
 				       .tv_nsec = (long)(d % 1000000000ull) };
 

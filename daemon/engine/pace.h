@@ -1,10 +1,13 @@
-/* A rate cap: a token bucket over bytes, for one thread. Whatever moves
- * bytes under a configured rate (a replication sender, a restore's holder,
- * the durable drain) takes them here before it moves them, and sleeps when
- * it is ahead; a burst of PACE_BURST_NS is allowed. */
+/* A rate cap: a token bucket over bytes. Whatever moves bytes under a
+ * configured rate (a replication sender, a restore's holder, the durable
+ * drain) takes them here before it moves them, and sleeps when it is
+ * ahead; a burst of PACE_BURST_NS is allowed. Several threads may take from
+ * one bucket (a holder serving the lanes of one restore): the bucket is one
+ * atomic word. */
 #ifndef STAGE_PACE_H
 #define STAGE_PACE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,13 +15,13 @@
 
 struct pace {
 	uint64_t rate;                  /* bytes/s, 0: no cap */
-	uint64_t tokens_t;              /* monotonic ns the bucket is drained to */
+	_Atomic uint64_t tokens_t;      /* monotonic ns the bucket is drained to */
 };
 
 static inline void pace_init(struct pace *p, uint64_t rate)
 {
 	p->rate = rate;
-	p->tokens_t = 0;
+	atomic_store(&p->tokens_t, 0);
 }
 
 /* Takes n bytes, sleeping first as long as the cap asks. */

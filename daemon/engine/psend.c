@@ -25,6 +25,7 @@ int psend_open(struct psend *ps, uint64_t rate)
 	memset(ps, 0, sizeof(*ps));
 	ps->fd = -1;
 	pace_init(&ps->pace, rate);
+	ps->cap = &ps->pace;
 	ps->frame_cap = codec_chunk_bound(PSEND_PIECE);
 	ps->frame = malloc(ps->frame_cap);
 	if (!ps->frame)
@@ -189,7 +190,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 			snprintf(why, whylen, "encoding %s: %s", name, strerror(-rc));
 			break;
 		}
-		pace_take(&ps->pace, flen);
+		pace_take(ps->cap, flen);
 		if (h->before)
 			h->before(h->arg);
 		msg_init(&m, MSG_DATA);

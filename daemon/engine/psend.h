@@ -15,9 +15,10 @@
  * read again through the cache.
  *
  * One psend per thread that sends: psend_open and psend_close are mirrors;
- * nothing in it is shared. The rate cap is a token bucket over wire bytes
- * that lasts across ranges, so a restore made of many small fetches is held
- * to the cap as a whole.
+ * nothing in it is shared but the cap, when the caller points it at a
+ * bucket of its own. The rate cap is a token bucket over wire bytes that
+ * lasts across ranges, so a restore made of many small fetches is held to
+ * the cap as a whole.
  */
 #ifndef STAGE_PSEND_H
 #define STAGE_PSEND_H
@@ -50,7 +51,8 @@ struct psend {
 	bool broken;                    /* the ring failed: every later range fails */
 	uint8_t *frame;                 /* one encoded piece, owned */
 	size_t frame_cap;
-	struct pace pace;               /* the cap, over wire bytes */
+	struct pace pace;               /* its own cap, over wire bytes */
+	struct pace *cap;               /* the cap it takes from: &pace, or a shared one */
 };
 
 /* What a caller adds to each piece. Any hook may be NULL. */

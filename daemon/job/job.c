@@ -21,6 +21,7 @@ void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config 
 	       const char *kind, const char *what)
 {
 	memset(j, 0, sizeof(*j));
+	pthread_mutex_init(&j->send_mu, NULL);
 	j->fd = fd;
 	j->flags = flags;
 	j->cfg = cfg;
@@ -44,6 +45,7 @@ void job_end(struct job *j)
 			break;
 		}
 	pthread_mutex_unlock(&reg_lock);
+	pthread_mutex_destroy(&j->send_mu);
 }
 
 void job_set_what(struct job *j, const char *fmt, ...)
@@ -76,6 +78,7 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 		msg_free(m);
 		return;
 	}
+	pthread_mutex_lock(&j->send_mu);
 	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)m->len);
 	total = PROTO_HDR_LEN + m->len;
 	while (sent < total) {
@@ -112,6 +115,7 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 		j->gone = true;
 		break;
 	}
+	pthread_mutex_unlock(&j->send_mu);
 	msg_free(m);
 }
 

@@ -9,6 +9,7 @@
 #ifndef STAGE_JOB_H
 #define STAGE_JOB_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,7 +36,9 @@ struct job {
 					  * hundred ms (a pull): status says when it is stuck */
 	uint64_t t_progress_ns;          /* last MSG_PROGRESS sent */
 	uint64_t t_check_ns;             /* last look at the client socket */
-	bool gone;                       /* the client hung up: cancel */
+	_Atomic bool gone;               /* the client hung up: cancel */
+	pthread_mutex_t send_mu;         /* one frame at a time: notes may come from the
+					  * job's helper threads (a restore's lanes) */
 	bool sent_result;
 	int code;                        /* the result's, once sent (work done for a peer
 					  * reads it here) */
@@ -48,7 +51,9 @@ void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config 
 void job_end(struct job *j);
 /* What the job works on, for `stage status` (under the registry's lock). */
 void job_set_what(struct job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A finding or message for the user: kind/path may be NULL. Also logged. */
+/* A finding or message for the user: kind/path may be NULL. Also logged.
+ * Any thread of the job may send notes; job_progress, job_cancelled and
+ * job_result are the job thread's. */
 void job_note(struct job *j, enum log_level lvl, const char *kind, const char *path,
 	      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Sends a frame of the job's own (a table) the way notes go: never blocking

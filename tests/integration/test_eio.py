@@ -178,12 +178,15 @@ def test_replica_disk_eio(fault_mount, make_cluster):
     assert_replica_of(later, replica(n1, n0, step="step-later"))
 
 
-def restore_pair(fault_mount, make_cluster, on):
+def restore_pair(fault_mount, make_cluster, on, streams=None):
     """n0 with its step committed and replicated to n1 and n2; node `on`'s
-    disk is the faultfs mount."""
+    disk is the faultfs mount; n0's restores over `streams` lanes if set."""
     m = fault_mount()
     nodes = make_cluster(3, replicas=2, disks={on: m.mnt}, exec_prefix={on: m.env_prefix()},
                          transfer={"compress": "off", "watch": "off"}, start=False)
+    if streams:
+        nodes[0].transfer["restore_streams"] = streams
+        nodes[0].write_config()
     for n in nodes:
         n.start()
     step = dataset(ckpt(nodes[0]), SEED)
@@ -233,8 +236,10 @@ def test_restore_holder_disk_eio(fault_mount, make_cluster):
     """The holder chosen (n1, first in placement order) cannot read its copy
     part-way: the restore names it and takes the rest from n2's copy of the
     same commit, every chunk checked; with n2 down as well it exits 1 naming
-    n1's error, nothing partial published, and repairs once n1 reads."""
-    m, (n0, n1, n2), step = restore_pair(fault_mount, make_cluster, 1)
+    n1's error, nothing partial published, and repairs once n1 reads. One
+    lane, so that the file n1 cannot read is n1's to send (with two, the
+    lane starting on n2 may take it)."""
+    m, (n0, n1, n2), step = restore_pair(fault_mount, make_cluster, 1, streams=1)
     want = versions(step)
     rng = rng_for("restore holder disk EIO")
     for i in range(ROUNDS):

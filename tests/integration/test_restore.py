@@ -376,6 +376,85 @@ def test_interrupted_restore_resumes(make_cluster):
     assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
 
 
+def test_restore_from_two_holders_at_once(make_cluster, tmp_path):
+    """With two intact copies (replicas = 2) a restore's lanes
+    (restore_streams = 4, the default) start on different holders in turn:
+    both give bytes, and the result is the original, byte for byte."""
+    # Each holder serves n0 at most 32 MiB/s: a 4 MiB file takes 1/8 s, far
+    # longer than a lane takes to connect, so every lane gets files.
+    n0, n1, n2 = make_cluster(3, replicas=2, transfer={"watch": "off"},
+                              node_transfer={1: {"rate": str(32 << 20)},
+                                             2: {"rate": str(32 << 20)}})
+    make_tree(ckpt(n0), [F(f"shard-{i}.bin", size=(4 << 20) + 17 * i) for i in range(8)]
+              + [F("meta.json", data=b"{}\n")], seed=21)
+    shutil.copytree(ckpt(n0), tmp_path / "orig", symlinks=True)
+    commit(n0, ckpt(n0))
+    total = sum(p.stat().st_size for p in (tmp_path / "orig").iterdir())
+    shutil.rmtree(ckpt(n0))
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    m = re.search(r"from n1 and n2 \((\d+) bytes from it\): 9 files rebuilt, \d+ chunks "
+                  r"\((\d+) bytes\) fetched", rs.stderr)
+    assert m, rs.stderr
+    from_n2, fetched = int(m.group(1)), int(m.group(2))
+    assert fetched == total and 0 < from_n2 < total, rs.stderr
+    assert "taking the rest" not in rs.stderr, rs.stderr
+    assert_tree_equal(tmp_path / "orig", ckpt(n0))
+    assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
+
+
+def test_restore_lane_holder_killed(make_cluster, tmp_path):
+    """kill -9 of one of the two holders a restore is fetching from at
+    once: the lanes that were on it take the rest from the other holder,
+    starting at the chunk each was in, and the step comes back whole."""
+    # Each holder serves n0 at most 16 MiB/s over all of n0's lanes to it
+    # (one bucket per origin): 96 MiB take about 3 s.
+    n0, n1, n2 = make_cluster(3, replicas=2, transfer={"watch": "off"},
+                              node_transfer={1: {"rate": str(16 << 20)},
+                                             2: {"rate": str(16 << 20)}})
+    make_tree(ckpt(n0), [F(f"shard-{i}.bin", size=24 << 20) for i in range(4)], seed=22)
+    shutil.copytree(ckpt(n0), tmp_path / "orig", symlinks=True)
+    commit(n0, ckpt(n0))
+    shutil.rmtree(ckpt(n0))
+    client = n0.popen("restore", str(ckpt(n0)))
+    tmp = ckpt(n0) / ".stage" / "tmp"
+
+    def both_building():
+        return len([t for t in (tmp.iterdir() if tmp.exists() else [])
+                    if t.name.startswith("rebuild.") and t.stat().st_size > (4 << 20)]) >= 2
+
+    wait_for(both_building, 60, "two files being rebuilt at once")
+    n2.kill9()
+    client.wait(120)
+    err = client.err_path.read_text()
+    assert client.returncode == 0, client.out_path.read_text() + err
+    assert "taking the rest of" in err and "from the copy on n1" in err, err
+    assert_tree_equal(tmp_path / "orig", ckpt(n0))
+    assert not [t for t in tmp.iterdir() if t.name.startswith("rebuild.")]
+    assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
+    n0.assert_serving()
+
+
+def test_restore_rate_holds_across_lanes(make_cluster, tmp_path):
+    """`rate` on a holder caps what it serves one origin, however many lanes
+    the origin's restore fetches over: four files of 16 MiB from a holder
+    capped at 16 MiB/s take about 4 s (1 s if each connection had a cap
+    of its own). Only a lower bound is asserted: a slow machine only adds."""
+    n0, n1 = make_cluster(2, replicas=1, transfer={"watch": "off", "compress": "off"},
+                          node_transfer={1: {"rate": str(16 << 20)}})
+    make_tree(ckpt(n0), [F(f"shard-{i}.bin", size=16 << 20) for i in range(4)], seed=23)
+    shutil.copytree(ckpt(n0), tmp_path / "orig", symlinks=True)
+    commit(n0, ckpt(n0))
+    shutil.rmtree(ckpt(n0))
+    t0 = time.monotonic()
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    took = time.monotonic() - t0
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    assert "4 files rebuilt" in rs.stderr, rs.stderr
+    assert took > 3.0, f"64 MiB at 16 MiB/s in {took:.2f} s: the cap is per connection"
+    assert_tree_equal(tmp_path / "orig", ckpt(n0))
+
+
 def test_restore_moves_aside_what_is_in_the_way(trio, tmp_path):
     """A directory where the manifest has a file (and a file where it has a
     directory): restore moves them into .stage/displaced.N, deletes nothing,
