@@ -63,6 +63,20 @@ enum pend_state { P_WAIT, P_LANDED, P_READY, P_FAILED };
 #define BATCH_NS 50000000ull
 #define BIG_FILE(p) (2 * (p)->cfg->io_size)   /* also where O_DIRECT starts */
 
+/* Reads in flight per file: as many as the whole budget holds (8 to 32).
+ * The buffer pool bounds the memory whatever this says; what it decides is
+ * how much of the budget one big file may use when few are in flight. Each
+ * buffer is first read into and then written from, so a file with D of
+ * them keeps about D/2 reads and D/2 writes at the disk; at 8 a pull of two
+ * 1 GiB files ran at 0.8 of what fio moves at 8 each way
+ * (docs/BENCHMARKS.md, "pull"). */
+static unsigned pull_depth(const struct stage_config *cfg)
+{
+	uint64_t d = cfg->memory / cfg->io_size;
+
+	return d < 8 ? 8 : d > 32 ? 32 : (unsigned)d;
+}
+
 struct pending {
 	struct mf_entry e;       /* what the manifest will say; e.path owned */
 	enum pend_state st;
@@ -731,7 +745,7 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	struct copier_opts co = {
 		.memory = p->cfg->memory, .io_size = p->cfg->io_size,
 		.chunk_size = p->cfg->chunk_size, .direct_min = BIG_FILE(p),
-		.max_files = p->cfg->files_in_flight, .depth = 8,
+		.max_files = p->cfg->files_in_flight, .depth = pull_depth(p->cfg),
 		/* Durability is settle_landed's, in batches, but for big files:
 		 * written with O_DIRECT, their own fdatasync costs next to
 		 * nothing, where a syncfs would flush all else that is dirty. */
