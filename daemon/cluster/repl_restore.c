@@ -280,13 +280,14 @@ static int repair(struct restore *r, const char *mf)
 		const struct mf_entry *e;
 		struct rwork *w;
 
+		pthread_mutex_unlock(&r->mu);   /* a note may wait for a slow client */
 		if (r->bad[i].unexpected) {
 			job_note(r->j, LOG_WARN, "unexpected", r->bad[i].rel,
 				 "left alone: %s/%s is not in the manifest (remove it, or commit "
 				 "the step again)", r->path, r->bad[i].rel);
+			pthread_mutex_lock(&r->mu);
 			continue;
 		}
-		pthread_mutex_unlock(&r->mu);
 		if (job_cancelled(r->j)) {
 			pthread_mutex_lock(&r->mu);
 			restore_fail_locked(r, -ECANCELED, "cancelled");
