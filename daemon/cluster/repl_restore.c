@@ -274,13 +274,14 @@ static int repair(struct restore *r, const char *mf)
 	atomic_store(&r->j->phase, "restore");
 	atomic_store(&r->j->files_total, r->nbad);
 	atomic_store(&r->j->files_done, 0);
+	pthread_mutex_lock(&r->mu);     /* lanes that end at once count down r->running */
 	lanes_start(r);
-	pthread_mutex_lock(&r->mu);
 	for (size_t i = 0; i < r->nbad && !atomic_load(&r->stop); i++) {
 		const struct mf_entry *e;
 		struct rwork *w;
 
 		pthread_mutex_unlock(&r->mu);   /* a note may wait for a slow client */
+		job_progress(r->j, false);
 		if (r->bad[i].unexpected) {
 			job_note(r->j, LOG_WARN, "unexpected", r->bad[i].rel,
 				 "left alone: %s/%s is not in the manifest (remove it, or commit "
@@ -686,6 +687,7 @@ static void run(struct restore *r, const char *from)
 			   r->lanes[0].why);
 		goto out;
 	}
+	r->holder = r->lanes[0].src->name;     /* the chosen copy, or the one fallen back to */
 	job_note(r->j, LOG_INFO, NULL, NULL, "restoring %s from the copy on %s", r->path,
 		 restore_said(r->holder));
 	/* From here until it is whole again the step is marked: neither the

@@ -424,13 +424,15 @@ void rlane_src_init(struct rlane *l, struct rsrc *s, const char *holder)
  * durable tier, last for every lane. */
 void rlane_sources(struct rlane *l, const struct rlane *first)
 {
-	size_t nh = 0;
+	size_t from = (size_t)(first->src - first->srcs), nh = from;
 
+	/* Those before lane 0's own could not be opened: not tried again. */
 	while (nh < first->nsrcs && strcmp(first->srcs[nh].name, HOLD_DURABLE) != 0)
 		nh++;
 	l->nsrcs = 0;
-	for (size_t k = 0; k < nh; k++)
-		rlane_src_init(l, &l->srcs[l->nsrcs++], first->srcs[(k + l->id) % nh].name);
+	for (size_t k = 0; k < nh - from; k++)
+		rlane_src_init(l, &l->srcs[l->nsrcs++],
+			       first->srcs[from + (k + l->id) % (nh - from)].name);
 	for (size_t k = nh; k < first->nsrcs; k++)
 		rlane_src_init(l, &l->srcs[l->nsrcs++], first->srcs[k].name);
 	l->src = &l->srcs[0];

@@ -78,7 +78,20 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 		msg_free(m);
 		return;
 	}
-	pthread_mutex_lock(&j->send_mu);
+	/* One frame at a time. A progress frame does not wait for another
+	 * thread's note: it is dropped, as when the socket is full. A frame that
+	 * waited looks again: the one before may have given up on the client
+	 * part-way, and nothing may follow half a frame. */
+	if (droppable ? pthread_mutex_trylock(&j->send_mu) != 0 :
+	    pthread_mutex_lock(&j->send_mu) != 0) {
+		msg_free(m);
+		return;
+	}
+	if (j->gone) {
+		pthread_mutex_unlock(&j->send_mu);
+		msg_free(m);
+		return;
+	}
 	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)m->len);
 	total = PROTO_HDR_LEN + m->len;
 	while (sent < total) {
@@ -105,7 +118,8 @@ static void send_or_hang_up(struct job *j, struct msg *m, bool droppable)
 
 			if (droppable && sent == 0)
 				break;
-			if (atomic_load(&stage_stopping) || mono_ns() - start > SEND_GIVE_UP_NS) {
+			if (j->gone || atomic_load(&stage_stopping) ||
+			    mono_ns() - start > SEND_GIVE_UP_NS) {
 				j->gone = true;
 				break;
 			}
