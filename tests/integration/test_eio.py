@@ -212,8 +212,8 @@ def test_restore_local_disk_eio(fault_mount, make_cluster):
     rng = rng_for("restore local disk EIO")
     for i in range(ROUNDS):
         damage(step, rng)
-        # Rebuilds are written as .stage/tmp/rebuild.N, N counting files in
-        # manifest order: the fault takes the first to reach the byte.
+        # Rebuilds are written as .stage/tmp/rebuild.LANE.N, several at once:
+        # the fault takes the first to reach the byte.
         at, name, words = fault(m, rng, "write", "*/ckpt/job1/step-100/.stage/tmp/rebuild.*",
                                 6 * MiB, ("EIO", "ENOSPC"))
         print(f"  round {i + 1}: writes of rebuilds fail with {name} at byte {at}")
