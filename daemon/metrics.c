@@ -212,7 +212,7 @@ static void *writer_main(void *arg)
 	pthread_mutex_lock(&mx.lock);
 	while (!mx.stopping) {
 		uint64_t next = mono_ns() + period;
-		struct timespec ts = { (time_t)(next / 1000000000ull), (long)(next % 1000000000ull) };
+		struct timespec ts = mono_timespec(next);
 
 		pthread_mutex_unlock(&mx.lock);
 		write_once();
@@ -226,17 +226,13 @@ static void *writer_main(void *arg)
 
 int metrics_start(const struct stage_config *cfg, char *why, size_t whylen)
 {
-	pthread_condattr_t ca;
 	int rc;
 
 	mx.cfg = cfg;
 	mx.start_wall_ns = wall_ns();
 	if (!cfg->metrics_textfile[0])
 		return 0;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&mx.cond, &ca);
-	pthread_condattr_destroy(&ca);
+	mono_cond_init(&mx.cond);
 	mx.stopping = false;
 	rc = pthread_create(&mx.thread, NULL, writer_main, NULL);
 	if (rc) {

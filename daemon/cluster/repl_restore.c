@@ -40,10 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "common/clock.h"
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/manifest.h"
@@ -57,7 +56,6 @@
 #include "daemon/fs/roots.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/engine/uio.h"
-#include "daemon/engine/cbuild.h"
 #include "daemon/pull/damage.h"
 #include "daemon/pull/verify.h"
 #include "daemon/obs/obs.h"
@@ -201,14 +199,8 @@ static void dir_meta(struct restore *r, const char *mf)
 static void wait_lanes(struct restore *r, bool (*pred)(const struct restore *))
 {
 	while (!pred(r)) {
-		struct timespec ts;
+		struct timespec ts = mono_timespec(mono_ns() + 100000000ull);
 
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += 100000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
 		pthread_cond_timedwait(&r->cv, &r->mu, &ts);
 		pthread_mutex_unlock(&r->mu);
 		job_progress(r->j, false);
@@ -844,13 +836,8 @@ static void restore(struct job *j, const char *path, const char *from, const dig
 			   "a restore of it is already running");
 		return;
 	}
-	pthread_condattr_t ca;
-
 	pthread_mutex_init(&r.mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* wait_lanes' deadlines */
-	pthread_cond_init(&r.cv, &ca);
-	pthread_condattr_destroy(&ca);
+	mono_cond_init(&r.cv);                          /* wait_lanes' deadlines */
 	rc = uio_init(&r.ring);
 	if (rc == 0 && (rc = rlane_setup(&r, &r.lanes[0], 0)) < 0)
 		io_uring_queue_exit(&r.ring);

@@ -818,7 +818,7 @@ static void *drain_main(void *arg)
 	pthread_mutex_lock(&dr.lock);
 	while (!atomic_load(&dr.stopping)) {
 		uint64_t next = mono_ns() + SCAN_MS * 1000000ull;
-		struct timespec ts = { (time_t)(next / 1000000000ull), (long)(next % 1000000000ull) };
+		struct timespec ts = mono_timespec(next);
 
 		pthread_mutex_unlock(&dr.lock);
 		scan(&rv, &nr);
@@ -834,7 +834,6 @@ static void *drain_main(void *arg)
 
 int durable_start(const struct stage_config *cfg, char *why, size_t whylen)
 {
-	pthread_condattr_t ca;
 	int rc;
 
 	dr.cfg = cfg;
@@ -856,10 +855,7 @@ int durable_start(const struct stage_config *cfg, char *why, size_t whylen)
 		goto out_exit_ring;
 	}
 	pace_init(&dr.pace, cfg->durable_rate);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&dr.cond, &ca);
-	pthread_condattr_destroy(&ca);
+	mono_cond_init(&dr.cond);
 	atomic_store(&dr.stopping, false);
 	rc = -pthread_create(&dr.thread, NULL, drain_main, NULL);
 	if (rc < 0) {

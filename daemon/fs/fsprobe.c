@@ -43,12 +43,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init_cond(void)
 {
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&answered, &a);
-	pthread_condattr_destroy(&a);
+	mono_cond_init(&answered);
 }
 
 /* Field f (0-based, space-separated) of line, unescaped (mountinfo writes
@@ -252,8 +247,7 @@ int fsprobe_answers(const char *path, unsigned wait_ms, bool (*gone)(void *), vo
 		}
 		if (until > deadline)
 			until = deadline;
-		ts.tv_sec = (time_t)(until / 1000000000ull);
-		ts.tv_nsec = (long)(until % 1000000000ull);
+		ts = mono_timespec(until);
 		pthread_cond_timedwait(&answered, &lock, &ts);
 		if (gone && s->answers == seen) {
 			bool left;

@@ -24,21 +24,15 @@ struct repl repl = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INI
 
 void repl_state_init(void)
 {
-	pthread_condattr_t ca;
-
 	/* Deadlines on the monotonic clock: a wall clock set back while a
 	 * sender backs off must not stretch its wait by the step. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_destroy(&repl.cond);
-	pthread_cond_init(&repl.cond, &ca);
-	pthread_condattr_destroy(&ca);
+	mono_cond_init(&repl.cond);
 }
 
 int repl_wait_until(uint64_t deadline_ns)
 {
-	struct timespec ts = { .tv_sec = (time_t)(deadline_ns / 1000000000u),
-			       .tv_nsec = (long)(deadline_ns % 1000000000u) };
+	struct timespec ts = mono_timespec(deadline_ns);
 
 	if (mono_ns() >= deadline_ns)
 		return ETIMEDOUT;
