@@ -15,7 +15,7 @@ static const struct cli_command {
 	int operands;               /* exactly this many */
 	const char *usage;
 } commands[] = {
-	{ "pull", CLI_CMD_PULL, 1, "pull SRC [--to DEST] [--verify]" },
+	{ "pull", CLI_CMD_PULL, 1, "pull SRC [--to DEST] [--verify] [--cluster [--nodes LIST]]" },
 	{ "verify", CLI_CMD_VERIFY, 1, "verify PATH [--deep] [--cluster [--nodes LIST]]" },
 	{ "status", CLI_CMD_STATUS, 0, "status" },
 	{ "manifest", CLI_CMD_MANIFEST, 1, "manifest PATH [--xxhsum]" },
@@ -47,12 +47,13 @@ static const struct cli_option {
 	{ "verify", 0, false, CMD_BIT(CLI_CMD_PULL), FIELD(verify), CLI_CMD_NONE },
 	{ "deep", 0, false, CMD_BIT(CLI_CMD_VERIFY) | CMD_BIT(CLI_CMD_RESUME), FIELD(deep),
 	  CLI_CMD_NONE },
-	{ "cluster", 0, false, CMD_BIT(CLI_CMD_VERIFY), FIELD(cluster), CLI_CMD_NONE },
+	{ "cluster", 0, false, CMD_BIT(CLI_CMD_VERIFY) | CMD_BIT(CLI_CMD_PULL), FIELD(cluster),
+	  CLI_CMD_NONE },
 	{ "xxhsum", 0, false, CMD_BIT(CLI_CMD_MANIFEST), FIELD(xxhsum), CLI_CMD_NONE },
 	{ "wait", 0, false, CMD_BIT(CLI_CMD_COMMIT), FIELD(wait), CLI_CMD_NONE },
 	{ "from", 0, true, CMD_BIT(CLI_CMD_RESTORE), FIELD(from), CLI_CMD_NONE },
 	{ "nodes", 0, true, CMD_BIT(CLI_CMD_DOCTOR) | CMD_BIT(CLI_CMD_RESUME) |
-	  CMD_BIT(CLI_CMD_VERIFY), FIELD(nodes), CLI_CMD_NONE },
+	  CMD_BIT(CLI_CMD_VERIFY) | CMD_BIT(CLI_CMD_PULL), FIELD(nodes), CLI_CMD_NONE },
 	{ "dry-run", 0, false, CMD_BIT(CLI_CMD_RESUME), FIELD(dry_run), CLI_CMD_NONE },
 	{ "ports", 0, true, CMD_BIT(CLI_CMD_DOCTOR), FIELD(ports), CLI_CMD_NONE },
 	{ "quick", 0, false, CMD_BIT(CLI_CMD_DOCTOR), FIELD(quick), CLI_CMD_NONE },
@@ -119,6 +120,9 @@ static int check(const struct cli_args *a, const struct cli_command *c, unsigned
 	if (a->nodes && c->cmd == CLI_CMD_VERIFY && !a->cluster)
 		return fail(-EINVAL, err, errlen, "--nodes names the job's nodes for --cluster: "
 			    "stage verify PATH --cluster --nodes LIST");
+	if (a->nodes && c->cmd == CLI_CMD_PULL && !a->cluster)
+		return fail(-EINVAL, err, errlen, "--nodes names the nodes to stage on with --cluster: "
+			    "stage pull SRC --cluster --nodes LIST");
 	if (a->json && a->xxhsum)
 		return fail(-EINVAL, err, errlen, "--json and --xxhsum are two output formats: pick one");
 	return 0;
@@ -255,7 +259,10 @@ void cli_args_usage(FILE *f)
 	fputs("\n"
 	      "  pull      copy SRC (under a source root) to the stage root; the local path\n"
 	      "            is the last line of stdout. --to names the destination, --verify\n"
-	      "            re-reads what landed\n"
+	      "            re-reads what landed. --cluster stages SRC on every node (--nodes:\n"
+	      "            names and Slurm hostlists; default $SLURM_JOB_NODELIST, else every\n"
+	      "            node), the source read once in all: each node reads its share and\n"
+	      "            the nodes forward the rest to each other\n"
 	      "  verify    check a staged tree against its manifest; --deep re-hashes every\n"
 	      "            byte. --cluster: PATH is a checkpoint (ckpt_root/JOB/STEP); every\n"
 	      "            node says what it holds of it, shown as a table: a row per node\n"

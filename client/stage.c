@@ -85,7 +85,8 @@ static void build_request(struct msg *req, const struct cli_args *a, const char 
 	/* Lists as given, checked where the hosts file is. Without --nodes a
 	 * Slurm job's own nodes are the ones to check. */
 	if ((a->cmd == CLI_CMD_DOCTOR || a->cmd == CLI_CMD_RESUME ||
-	     (a->cmd == CLI_CMD_VERIFY && a->cluster)) && (a->nodes || getenv("SLURM_JOB_NODELIST")))
+	     ((a->cmd == CLI_CMD_VERIFY || a->cmd == CLI_CMD_PULL) && a->cluster)) &&
+	    (a->nodes || getenv("SLURM_JOB_NODELIST")))
 		msg_put_str(req, K_NODES, a->nodes ? a->nodes : getenv("SLURM_JOB_NODELIST"));
 	if (a->ports)
 		msg_put_str(req, K_PORTS, a->ports);

@@ -75,6 +75,16 @@ enum msg_type {
 			     * (an exit code: 0 done, 1 failed, 2 refused), K_TEXT */
 	MSG_RESEND_ASK = 49,/* resume's asker to an origin: K_JOB, K_STEP, K_HOLDER: send your
 			     * copy of JOB/STEP to that partner again (it lost it) */
+	/* pull --cluster (docs/PROTOCOL.md, "Cluster pull") */
+	MSG_CPULL_ASK = 50, /* asker to each node: K_JOB (the pull's id), K_PATH (SRC), K_DEST
+			     * (optional), K_FLAGS (REQ_VERIFY), K_NODES (the nodes, in
+			     * order). Answer: MSG_ASK_DONE (K_CODE, K_TEXT, K_ROOT and the
+			     * figures), then the node serves its peers until the asker's
+			     * MSG_END or close */
+	MSG_CPULL_FETCH = 51,/* node to node: K_JOB, K_PATH (from the tree's top), K_SIZE,
+			     * K_MTIME: the file as the source has it. Answer: MSG_DATA
+			     * pieces (K_OFFSET, K_DATA) then MSG_END (K_SIZE); or MSG_ERROR
+			     * (EAGAIN: not here yet, ask again) */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group
@@ -133,6 +143,9 @@ enum msg_key {
 	K_T1 = 40,          /* u64: doctor time: the asker's wall clock when it sent (ns) */
 	K_T2 = 41,          /* u64: the node's wall clock when the question arrived */
 	K_T3 = 42,          /* u64: the node's wall clock when it answered */
+	K_MTIME = 43,       /* u64: ns since the epoch (as a manifest's), two's complement */
+	K_FILES_FWD = 44,   /* u64: files that came from peers (pull --cluster) */
+	K_BYTES_FWD = 45,   /* u64 */
 };
 
 /* Request flags (K_FLAGS). */
@@ -140,7 +153,7 @@ enum msg_key {
 #define REQ_PROGRESS (1u << 1)  /* send MSG_PROGRESS frames (and count first) */
 #define REQ_DEEP     (1u << 2)  /* verify: re-hash every byte */
 #define REQ_WAIT     (1u << 3)  /* commit: answer once every replica is confirmed */
-#define REQ_CLUSTER  (1u << 4)  /* verify: ask every node */
+#define REQ_CLUSTER  (1u << 4)  /* verify: ask every node; pull: stage on every node */
 #define REQ_QUICK    (1u << 5)  /* doctor: short measurements */
 #define REQ_DRYRUN   (1u << 6)  /* resume: say what would be done, change nothing */
 #define REQ_ALLSTEPS (1u << 7)  /* MSG_HOLD_REQ: every step held (no K_STEP), for resume */

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "daemon/cluster/cpull.h"
 #include "daemon/cluster/cverify.h"
 #include "daemon/cluster/resume.h"
 #include "daemon/doctor/doctor.h"
@@ -232,8 +233,17 @@ static void serve(const struct stage_config *cfg, int fd)
 		job_begin(&j, fd, (uint32_t)flags, cfg, m.type == MSG_PULL_REQ ? "pull" :
 			  m.type == MSG_COMMIT_REQ ? "commit" :
 			  m.type == MSG_RESTORE_REQ ? "restore" : "verify", path);
-		if (m.type == MSG_PULL_REQ)
+		if (m.type == MSG_PULL_REQ && (flags & REQ_CLUSTER)) {
+			char *nodes = NULL;
+
+			if (msg_get_str(&m, K_NODES, &nodes) == -EINVAL)
+				job_result(&j, 2, NULL, NULL, "malformed node list");
+			else
+				cpull_run(&j, path, dest, nodes);
+			free(nodes);
+		} else if (m.type == MSG_PULL_REQ) {
 			pull_run(&j, path, dest);
+		}
 		else if (m.type == MSG_COMMIT_REQ)
 			repl_commit_run(&j, path);
 		else if (m.type == MSG_RESTORE_REQ)

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/cluster/cpull.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/cluster/resume.h"
 #include "daemon/ctl.h"
@@ -334,6 +335,8 @@ int main(int argc, char **argv)
 	repl_recv_serve(MSG_DOCTOR_ASK, doctor_serve);
 	repl_recv_serve(MSG_RESTORE_ASK, resume_serve);
 	repl_recv_serve(MSG_RESEND_ASK, resume_serve);
+	repl_recv_serve(MSG_CPULL_ASK, cpull_node_serve);
+	repl_recv_serve(MSG_CPULL_FETCH, cpull_fetch_serve);
 	ret = repl_open(&d.cfg, why, sizeof(why));
 	if (ret < 0) {
 		log_err("%s", why);

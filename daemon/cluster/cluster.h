@@ -69,5 +69,11 @@ void repl_restore_pinned(struct job *j, const char *path, const char *from, cons
  * the copy this node holds of the peer's own checkpoint. 0 to go on, -errno
  * to close the connection (a refusal has been sent). */
 int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req);
+/* Bytes [off, off + size) of fd (a file of fsize bytes, called name in
+ * messages) to peer as MSG_DATA pieces, then MSG_END, through this
+ * thread's piece sender (read ahead; peer's connections share one rate
+ * bucket). 0, or -errno with why (empty: the transport's error). */
+int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
+		    uint64_t size, const char *name, char *why, size_t whylen);
 
 #endif

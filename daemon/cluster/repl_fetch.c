@@ -29,30 +29,6 @@
 #include "daemon/engine/psend.h"
 #include "daemon/fs/treeops.h"
 
-/* A relative path a manifest could hold: no empty, "." or ".." component,
- * not absolute, not under .stage. */
-static bool rel_ok(const char *p)
-{
-	size_t n = strlen(p);
-
-	if (!n || n > MF_MAX_PATH || p[0] == '/')
-		return false;
-	if (strcmp(p, MF_DIRNAME) == 0 || strncmp(p, MF_DIRNAME "/", sizeof(MF_DIRNAME)) == 0)
-		return false;
-	for (const char *c = p; *c;) {
-		size_t len = strcspn(c, "/");
-
-		if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
-			return false;
-		c += len;
-		if (*c == '/')
-			c++;
-		if (!*c && c[-1] == '/')
-			return false;
-	}
-	return true;
-}
-
 /* The root of the copy at step_fd. A restore asks for thousands of ranges of
  * one copy on one connection (one thread): the manifest is read whole once,
  * and again only when it is another file or was changed. */
@@ -203,7 +179,8 @@ static void ps_key_make(void)
 	ps_key_rc = -pthread_key_create(&ps_key, ps_free);
 }
 
-/* The thread's piece sender; its connection is origin's (proven). */
+/* The thread's piece sender; its connection is origin's (proven): a
+ * restore's origin, or the node a cluster pull forwards to. */
 static int thread_psend(const char *origin, struct psend **out)
 {
 	struct fetch_ps *f;
@@ -244,22 +221,37 @@ static const struct codec_ops *fetch_codec(void *arg)
 	       repl.cfg->compress == CFG_COMPRESS_FLOAT ? &codec_float_ops : &codec_none_ops;
 }
 
-static int send_range(struct xport *x, const char *origin, int step_fd, const char *rel,
-		      uint64_t off, uint64_t size, char *why, size_t whylen)
+int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
+		    uint64_t size, const char *name, char *why, size_t whylen)
 {
 	const struct psend_hooks h = { .pick = fetch_codec };
 	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
 	struct psend *ps;
-	const char *base;
-	struct stat st;
 	struct msg m;
-	int dir_fd, fd = -1, rc;
+	int rc;
 
-	rc = thread_psend(origin, &ps);
+	rc = thread_psend(peer, &ps);
 	if (rc < 0) {
 		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
 		return rc;
 	}
+	rc = psend_range(ps, x, fd, fsize, PSEND_NO_FILE, off, off + size, &cp, &h, name, why,
+			 whylen);
+	if (rc == 0) {
+		msg_init(&m, MSG_END);
+		rc = x->ops->send(x, &m);
+		msg_free(&m);
+	}
+	return rc;
+}
+
+static int send_range(struct xport *x, const char *origin, int step_fd, const char *rel,
+		      uint64_t off, uint64_t size, char *why, size_t whylen)
+{
+	const char *base;
+	struct stat st;
+	int dir_fd, fd = -1, rc;
+
 	dir_fd = treeops_open_parent(step_fd, rel, &base);
 	if (dir_fd >= 0) {
 		fd = openat(dir_fd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -272,13 +264,7 @@ static int send_range(struct xport *x, const char *origin, int step_fd, const ch
 			 "not a file of that size here" : strerror(-rc));
 		goto out;
 	}
-	rc = psend_range(ps, x, fd, (uint64_t)st.st_size, PSEND_NO_FILE, off, off + size, &cp,
-			 &h, rel, why, whylen);
-	if (rc == 0) {
-		msg_init(&m, MSG_END);
-		rc = x->ops->send(x, &m);
-		msg_free(&m);
-	}
+	rc = repl_fetch_send(x, origin, fd, (uint64_t)st.st_size, off, size, rel, why, whylen);
 out:
 	if (fd >= 0)
 		close(fd);
@@ -303,7 +289,7 @@ int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		bad = "no valid root";
 	else if (prc < 0 && prc != -ENOENT)
 		bad = prc == -EINVAL ? "a path with a NUL byte" : "a path not read (out of memory)";
-	else if (prc == 0 && !rel_ok(path))
+	else if (prc == 0 && !treeops_rel_ok(path))
 		bad = "a path that is absolute, has an empty, '.' or '..' component, or is in .stage";
 	else if (prc == 0 && (msg_get_u64(req, K_OFFSET, &off) < 0 ||
 			      msg_get_u64(req, K_SIZE, &size) < 0))

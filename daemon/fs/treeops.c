@@ -1,5 +1,7 @@
 #include "daemon/fs/treeops.h"
 
+#include "common/manifest.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -311,4 +313,26 @@ int treeops_rename_exchange(int ofd, const char *old, int nfd, const char *new)
 		return rc;
 	}
 	return 0;
+}
+
+bool treeops_rel_ok(const char *p)
+{
+	size_t n = strlen(p);
+
+	if (!n || n > MF_MAX_PATH || p[0] == '/')
+		return false;
+	if (strcmp(p, MF_DIRNAME) == 0 || strncmp(p, MF_DIRNAME "/", sizeof(MF_DIRNAME)) == 0)
+		return false;
+	for (const char *c = p; *c;) {
+		size_t len = strcspn(c, "/");
+
+		if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		c += len;
+		if (*c == '/')
+			c++;
+		if (!*c && c[-1] == '/')
+			return false;
+	}
+	return true;
 }

@@ -14,6 +14,9 @@ static inline int64_t treeops_mtime_ns(const struct stat *st)
 	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
 }
 
+/* Whether a peer's path names an entry a manifest could hold: relative, no
+ * empty, "." or ".." component, not under .stage. */
+bool treeops_rel_ok(const char *p);
 /* Removes NAME in dirfd, recursively when it is a directory. 0 or -errno. */
 int treeops_remove(int dirfd, const char *name, bool is_dir);
 /* Whether the directory holds nothing (or only "."/".."). */

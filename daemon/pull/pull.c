@@ -7,6 +7,8 @@
  *
  * An entry's life in the window (enum pend_state):
  *   P_WAIT    in the copier (copying into .stage/tmp, or hashing a copy in place)
+ *   P_FWD     coming from a peer (a cluster pull's share, pull.h); once it is
+ *             under its final name it is hashed in place (P_WAIT)
  *   P_LANDED  complete in its temporary, waiting for the batch's syncfs
  *   P_READY   under its final name (or needing no I/O): journaled at retire
  *   P_FAILED  skipped at retire; the pass will not publish a manifest
@@ -52,7 +54,7 @@
 #define WINDOW 8192u
 #define RETRY_MAX 64u
 
-enum pend_state { P_WAIT, P_LANDED, P_READY, P_FAILED };
+enum pend_state { P_WAIT, P_FWD, P_LANDED, P_READY, P_FAILED };
 
 /* Durability comes in batches: a temporary is made durable before its
  * rename by one syncfs for many files, which costs far less than an
@@ -113,6 +115,11 @@ struct pull {
 	uint64_t t_landed_ns;        /* when the oldest of them landed */
 	int fatal;                   /* -errno of a destination failure */
 	char fatal_why[1024];
+	/* a cluster pull's share (pull.h); NULL: every file from the source */
+	const struct pull_share *sh;
+	bool sh_begun;               /* begin succeeded: end is due */
+	struct pull_stats *st;       /* NULL, or filled at the result */
+	uint64_t fwd_files, fwd_bytes;   /* of the copied: from peers */
 };
 
 /* The first destination failure stops the pass; its message ends with
@@ -156,7 +163,7 @@ static void retire(struct pull *p)
 		struct pending *pe = &p->win[p->head];
 		int ret;
 
-		if (pe->st == P_WAIT || pe->st == P_LANDED)
+		if (pe->st == P_WAIT || pe->st == P_FWD || pe->st == P_LANDED)
 			break;
 		dirstack_close_until(&p->dirs, pe->e.path);
 		if (pe->st == P_READY) {
@@ -497,6 +504,58 @@ static int start_file(struct pull *p, struct pending *pe, bool copy)
 	return 0;
 }
 
+/* Asks the share for pe: a peer places it under its final name. */
+static int start_fwd(struct pull *p, struct pending *pe)
+{
+	struct pull_fwd f = {
+		.rel = pe->e.path, .size = pe->e.size, .mtime_ns = pe->e.mtime_ns,
+		.mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid, .cookie = pe,
+	};
+	int ret = p->sh->ops->start(p->sh->arg, &f);
+
+	if (ret == 0)
+		pe->st = P_FWD;
+	return ret;
+}
+
+/* The share's word on a forward (from reap: on the pull's thread, outside
+ * the copier's callbacks, so files may start here). A file placed is hashed
+ * where it stands; one no peer had is copied from the source. */
+static void on_forwarded(void *cookie, int rc, const char *why, void *arg)
+{
+	struct pending *pe = cookie;
+	struct pull *p = arg;
+	int ret;
+
+	if (rc == PULL_FWD_OK || rc == PULL_FWD_READ) {
+		ret = p->fatal || job_cancelled(p->job) ? -ECANCELED :
+		      start_file(p, pe, rc == PULL_FWD_READ);
+		if (ret == 0 && rc == PULL_FWD_OK) {
+			p->fwd_files++;
+			p->fwd_bytes += pe->e.size;
+		}
+		if (ret == 0)
+			return;
+		pe->st = P_FAILED;
+		if (ret != -ECANCELED)
+			note_fatal(p, ret, "%s/%s", p->dst, pe->e.path);
+		return;
+	}
+	pe->st = P_FAILED;
+	if (rc == -ECANCELED)
+		return;                 /* the job's result says why */
+	p->failed++;
+	job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot stage %s/%s: %s", p->src,
+		 pe->e.path, why && *why ? why : strerror(-rc));
+}
+
+/* Reaps the share's forwards, waiting up to timeout_ms for the first. */
+static void reap_fwd(struct pull *p, int timeout_ms)
+{
+	if (p->sh && p->sh->ops->inflight(p->sh->arg))
+		p->sh->ops->reap(p->sh->arg, timeout_ms, on_forwarded, p);
+}
+
 static void do_file(struct pull *p, const struct walk_ent *w)
 {
 	struct pending *pe = win_push(p);
@@ -531,6 +590,8 @@ static void do_file(struct pull *p, const struct walk_ent *w)
 		if ((d.st_mode & 07777) != pe->e.mode)
 			set_mode(p, w, pe->e.mode);
 		ret = start_file(p, pe, false);
+	} else if (p->sh && !p->sh->ops->reads(p->sh->arg, w->rel)) {
+		ret = start_fwd(p, pe);
 	} else {
 		ret = start_file(p, pe, true);
 	}
@@ -620,10 +681,13 @@ static void copy_tree(struct pull *p)
 	struct walk *w;
 	struct walk_ent e;
 	bool walking = true, cancelled = false;
+	unsigned fwd;
 	int ret;
 
 	atomic_store(&p->job->phase, "copy");
-	ret = walk_open(&w, p->src_fd, p->dst_fd, WALK_LAZY);
+	/* A share forwards a file by its size and mtime, so it needs them from
+	 * the walk: a stat of each is metadata, not the data read once. */
+	ret = walk_open(&w, p->src_fd, p->dst_fd, p->sh ? 0 : WALK_LAZY);
 	if (ret < 0) {
 		note_fatal(p, ret, "%s", p->src);
 		return;
@@ -646,19 +710,28 @@ static void copy_tree(struct pull *p)
 		}
 		if (stop) {
 			walking = false;
-			if (!cancelled)
+			if (!cancelled) {
 				copier_cancel(p->cp);
+				if (p->sh)
+					p->sh->ops->cancel(p->sh->arg);
+			}
 			cancelled = true;
 		}
 		retire(p);
 		if (!p->count)
 			continue;
-		ret = copier_run(p->cp, 100, on_copied, p);
+		/* Forwards finish on the share's threads, not on the ring: with
+		 * both in flight, each is waited for a little in turn. */
+		fwd = p->sh ? p->sh->ops->inflight(p->sh->arg) : 0;
+		ret = 0;
+		if (!fwd || copier_inflight(p->cp))
+			ret = copier_run(p->cp, fwd ? 5 : 100, on_copied, p);
 		if (ret < 0) {
 			/* The ring itself failed: nothing in flight will finish. */
 			note_fatal(p, ret, "%s: io_uring", p->dst);
 			break;
 		}
+		reap_fwd(p, copier_inflight(p->cp) ? 0 : 100);
 		if (p->nretry)
 			start_retries(p, stop || p->fatal);
 		if (batch_due(p) || stop)
@@ -683,6 +756,15 @@ static void result(struct pull *p, digest_t root)
 	msg_put_u64(&m, K_FILES_REMOVED, p->removed);
 	digest_to_hex(root, hex);
 	msg_put_str(&m, K_ROOT, hex);
+	if (p->st) {
+		p->st->root = root;
+		p->st->files = p->files;
+		p->st->bytes = p->bytes;
+		p->st->read_files = p->copied;
+		p->st->read_bytes = p->bytes_copied;
+		p->st->fwd_files = p->fwd_files;
+		p->st->fwd_bytes = p->fwd_bytes;
+	}
 	/* The lock goes before the answer: a client that pulls again the
 	 * moment it hears this one finished must not find it still held. */
 	stagedir_close(&p->sd);
@@ -761,6 +843,10 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 	ret = stagedir_begin(&p->sd);
 	if (ret < 0) {
 		snprintf(why, sizeof(why), "%s/%s: %s", p->dst, MF_DIRNAME, strerror(-ret));
+		goto out_fail;
+	}
+	if (p->sh && (ret = p->sh->ops->begin(p->sh->arg, p->dst, p->dst_fd, p->sd.tmp_fd)) < 0) {
+		snprintf(why, sizeof(why), "%s: serving the cluster pull: %s", p->dst, strerror(-ret));
 		goto out_fail;
 	}
 	if (cursor_open(&p->prev, p->sd.stage_fd, "manifest.prev", MF_COMPLETE, why,
@@ -888,6 +974,12 @@ static bool client_gone(void *arg)
 
 void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 {
+	pull_run_share(j, src_arg, dest_arg, NULL, NULL);
+}
+
+void pull_run_share(struct job *j, const char *src_arg, const char *dest_arg,
+		    const struct pull_share *sh, struct pull_stats *st)
+{
 	struct pull *p = calloc(1, sizeof(*p));
 	char why[2048];
 	digest_t root;
@@ -899,6 +991,8 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 	}
 	p->job = j;
 	p->cfg = j->cfg;
+	p->sh = sh;
+	p->st = st;
 	p->src_fd = p->dst_fd = -1;
 	p->as_root = geteuid() == 0;
 	j->watch_stuck = true;
@@ -926,6 +1020,8 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 		goto out_free;
 	}
 	job_set_what(j, "%s -> %s", p->src, p->dst);
+	if (st)
+		snprintf(st->dst, sizeof(st->dst), "%s", p->dst);
 	log_info("pull %s -> %s", p->src, p->dst);
 	ret = stagedir_open(&p->sd, p->cfg->stage_root, p->dst, p->as_root, why, sizeof(why));
 	if (ret < 0) {
@@ -939,6 +1035,8 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg)
 		else
 			result(p, root);
 	}
+	if (sh)
+		sh->ops->end(sh->arg, j->code == 0);
 	stagedir_close(&p->sd);      /* closed already once answered; idempotent */
 out_close_src:
 	close(p->src_fd);

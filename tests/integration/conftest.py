@@ -417,15 +417,15 @@ def small_tmpfs(tmp_path):
 
 @pytest.fixture
 def fault_mount(tmp_path):
-    """fault_mount(name="disk") -> a mounted FaultMount (tests/tools/faultfs.py)
-    under tmp_path; all unmounted at teardown. Request it before make_daemon
+    """fault_mount(name="disk", direct_io=False) -> a mounted FaultMount
+    (tests/tools/faultfs.py) under tmp_path; all unmounted at teardown. Request it before make_daemon
     or make_cluster so that the daemons stop first. Root only."""
     need_root("mounting a FUSE file system")
     from faultmount import FaultMount
     made = []
 
-    def make(name="disk"):
-        m = FaultMount(tmp_path, name)
+    def make(name="disk", direct_io=False):
+        m = FaultMount(tmp_path, name, direct_io=direct_io)
         made.append(m)
         return m.mount()
 
@@ -459,12 +459,13 @@ def make_cluster(make_daemon, tmp_path):
     gives node i a key file of its own with that key. doctor: [doctor] keys for
     every node; node_doctor {i: {...}} per node. exec_prefix {i: [argv]}: what
     node i's daemon runs under (e.g. faketime). disks {i: dir}: node i's
-    state and roots in dir (Daemon's disk). start: start them all."""
+    state and roots in dir (Daemon's disk). source_roots: [dir] for every
+    node (a shared mount). start: start them all."""
     counter = itertools.count()
 
     def make(n=2, *, replicas=None, keep=None, transfer=None, node_transfer=None, domains=None,
              addrs=None, netns=None, keys=None, doctor=None, node_doctor=None, exec_prefix=None,
-             disks=None, start=True):
+             disks=None, source_roots=None, start=True):
         cdir = tmp_path / f"cluster{next(counter)}"
         cdir.mkdir()
         key = write_key(cdir / "cluster.key")
@@ -486,7 +487,7 @@ def make_cluster(make_daemon, tmp_path):
             nodes.append(make_daemon(base=cdir / names[i], start=False, name=names[i], listen=addrs[i],
                                      cluster=cl, transfer=tr, netns=(netns or [None] * n)[i],
                                      doctor=doc or None, exec_prefix=(exec_prefix or {}).get(i),
-                                     disk=(disks or {}).get(i)))
+                                     disk=(disks or {}).get(i), source_roots=source_roots))
         if start:
             for d in nodes:
                 d.start()

@@ -598,6 +598,10 @@ def main():
     ap.add_argument("backing")
     ap.add_argument("mountpoint")
     ap.add_argument("--control", required=True, help="the Unix socket it takes orders on")
+    ap.add_argument("--direct-io", action="store_true",
+                    help="no page cache on the mount: every read reaches us and is counted, as "
+                    "each node's first read reaches an NFS server (the shared storage of a "
+                    "cluster pull's tests, whose nodes share this machine's cache)")
     a = ap.parse_args()
     faulthandler.register(signal.SIGUSR1)   # every thread's stack, for a test that hangs
     fs = FaultFS(a.backing)
@@ -607,7 +611,8 @@ def main():
     # changes in the backing directory (and a cut) is seen at once.
     FUSE(fs, a.mountpoint, foreground=True, nothreads=False, big_writes=True, use_ino=True,
          hard_remove=True, allow_other=True, default_permissions=True, attr_timeout=0,
-         entry_timeout=0, negative_timeout=0, fsname="faultfs", subtype="faultfs")
+         entry_timeout=0, negative_timeout=0, fsname="faultfs", subtype="faultfs",
+         **({"direct_io": True} if a.direct_io else {}))
     return 0
 
 

@@ -1,0 +1,590 @@
+/* One node's share of a cluster pull: the files it does not read from the
+ * source, fetched from the nodes that do (their side: cpull_node.c).
+ *
+ * The pull engine hands a file over (start) and goes on with its walk; one
+ * of CFWD_LANES threads takes it, asks its reader for it, writes it into a
+ * temporary in DEST/.stage/tmp, gives it the source's owner, mode and mtime,
+ * makes it durable (fsync) and renames it to its final name: what a pull
+ * itself does with a copy, so that what is under a final name with the
+ * source's mtime is always complete. The engine then hashes it where it
+ * stands (pull.c): the manifest's digests are this node's own reading of
+ * its own disk, and the asker compares every node's root.
+ *
+ * A file's states: queued -> in a lane -> done (reaped by the engine).
+ * A reader that cannot be reached, or whose connection breaks, is marked
+ * dead for this pull (cpull_impl.h says why that cannot deadlock) and the
+ * file asked of the next; one that refuses this file (its pull ended
+ * without it, it has another version) is skipped for this file alone. When
+ * the next reader is this node, the engine reads the file from the source.
+ *
+ * Each lane keeps a connection to each of the last CFWD_CONNS readers it
+ * asked: files go to readers by hash, so consecutive files mostly go to
+ * different nodes, and a connection per file would cost a handshake each.
+ */
+#include "daemon/cluster/cpull_impl.h"
+#include "daemon/repl/repl_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "common/clock.h"
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/manifest.h"
+#include "daemon/engine/wq.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/net/peer.h"
+
+#define CFWD_LANES 4
+#define CFWD_CONNS 8
+#define CFWD_SKIP 8                    /* readers refused for one file, at most */
+#define CFWD_TRIES 64                  /* "not there yet" answers for one file */
+
+struct fitem {
+	struct pull_fwd f;             /* f.rel owned */
+	int rc;                        /* PULL_FWD_* or -errno, once done */
+	char why[512];
+	struct fitem *next;
+};
+
+struct fconn {
+	size_t node;                   /* index in nodes */
+	struct xport *x;               /* NULL: free */
+	uint64_t used;                 /* for the least recently used */
+};
+
+struct lane {
+	struct cfwd *fw;
+	unsigned no;
+	pthread_t thread;
+	bool started;
+	struct wq wq;
+	bool wq_open;
+	struct fconn conns[CFWD_CONNS];
+	struct xport *active;          /* receiving on it now (under fw->mu): a cancel
+					* shuts it down */
+	uint64_t tick, seq;
+};
+
+struct cfwd {
+	const char *id;
+	struct cpull_nodes *nn;
+	int dst_fd, tmp_fd;            /* owned dups; -1 before begin */
+	bool as_root;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             /* queue or done changed */
+	struct fitem *q_head, *q_tail; /* to fetch */
+	struct fitem *done;            /* to reap */
+	unsigned inflight;             /* started, not reaped */
+	bool stop;                     /* lanes end */
+	_Atomic bool cancel;           /* drop what is queued and in flight */
+	struct lane lanes[CFWD_LANES];
+};
+
+/* Lamping and Veach's jump consistent hash: a bucket of n for key. */
+static size_t jump(uint64_t key, size_t n)
+{
+	int64_t b = -1, j = 0;
+
+	while (j < (int64_t)n) {
+		b = j;
+		key = key * 2862933555777941757ull + 1;
+		j = (int64_t)((double)(b + 1) * ((double)(1ll << 31) / (double)((key >> 33) + 1)));
+	}
+	return (size_t)b;
+}
+
+size_t cpull_reader(const struct cpull_nodes *nn, const char *rel, const size_t *skip,
+		    size_t nskip)
+{
+	size_t len = strlen(rel);
+
+	for (uint64_t k = 0; k < 4 * (uint64_t)nn->n + 64; k++) {
+		size_t b = jump(XXH3_64bits_withSeed(rel, len, k), nn->n);
+		bool skipped = false;
+
+		for (size_t i = 0; i < nskip; i++)
+			skipped |= skip[i] == b;
+		if (b == nn->self)
+			return b;
+		if (!skipped && !atomic_load(&nn->dead[b]))
+			return b;
+	}
+	return nn->self;                /* every node met was dead: read it here */
+}
+
+static void conn_drop(struct fconn *c)
+{
+	if (c->x)
+		c->x->ops->close(c->x);
+	c->x = NULL;
+}
+
+/* The lane's connection to node r, dialled if it has none. */
+static struct xport *conn_get(struct lane *l, size_t r, char *why, size_t whylen)
+{
+	struct fconn *c = NULL, *lru = &l->conns[0];
+
+	for (unsigned i = 0; i < CFWD_CONNS; i++) {
+		if (l->conns[i].x && l->conns[i].node == r)
+			c = &l->conns[i];
+		if (!l->conns[i].x || (lru->x && l->conns[i].used < lru->used))
+			lru = &l->conns[i];
+	}
+	if (!c) {
+		c = lru;
+		conn_drop(c);
+		if (repl_dial(l->fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why,
+			      whylen) < 0)
+			return NULL;
+		c->node = r;
+	}
+	c->used = ++l->tick;
+	return c->x;
+}
+
+static void conn_forget(struct lane *l, size_t r)
+{
+	for (unsigned i = 0; i < CFWD_CONNS; i++)
+		if (l->conns[i].x && l->conns[i].node == r)
+			conn_drop(&l->conns[i]);
+}
+
+/* The file's bytes from reader r into fd, in order. 0; -errno with *refused
+ * when r answered with a refusal (the connection is then closed); other
+ * -errno: the connection failed (or our disk: *ours). */
+static int receive(struct lane *l, struct xport *x, const char *rname, const struct pull_fwd *f,
+		   int fd, bool *refused, bool *ours, char *why, size_t whylen)
+{
+	struct wq *q = &l->wq;
+	uint64_t next = 0;
+	struct msg m;
+	int rc;
+
+	msg_init(&m, MSG_CPULL_FETCH);
+	msg_put_str(&m, K_JOB, l->fw->id);
+	msg_put_str(&m, K_PATH, f->rel);
+	msg_put_u64(&m, K_SIZE, f->size);
+	msg_put_u64(&m, K_MTIME, (uint64_t)f->mtime_ns);
+	rc = x->ops->send(x, &m);
+	msg_free(&m);
+	if (rc < 0) {
+		snprintf(why, whylen, "%s: %s", rname, strerror(-rc));
+		return rc;
+	}
+	wq_begin(q, fd, f->size, true);
+	for (;;) {
+		const uint8_t *p;
+		uint8_t *buf;
+		size_t n, raw = 0, used;
+		uint64_t at;
+		int b;
+
+		rc = x->ops->recv(x, &m);
+		if (rc < 0) {
+			snprintf(why, whylen, "%s: %s", rname, rc == -ENOTCONN ? "closed the connection" :
+				 strerror(-rc));
+			break;
+		}
+		if (m.type == MSG_ERROR) {
+			rc = peer_refused(&m, rname, why, whylen);
+			msg_free(&m);
+			*refused = true;
+			break;
+		}
+		if (m.type == MSG_END) {
+			msg_free(&m);
+			rc = next == f->size ? 0 : -EPROTO;
+			if (rc < 0)
+				snprintf(why, whylen, "%s sent %llu of %llu bytes", rname,
+					 (unsigned long long)next, (unsigned long long)f->size);
+			break;
+		}
+		b = wq_buf(q);
+		buf = q->buf[b];
+		rc = m.type != MSG_DATA || msg_get_u64(&m, K_OFFSET, &at) < 0 || at != next ||
+		     msg_get_bytes(&m, K_DATA, &p, &n) < 0 ? -EPROTO :
+		     codec_chunk_decode(p, n, buf, WQ_BUF, &raw, &used);
+		msg_free(&m);
+		if (rc == 0 && (used != n || raw == 0 || raw > f->size - next))
+			rc = -EPROTO;
+		if (rc < 0) {
+			snprintf(why, whylen, "%s: a bad piece at byte %llu (%s)", rname,
+				 (unsigned long long)next, strerror(-rc));
+			break;
+		}
+		rc = wq_write(q, b, raw, next);
+		if (rc < 0) {
+			*ours = true;
+			snprintf(why, whylen, "writing it: %s", strerror(-rc));
+			break;
+		}
+		next += raw;
+	}
+	int erc = wq_end(q);
+
+	if (rc == 0 && erc < 0) {
+		*ours = true;
+		rc = erc;
+		snprintf(why, whylen, "writing it: %s", strerror(-rc));
+	}
+	return rc;
+}
+
+/* A temporary written whole: the source's attributes, durable, then its
+ * final name. 0 or -errno with why. */
+static int place(struct cfwd *fw, int fd, const char *tmp, const struct pull_fwd *f, char *why,
+		 size_t whylen)
+{
+	const char *what = "", *base;
+	int pfd, rc;
+
+	/* Attributes before the fsync: they are then as durable as the bytes. */
+	rc = treeops_set_meta(fd, fw->as_root, f->uid, f->gid, f->mode, f->mtime_ns, &what);
+	if (rc == 0 && fsync(fd) < 0) {
+		rc = -errno;
+		what = "fsync";
+	}
+	if (rc < 0) {
+		snprintf(why, whylen, "%s of its temporary: %s", what, strerror(-rc));
+		return rc;
+	}
+	pfd = treeops_open_parent(fw->dst_fd, f->rel, &base);
+	if (pfd < 0) {
+		snprintf(why, whylen, "its directory: %s", strerror(-pfd));
+		return pfd;
+	}
+	rc = renameat(fw->tmp_fd, tmp, pfd, base) < 0 ? -errno : 0;
+	close(pfd);
+	if (rc < 0)
+		snprintf(why, whylen, "rename: %s", strerror(-rc));
+	return rc;
+}
+
+/* One try from reader r. 0 placed; else -errno with *refused / *ours. */
+static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool *refused, bool *ours)
+{
+	struct cfwd *fw = l->fw;
+	const char *rname = fw->nn->names[r];
+	char tmp[64];
+	struct xport *x;
+	int fd, rc;
+
+	x = conn_get(l, r, it->why, sizeof(it->why));
+	if (!x)
+		return -EHOSTUNREACH;
+	snprintf(tmp, sizeof(tmp), "fwd.%u.%llu", l->no, (unsigned long long)++l->seq);
+	fd = openat(fw->tmp_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		*ours = true;
+		rc = -errno;
+		snprintf(it->why, sizeof(it->why), "its temporary: %s", strerror(errno));
+		return rc;
+	}
+	pthread_mutex_lock(&fw->mu);
+	l->active = x;
+	if (atomic_load(&fw->cancel))
+		x->ops->shutdown(x);
+	pthread_mutex_unlock(&fw->mu);
+	rc = receive(l, x, rname, &it->f, fd, refused, ours, it->why, sizeof(it->why));
+	pthread_mutex_lock(&fw->mu);
+	l->active = NULL;
+	pthread_mutex_unlock(&fw->mu);
+	if (atomic_load(&fw->cancel) && rc < 0) {
+		close(fd);
+		unlinkat(fw->tmp_fd, tmp, 0);
+		conn_forget(l, r);
+		return -ECANCELED;
+	}
+	if (rc == 0) {
+		rc = place(fw, fd, tmp, &it->f, it->why, sizeof(it->why));
+		*ours = rc < 0;
+	}
+	close(fd);
+	if (rc < 0) {
+		unlinkat(fw->tmp_fd, tmp, 0);
+		if (!*ours)
+			conn_forget(l, r);  /* refused or broken: it is closed, or in a bad state */
+	}
+	return rc;
+}
+
+/* Where the file comes from: PULL_FWD_OK (placed), PULL_FWD_READ (read it
+ * here), or -errno with it->why. */
+static int forward(struct lane *l, struct fitem *it)
+{
+	struct cfwd *fw = l->fw;
+	size_t skip[CFWD_SKIP], nskip = 0;
+	unsigned again = 0;
+
+	for (;;) {
+		size_t r;
+		bool refused = false, ours = false;
+		int rc;
+
+		if (atomic_load(&fw->cancel))
+			return -ECANCELED;
+		r = cpull_reader(fw->nn, it->f.rel, skip, nskip);
+		if (r == fw->nn->self)
+			return PULL_FWD_READ;
+		rc = fetch_from(l, r, it, &refused, &ours);
+		if (rc == 0)
+			return PULL_FWD_OK;
+		if (ours || rc == -ECANCELED)
+			return rc;
+		if (refused && rc == -EAGAIN && ++again < CFWD_TRIES)
+			continue;       /* it waited CPULL_WAIT_MS already */
+		if (refused) {
+			log_info("cluster pull %s: %s: %s; asking the next node", fw->id, it->f.rel,
+				 it->why);
+			if (nskip == CFWD_SKIP)
+				return PULL_FWD_READ;
+			skip[nskip++] = r;
+			continue;
+		}
+		if (!atomic_exchange(&fw->nn->dead[r], true))
+			log_warn("cluster pull %s: %s: %s; its share is read by the others", fw->id,
+				 fw->nn->names[r], it->why);
+	}
+}
+
+static void *lane_main(void *arg)
+{
+	struct lane *l = arg;
+	struct cfwd *fw = l->fw;
+
+	repl_background("a cluster pull's lane");
+	pthread_mutex_lock(&fw->mu);
+	for (;;) {
+		struct fitem *it = fw->q_head;
+
+		if (!it) {
+			if (fw->stop)
+				break;
+			pthread_cond_wait(&fw->cv, &fw->mu);
+			continue;
+		}
+		fw->q_head = it->next;
+		if (!fw->q_head)
+			fw->q_tail = NULL;
+		pthread_mutex_unlock(&fw->mu);
+		it->rc = forward(l, it);
+		pthread_mutex_lock(&fw->mu);
+		it->next = fw->done;
+		fw->done = it;
+		pthread_cond_broadcast(&fw->cv);
+	}
+	pthread_mutex_unlock(&fw->mu);
+	for (unsigned i = 0; i < CFWD_CONNS; i++)
+		conn_drop(&l->conns[i]);
+	return NULL;
+}
+
+int cfwd_open(struct cfwd **out, const char *id, struct cpull_nodes *nn)
+{
+	struct cfwd *fw = calloc(1, sizeof(*fw));
+
+	if (!fw)
+		return -ENOMEM;
+	fw->id = id;
+	fw->nn = nn;
+	fw->dst_fd = fw->tmp_fd = -1;
+	fw->as_root = geteuid() == 0;
+	pthread_mutex_init(&fw->mu, NULL);
+	mono_cond_init(&fw->cv);
+	*out = fw;
+	return 0;
+}
+
+/* Stops the lanes (every forward reaped first), in reverse of begin. */
+static void lanes_stop(struct cfwd *fw)
+{
+	pthread_mutex_lock(&fw->mu);
+	fw->stop = true;
+	pthread_cond_broadcast(&fw->cv);
+	pthread_mutex_unlock(&fw->mu);
+	for (unsigned i = 0; i < CFWD_LANES; i++) {
+		struct lane *l = &fw->lanes[i];
+
+		if (l->started)
+			pthread_join(l->thread, NULL);
+		l->started = false;
+		if (l->wq_open)
+			wq_close(&l->wq);
+		l->wq_open = false;
+	}
+}
+
+void cfwd_close(struct cfwd *fw)
+{
+	if (!fw)
+		return;
+	lanes_stop(fw);
+	if (fw->tmp_fd >= 0)
+		close(fw->tmp_fd);
+	if (fw->dst_fd >= 0)
+		close(fw->dst_fd);
+	pthread_cond_destroy(&fw->cv);
+	pthread_mutex_destroy(&fw->mu);
+	free(fw);
+}
+
+static int fw_begin(void *arg, const char *dst, int dst_fd, int tmp_fd)
+{
+	struct cfwd *fw = arg;
+	int rc = 0;
+
+	/* Each pass has a new tmp/: what is kept is the last one's. */
+	if (fw->tmp_fd >= 0)
+		close(fw->tmp_fd);
+	fw->tmp_fd = fcntl(tmp_fd, F_DUPFD_CLOEXEC, 0);
+	if (fw->tmp_fd < 0)
+		return -errno;
+	if (fw->dst_fd >= 0)
+		return 0;               /* a later pass (pull --verify staging again) */
+	fw->dst_fd = fcntl(dst_fd, F_DUPFD_CLOEXEC, 0);
+	if (fw->dst_fd < 0)
+		return -errno;
+	rc = cpull_sess_begin(fw->id, dst_fd);
+	if (rc < 0)
+		return rc;
+	for (unsigned i = 0; i < CFWD_LANES && fw->nn->n > 1; i++) {
+		struct lane *l = &fw->lanes[i];
+
+		l->fw = fw;
+		l->no = i;
+		rc = wq_open(&l->wq);
+		if (rc < 0)
+			break;
+		l->wq_open = true;
+		rc = -pthread_create(&l->thread, NULL, lane_main, l);
+		if (rc < 0)
+			break;
+		l->started = true;
+	}
+	if (rc < 0)
+		log_warn("cluster pull %s: %s: a lane: %s", fw->id, dst, strerror(-rc));
+	/* One lane is enough to go on with; none is an error. */
+	return fw->nn->n == 1 || fw->lanes[0].started ? 0 : rc;
+}
+
+static bool fw_reads(void *arg, const char *rel)
+{
+	struct cfwd *fw = arg;
+
+	return cpull_reader(fw->nn, rel, NULL, 0) == fw->nn->self;
+}
+
+static int fw_start(void *arg, const struct pull_fwd *f)
+{
+	struct cfwd *fw = arg;
+	struct fitem *it = calloc(1, sizeof(*it));
+
+	if (!it || !(it->f.rel = strdup(f->rel))) {
+		free(it);
+		return -ENOMEM;
+	}
+	it->f.size = f->size;
+	it->f.mtime_ns = f->mtime_ns;
+	it->f.mode = f->mode;
+	it->f.uid = f->uid;
+	it->f.gid = f->gid;
+	it->f.cookie = f->cookie;
+	pthread_mutex_lock(&fw->mu);
+	if (fw->q_tail)
+		fw->q_tail->next = it;
+	else
+		fw->q_head = it;
+	fw->q_tail = it;
+	fw->inflight++;
+	pthread_cond_broadcast(&fw->cv);
+	pthread_mutex_unlock(&fw->mu);
+	return 0;
+}
+
+static unsigned fw_reap(void *arg, int timeout_ms,
+			void (*done)(void *cookie, int rc, const char *why, void *darg), void *darg)
+{
+	struct cfwd *fw = arg;
+	uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+	struct fitem *list;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&fw->mu);
+	while (!fw->done && timeout_ms > 0) {
+		struct timespec ts = mono_timespec(deadline);
+
+		if (pthread_cond_timedwait(&fw->cv, &fw->mu, &ts) == ETIMEDOUT)
+			break;
+	}
+	list = fw->done;
+	fw->done = NULL;
+	for (struct fitem *it = list; it; it = it->next)
+		fw->inflight--;
+	pthread_mutex_unlock(&fw->mu);
+	while (list) {
+		struct fitem *it = list;
+
+		list = it->next;
+		done(it->f.cookie, it->rc, it->why, darg);
+		free((char *)it->f.rel);
+		free(it);
+		n++;
+	}
+	return n;
+}
+
+static unsigned fw_inflight(void *arg)
+{
+	struct cfwd *fw = arg;
+	unsigned n;
+
+	pthread_mutex_lock(&fw->mu);
+	n = fw->inflight;
+	pthread_mutex_unlock(&fw->mu);
+	return n;
+}
+
+static void fw_cancel(void *arg)
+{
+	struct cfwd *fw = arg;
+	struct fitem *q;
+
+	atomic_store(&fw->cancel, true);
+	pthread_mutex_lock(&fw->mu);
+	/* What no lane has taken is done at once. */
+	q = fw->q_head;
+	fw->q_head = fw->q_tail = NULL;
+	while (q) {
+		struct fitem *it = q;
+
+		q = it->next;
+		it->rc = -ECANCELED;
+		it->next = fw->done;
+		fw->done = it;
+	}
+	for (unsigned i = 0; i < CFWD_LANES; i++)
+		if (fw->lanes[i].active)
+			fw->lanes[i].active->ops->shutdown(fw->lanes[i].active);
+	pthread_cond_broadcast(&fw->cv);
+	pthread_mutex_unlock(&fw->mu);
+}
+
+static void fw_end(void *arg, bool ok)
+{
+	struct cfwd *fw = arg;
+
+	cpull_sess_pulled(fw->id, ok);
+}
+
+const struct pull_share_ops cfwd_ops = {
+	.begin = fw_begin, .reads = fw_reads, .start = fw_start, .reap = fw_reap,
+	.inflight = fw_inflight, .cancel = fw_cancel, .end = fw_end,
+};

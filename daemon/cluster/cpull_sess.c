@@ -1,0 +1,259 @@
+/* The cluster pulls this node serves its peers from, by id, and the
+ * serving (MSG_CPULL_FETCH).
+ *
+ * A pull being served:
+ *   STARTING --its pull opened DEST--> PULLING --the pull ended--> PULLED or FAILED
+ *   and gone when the asker ends it (cpull_part_end), once no fetch is
+ *   being served from it.
+ *
+ * What a peer may fetch: a regular file beneath DEST, by a path a manifest
+ * could hold, reached with no symlink on the way, and only when it is there
+ * as the asker's source has it (size and mtime). The pull puts nothing under
+ * a final name with the source's mtime but a complete durable copy, so such
+ * a file is whole. A file not there yet is waited for while this node's own
+ * pull runs (CPULL_WAIT_MS at most, then "ask again").
+ */
+#include "daemon/cluster/cluster.h"
+#include "daemon/cluster/cpull.h"
+#include "daemon/cluster/cpull_impl.h"
+#include "daemon/repl/repl_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/net/peer.h"
+
+#define SESS_MAX 16                    /* pulls served at once */
+#define SESS_FIND_MS 10000             /* a fetch may come before its pull's ask */
+#define SESS_POLL_MS 20
+
+enum sstate { S_STARTING, S_PULLING, S_PULLED, S_FAILED };
+
+struct sess {
+	char id[CPULL_ID_HEX + 1];
+	int dst_fd;                    /* a dup, -1 until PULLING */
+	enum sstate state;
+	unsigned users;                /* fetches being served from it */
+	struct sess *next;
+};
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             /* any change */
+	struct sess *list;
+	unsigned n;
+} ss = { .mu = PTHREAD_MUTEX_INITIALIZER };
+static pthread_once_t ss_once = PTHREAD_ONCE_INIT;
+
+static void ss_init(void)
+{
+	mono_cond_init(&ss.cv);
+}
+
+static struct sess *find_locked(const char *id)
+{
+	for (struct sess *s = ss.list; s; s = s->next)
+		if (strcmp(s->id, id) == 0)
+			return s;
+	return NULL;
+}
+
+int cpull_sess_add(const char *id)
+{
+	struct sess *s;
+
+	pthread_once(&ss_once, ss_init);
+	pthread_mutex_lock(&ss.mu);
+	if (find_locked(id) || ss.n >= SESS_MAX) {
+		int rc = find_locked(id) ? -EEXIST : -EBUSY;
+
+		pthread_mutex_unlock(&ss.mu);
+		return rc;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		pthread_mutex_unlock(&ss.mu);
+		return -ENOMEM;
+	}
+	snprintf(s->id, sizeof(s->id), "%s", id);
+	s->dst_fd = -1;
+	s->next = ss.list;
+	ss.list = s;
+	ss.n++;
+	pthread_cond_broadcast(&ss.cv);
+	pthread_mutex_unlock(&ss.mu);
+	return 0;
+}
+
+void cpull_sess_remove(const char *id)
+{
+	pthread_mutex_lock(&ss.mu);
+	for (struct sess **pp = &ss.list; *pp; pp = &(*pp)->next) {
+		struct sess *s = *pp;
+
+		if (strcmp(s->id, id) != 0)
+			continue;
+		s->state = s->state == S_PULLED ? S_PULLED : S_FAILED;
+		pthread_cond_broadcast(&ss.cv);
+		while (s->users)
+			pthread_cond_wait(&ss.cv, &ss.mu);
+		*pp = s->next;
+		ss.n--;
+		if (s->dst_fd >= 0)
+			close(s->dst_fd);
+		free(s);
+		break;
+	}
+	pthread_mutex_unlock(&ss.mu);
+}
+
+int cpull_sess_begin(const char *id, int dst_fd)
+{
+	struct sess *s;
+	int rc = 0;
+
+	pthread_mutex_lock(&ss.mu);
+	s = find_locked(id);
+	if (!s)
+		rc = -ENOENT;
+	else if ((s->dst_fd = fcntl(dst_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		rc = -errno;
+	else
+		s->state = S_PULLING;
+	pthread_cond_broadcast(&ss.cv);
+	pthread_mutex_unlock(&ss.mu);
+	return rc;
+}
+
+void cpull_sess_pulled(const char *id, bool ok)
+{
+	struct sess *s;
+
+	pthread_mutex_lock(&ss.mu);
+	s = find_locked(id);
+	if (s && (s->state == S_STARTING || s->state == S_PULLING))
+		s->state = ok ? S_PULLED : S_FAILED;
+	pthread_cond_broadcast(&ss.cv);
+	pthread_mutex_unlock(&ss.mu);
+}
+
+bool cpull_id_ok(const char *id)
+{
+	if (strlen(id) != CPULL_ID_HEX)
+		return false;
+	for (const char *c = id; *c; c++)
+		if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+			return false;
+	return true;
+}
+
+/* The file as the asker's source has it, opened beneath s's DEST: an fd,
+ * -EAGAIN (not there yet: wait), or another -errno (it will not be). */
+static int file_open(struct sess *s, const char *rel, uint64_t size, int64_t mtime_ns,
+		     struct stat *st)
+{
+	int fd;
+
+	if (s->dst_fd < 0)
+		return -EAGAIN;
+	fd = treeops_open_file_beneath(s->dst_fd, rel);
+	if (fd >= 0 && fstat(fd, st) == 0 && (uint64_t)st->st_size == size &&
+	    treeops_mtime_ns(st) == mtime_ns)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	return s->state == S_PULLING ? -EAGAIN : fd >= 0 ? -ESTALE : -ENOENT;
+}
+
+/* Waits (under ss.mu) for id's pull and for rel in it: an fd and *sp (a
+ * user taken), or -errno with why. */
+static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mtime_ns,
+		     struct sess **sp, char *why, size_t whylen)
+{
+	uint64_t t0 = mono_ns(), found_by = t0 + SESS_FIND_MS * 1000000ull;
+	uint64_t wait_by = t0 + CPULL_WAIT_MS * 1000000ull;
+	struct sess *s;
+	struct stat st;
+	int fd;
+
+	for (;;) {
+		struct timespec ts;
+
+		s = find_locked(id);
+		if (!s && mono_ns() >= found_by) {
+			snprintf(why, whylen, "no cluster pull %s here", id);
+			return -ENOENT;
+		}
+		if (s) {
+			/* The open is beneath DEST, on this node's disk: quick. */
+			fd = file_open(s, rel, size, mtime_ns, &st);
+			if (fd >= 0) {
+				s->users++;
+				*sp = s;
+				return fd;
+			}
+			if (fd != -EAGAIN) {
+				snprintf(why, whylen, "its pull %s without %s%s",
+					 s->state == S_PULLED ? "ended" : "failed", rel,
+					 fd == -ESTALE ? " (it has another version of it)" : "");
+				return fd;
+			}
+			if (mono_ns() >= wait_by) {
+				snprintf(why, whylen, "%s is not here yet", rel);
+				return -EAGAIN;
+			}
+		}
+		ts = mono_timespec(mono_ns() + SESS_POLL_MS * 1000000ull);
+		pthread_cond_timedwait(&ss.cv, &ss.mu, &ts);
+	}
+}
+
+int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
+{
+	char *id = NULL, *rel = NULL, why[1024] = "";
+	uint64_t size = 0, mtime = 0;
+	struct sess *s = NULL;
+	int fd, rc;
+
+	if (msg_get_str(req, K_JOB, &id) < 0 || !cpull_id_ok(id) || msg_get_str(req, K_PATH, &rel) < 0 ||
+	    !treeops_rel_ok(rel) || msg_get_u64(req, K_SIZE, &size) < 0 ||
+	    msg_get_u64(req, K_MTIME, &mtime) < 0) {
+		log_warn("a cluster pull's fetch from %s refused: malformed", peer);
+		peer_send_error(x, EBADMSG, "%s: a malformed fetch of a cluster pull", repl.cfg->name);
+		rc = -EBADMSG;
+		goto out;
+	}
+	pthread_once(&ss_once, ss_init);
+	pthread_mutex_lock(&ss.mu);
+	fd = wait_file(id, rel, size, (int64_t)mtime, &s, why, sizeof(why));
+	pthread_mutex_unlock(&ss.mu);
+	if (fd < 0) {
+		rc = fd;
+		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
+		goto out;
+	}
+	x->ops->set_timeout(x, REPL_IO_MS);
+	rc = repl_fetch_send(x, peer, fd, size, 0, size, rel, why, sizeof(why));
+	close(fd);
+	if (rc < 0 && *why) {
+		log_warn("cluster pull %s: %s for %s: %s", id, rel, peer, why);
+		peer_send_error(x, -rc, "%s: %s: %s", repl.cfg->name, rel, why);
+	}
+	pthread_mutex_lock(&ss.mu);
+	s->users--;
+	pthread_cond_broadcast(&ss.cv);
+	pthread_mutex_unlock(&ss.mu);
+out:
+	free(id);
+	free(rel);
+	return rc;
+}
