@@ -46,6 +46,7 @@
 #define CFWD_CONNS 8
 #define CFWD_SKIP 8                    /* readers refused for one file, at most */
 #define CFWD_TRIES 64                  /* "not there yet" answers for one file */
+#define PROBE_MISSES 16                /* "not here" answers before a node is asked no more */
 
 struct fitem {
 	struct pull_fwd f;             /* f.rel owned */
@@ -85,6 +86,7 @@ struct cfwd {
 	unsigned inflight;             /* started, not reaped */
 	bool stop;                     /* lanes end */
 	_Atomic bool cancel;           /* drop what is queued and in flight */
+	_Atomic unsigned *probe_miss;  /* per node: probes it answered "not here" in a row */
 	struct lane lanes[CFWD_LANES];
 };
 
@@ -102,7 +104,7 @@ static size_t jump(uint64_t key, size_t n)
 }
 
 size_t cpull_reader(const struct cpull_nodes *nn, const char *rel, const size_t *skip,
-		    size_t nskip)
+		    size_t nskip, bool other)
 {
 	size_t len = strlen(rel);
 
@@ -112,12 +114,12 @@ size_t cpull_reader(const struct cpull_nodes *nn, const char *rel, const size_t 
 
 		for (size_t i = 0; i < nskip; i++)
 			skipped |= skip[i] == b;
-		if (b == nn->self)
+		if (b == nn->self && !other)
 			return b;
-		if (!skipped && !atomic_load(&nn->dead[b]))
+		if (b != nn->self && !skipped && !atomic_load(&nn->dead[b]))
 			return b;
 	}
-	return nn->self;                /* every node met was dead: read it here */
+	return other ? nn->n : nn->self;   /* every node met was dead */
 }
 
 static void conn_drop(struct fconn *c)
@@ -161,7 +163,7 @@ static void conn_forget(struct lane *l, size_t r)
  * when r answered with a refusal (the connection is then closed); other
  * -errno: the connection failed (or our disk: *ours). */
 static int receive(struct lane *l, struct xport *x, const char *rname, const struct pull_fwd *f,
-		   int fd, bool *refused, bool *ours, char *why, size_t whylen)
+		   bool probe, int fd, bool *refused, bool *ours, char *why, size_t whylen)
 {
 	struct wq *q = &l->wq;
 	uint64_t next = 0;
@@ -173,6 +175,8 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 	msg_put_str(&m, K_PATH, f->rel);
 	msg_put_u64(&m, K_SIZE, f->size);
 	msg_put_u64(&m, K_MTIME, (uint64_t)f->mtime_ns);
+	if (probe)
+		msg_put_u64(&m, K_FLAGS, CPULL_PROBE);
 	rc = x->ops->send(x, &m);
 	msg_free(&m);
 	if (rc < 0) {
@@ -268,8 +272,10 @@ static int place(struct cfwd *fw, int fd, const char *tmp, const struct pull_fwd
 	return rc;
 }
 
-/* One try from reader r. 0 placed; else -errno with *refused / *ours. */
-static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool *refused, bool *ours)
+/* One try from node r (probe: only if it has the file now). 0 placed;
+ * else -errno with *refused / *ours. */
+static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool probe, bool *refused,
+		      bool *ours)
 {
 	struct cfwd *fw = l->fw;
 	const char *rname = fw->nn->names[r];
@@ -293,7 +299,7 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool *refused,
 	if (atomic_load(&fw->cancel))
 		x->ops->shutdown(x);
 	pthread_mutex_unlock(&fw->mu);
-	rc = receive(l, x, rname, &it->f, fd, refused, ours, it->why, sizeof(it->why));
+	rc = receive(l, x, rname, &it->f, probe, fd, refused, ours, it->why, sizeof(it->why));
 	pthread_mutex_lock(&fw->mu);
 	l->active = NULL;
 	pthread_mutex_unlock(&fw->mu);
@@ -316,6 +322,35 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool *refused,
 	return rc;
 }
 
+/* A file this node is to read: the node next in its sequence may hold it
+ * already (it read it when this one was dead, in a pull that is now run
+ * again), and then it comes from there, not from the source. A node that
+ * answered "not here" PROBE_MISSES times in a row is not asked again: on a
+ * first pull that is all a probe costs. */
+static int probe(struct lane *l, struct fitem *it)
+{
+	struct cfwd *fw = l->fw;
+	size_t nx = cpull_reader(fw->nn, it->f.rel, NULL, 0, true);
+	bool refused = false, ours = false;
+	int rc;
+
+	if (nx == fw->nn->n || atomic_load(&fw->probe_miss[nx]) >= PROBE_MISSES)
+		return PULL_FWD_READ;
+	rc = fetch_from(l, nx, it, true, &refused, &ours);
+	if (rc == 0) {
+		atomic_store(&fw->probe_miss[nx], 0);
+		return PULL_FWD_OK;
+	}
+	if (ours || rc == -ECANCELED)
+		return rc;
+	if (refused)
+		atomic_fetch_add(&fw->probe_miss[nx], 1);
+	else if (!atomic_exchange(&fw->nn->dead[nx], true))
+		log_warn("cluster pull %s: %s: %s; its share is read by the others", fw->id,
+			 fw->nn->names[nx], it->why);
+	return PULL_FWD_READ;
+}
+
 /* Where the file comes from: PULL_FWD_OK (placed), PULL_FWD_READ (read it
  * here), or -errno with it->why. */
 static int forward(struct lane *l, struct fitem *it)
@@ -324,6 +359,8 @@ static int forward(struct lane *l, struct fitem *it)
 	size_t skip[CFWD_SKIP], nskip = 0;
 	unsigned again = 0;
 
+	if (cpull_reader(fw->nn, it->f.rel, NULL, 0, false) == fw->nn->self)
+		return probe(l, it);
 	for (;;) {
 		size_t r;
 		bool refused = false, ours = false;
@@ -331,10 +368,10 @@ static int forward(struct lane *l, struct fitem *it)
 
 		if (atomic_load(&fw->cancel))
 			return -ECANCELED;
-		r = cpull_reader(fw->nn, it->f.rel, skip, nskip);
+		r = cpull_reader(fw->nn, it->f.rel, skip, nskip, false);
 		if (r == fw->nn->self)
 			return PULL_FWD_READ;
-		rc = fetch_from(l, r, it, &refused, &ours);
+		rc = fetch_from(l, r, it, false, &refused, &ours);
 		if (rc == 0)
 			return PULL_FWD_OK;
 		if (ours || rc == -ECANCELED)
@@ -393,6 +430,11 @@ int cfwd_open(struct cfwd **out, const char *id, struct cpull_nodes *nn)
 
 	if (!fw)
 		return -ENOMEM;
+	fw->probe_miss = calloc(nn->n ? nn->n : 1, sizeof(*fw->probe_miss));
+	if (!fw->probe_miss) {
+		free(fw);
+		return -ENOMEM;
+	}
 	fw->id = id;
 	fw->nn = nn;
 	fw->dst_fd = fw->tmp_fd = -1;
@@ -433,6 +475,7 @@ void cfwd_close(struct cfwd *fw)
 		close(fw->dst_fd);
 	pthread_cond_destroy(&fw->cv);
 	pthread_mutex_destroy(&fw->mu);
+	free((void *)fw->probe_miss);
 	free(fw);
 }
 
@@ -479,7 +522,13 @@ static bool fw_reads(void *arg, const char *rel)
 {
 	struct cfwd *fw = arg;
 
-	return cpull_reader(fw->nn, rel, NULL, 0) == fw->nn->self;
+	size_t nx;
+
+	if (cpull_reader(fw->nn, rel, NULL, 0, false) != fw->nn->self)
+		return false;
+	/* Ours to read: unless the next node may hold it already (probe). */
+	nx = cpull_reader(fw->nn, rel, NULL, 0, true);
+	return nx == fw->nn->n || atomic_load(&fw->probe_miss[nx]) >= PROBE_MISSES;
 }
 
 static int fw_start(void *arg, const struct pull_fwd *f)

@@ -27,6 +27,7 @@
 #define CPULL_ID_HEX 32                /* a pull's id: 16 random bytes */
 #define CPULL_NODES_MAX 4096
 #define CPULL_WAIT_MS 30000            /* a fetch waits this long for its file */
+#define CPULL_PROBE 1u                 /* MSG_CPULL_FETCH's K_FLAGS: only if it is there now */
 
 /* The nodes of one pull, in the asker's order. */
 struct cpull_nodes {
@@ -39,9 +40,11 @@ struct cpull_nodes {
 
 void cpull_nodes_free(struct cpull_nodes *nn);
 
-/* cpull_fwd.c: the reader of rel among nodes not dead and not in skip[]. */
+/* cpull_fwd.c: the reader of rel among nodes not dead and not in skip[];
+ * other: the first node of its sequence that is not this one (nn->n: none),
+ * the node that would read it if this one were dead. */
 size_t cpull_reader(const struct cpull_nodes *nn, const char *rel, const size_t *skip,
-		    size_t nskip);
+		    size_t nskip, bool other);
 
 /* The pull's share of this node: forwards on a few threads (lanes). */
 struct cfwd;

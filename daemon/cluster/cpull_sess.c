@@ -177,7 +177,7 @@ static int file_open(struct sess *s, const char *rel, uint64_t size, int64_t mti
 /* Waits (under ss.mu) for id's pull and for rel in it: an fd and *sp (a
  * user taken), or -errno with why. */
 static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mtime_ns,
-		     struct sess **sp, char *why, size_t whylen)
+		     bool probe, struct sess **sp, char *why, size_t whylen)
 {
 	uint64_t t0 = mono_ns(), found_by = t0 + SESS_FIND_MS * 1000000ull;
 	uint64_t wait_by = t0 + CPULL_WAIT_MS * 1000000ull;
@@ -189,7 +189,7 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 		struct timespec ts;
 
 		s = find_locked(id);
-		if (!s && mono_ns() >= found_by) {
+		if (!s && (probe || mono_ns() >= found_by)) {
 			snprintf(why, whylen, "no cluster pull %s here", id);
 			return -ENOENT;
 		}
@@ -201,6 +201,8 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 				*sp = s;
 				return fd;
 			}
+			if (fd == -EAGAIN && probe)
+				fd = -ENOENT;
 			if (fd != -EAGAIN) {
 				snprintf(why, whylen, "its pull %s without %s%s",
 					 s->state == S_PULLED ? "ended" : "failed", rel,
@@ -220,7 +222,7 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 {
 	char *id = NULL, *rel = NULL, why[1024] = "";
-	uint64_t size = 0, mtime = 0;
+	uint64_t size = 0, mtime = 0, flags = 0;
 	struct sess *s = NULL;
 	int fd, rc;
 
@@ -232,9 +234,10 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		rc = -EBADMSG;
 		goto out;
 	}
+	msg_get_u64(req, K_FLAGS, &flags);
 	pthread_once(&ss_once, ss_init);
 	pthread_mutex_lock(&ss.mu);
-	fd = wait_file(id, rel, size, (int64_t)mtime, &s, why, sizeof(why));
+	fd = wait_file(id, rel, size, (int64_t)mtime, flags & CPULL_PROBE, &s, why, sizeof(why));
 	pthread_mutex_unlock(&ss.mu);
 	if (fd < 0) {
 		rc = fd;

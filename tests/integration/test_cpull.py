@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import (assert_tree_equal, json_result, last_line, make_tree, F, D, L, wait_for)
+from helpers import (after_kill9, assert_tree_equal, json_result, make_tree, F, D, L, wait_for)
 
 
 def dataset(root, n_small=40, big=(3 << 20, 1 << 20)):
@@ -68,3 +68,47 @@ def test_independent_pulls_read_n_times(make_cluster, shared):
         cp = d.pull(src)
         assert cp.returncode == 0, cp.stderr
     assert read_bytes(m) - before == 3 * size
+
+
+def roots_of(nodes, src):
+    """Each node's root digest of its staged copy (its manifest's last line)."""
+    out = {}
+    for d in nodes:
+        cp = d.run("--json", "verify", d.dest_of(src))
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        out[d.name] = json_result(cp.stdout)[0].get("root")
+    return out
+
+
+def test_node_killed_mid_pull_then_rerun_reads_nothing_again(make_cluster, shared):
+    """kill -9 of a node while it reads its share of the source (the mount
+    capped at 1 MB/s; the two big files hash to n1): the pull completes on
+    the others, which read its share, and exits 1 naming it. Run again with
+    it back: it is finished from its peers, and the source is not read
+    again (its own share it finds on the node that read it in its place)."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3)
+    m.cmd("rate", 1_000_000)
+    before = read_bytes(m)
+    p = nodes[0].popen("--json", "pull", src, "--cluster")
+    wait_for(lambda: read_bytes(m) - before > size // 4, 30, "a quarter of the tree read")
+    nodes[1].kill9()
+    assert p.wait(120) == 1, p.out_path.read_text() + p.err_path.read_text()
+    res, events = json_result(p.out_path.read_text())
+    assert "n1" in res["text"] and "run it again" in res["text"], res["text"]
+    first = read_bytes(m) - before
+    m.cmd("clear")              # the checks below read the source too
+    for d in (nodes[0], nodes[2]):
+        assert_tree_equal(src, d.dest_of(src))
+    # n1's share was read by the others; at most what n2 had in flight twice.
+    assert size <= first < size + (3 << 20), f"read {first} bytes for a {size}-byte tree"
+    after_kill9()
+    nodes[1].start()
+    before = read_bytes(m)
+    cp = nodes[0].run("--json", "pull", src, "--cluster", timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert read_bytes(m) - before == 0, "the rerun read from the source what the nodes held"
+    assert_tree_equal(src, nodes[1].dest_of(src))
+    assert len(set(roots_of(nodes, src).values())) == 1
+    for d in nodes:
+        d.assert_serving()
