@@ -265,7 +265,7 @@ static void say_answers(struct job *j, struct cpull *cp)
 			continue;
 		mb->said = true;
 		if (mb->code != 0) {
-			job_note(j, LOG_ERROR, "node", NULL, "%s: %s", mb->name, mb->text);
+			job_note(j, LOG_ERROR, NULL, NULL, "%s: %s", mb->name, mb->text);
 			continue;
 		}
 		fmt_bytes(r, sizeof(r), mb->rbytes);
@@ -334,7 +334,7 @@ static void result(struct job *j, struct cpull *cp)
 	if (differ) {
 		for (size_t i = 0; i < cp->n; i++)
 			if (cp->m[i].code == 0)
-				job_note(j, LOG_ERROR, "differs", NULL, "%s: root %s", cp->m[i].name,
+				job_note(j, LOG_ERROR, NULL, NULL, "%s: root %s", cp->m[i].name,
 					 cp->m[i].root);
 		job_result(j, 1, NULL, NULL, "pull --cluster of %s: the nodes staged different trees "
 			   "(roots listed above): was the source changed while it was pulled? Pull "

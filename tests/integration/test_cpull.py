@@ -56,7 +56,10 @@ def test_cluster_pull_reads_once_and_stages_everywhere(make_cluster, shared):
         assert_tree_equal(src, dest)
         v = d.run("verify", dest)
         assert v.returncode == 0, v.stdout + v.stderr
-    print(json.dumps(res), [e for e in events if e["event"] == "note"])
+    notes = [e["text"] for e in events if e["event"] == "note"]
+    # Each node says what it read and what came from its peers.
+    assert sorted(t.split(":")[0] for t in notes) == ["n0", "n1", "n2"], notes
+    assert res["bytes_copied"] == size and res["bytes"] == size, res
 
 
 def test_independent_pulls_read_n_times(make_cluster, shared):
@@ -111,4 +114,61 @@ def test_node_killed_mid_pull_then_rerun_reads_nothing_again(make_cluster, share
     assert_tree_equal(src, nodes[1].dest_of(src))
     assert len(set(roots_of(nodes, src).values())) == 1
     for d in nodes:
+        d.assert_serving()
+
+
+def test_changed_source_repulled_moves_only_the_change(make_cluster, shared):
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3)
+    cp = nodes[1].run("pull", src, "--cluster", timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    # One small file rewritten, one big one grown, one removed, one new.
+    (src / "a" / "s003").write_bytes(b"changed" * 100)
+    with open(src / "c" / "big1", "ab") as f:
+        f.write(os.urandom(12345))
+    (src / "a" / "b" / "t001").unlink()
+    (src / "new").write_bytes(b"n" * 777)
+    changed = 700 + (1 << 20) + 12345 + 777
+    before = read_bytes(m)
+    cp = nodes[1].run("--json", "pull", src, "--cluster", timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert read_bytes(m) - before == changed
+    for d in nodes:
+        assert_tree_equal(src, d.dest_of(src))
+    assert len(set(roots_of(nodes, src).values())) == 1
+
+
+def test_nodes_and_slurm_nodelist_choose_the_nodes(make_cluster, shared):
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3)
+    cp = nodes[0].run("pull", src, "--cluster", "--nodes", "n[0-1]", timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.strip().splitlines()[-1] == str(nodes[0].dest_of(src))
+    assert_tree_equal(src, nodes[1].dest_of(src))
+    assert not nodes[2].dest_of(src).exists()
+    # Without --nodes, a Slurm job's own nodes (n1 asks for n2 and n1 only).
+    before = read_bytes(m)
+    cp = nodes[1].run("pull", src, "--cluster", env={"SLURM_JOB_NODELIST": "n[1-2]"}, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert read_bytes(m) - before == 0, "n2 got it all from n1"
+    assert_tree_equal(src, nodes[2].dest_of(src))
+
+
+def test_bad_node_lists_and_a_node_down(make_cluster, shared):
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3)
+    cp = nodes[0].run("pull", src, "--cluster", "--nodes", "n0,n7")
+    assert cp.returncode == 2 and "n7" in cp.stderr and "hosts file" in cp.stderr, cp.stderr
+    cp = nodes[0].run("pull", src, "--nodes", "n0")
+    assert cp.returncode == 2 and "--cluster" in cp.stderr, cp.stderr
+    cp = nodes[0].run("pull", "/etc", "--cluster")
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    nodes[2].stop()
+    before = read_bytes(m)
+    cp = nodes[0].run("pull", src, "--cluster", timeout=120)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert "n2:" in cp.stderr and "(n2)" in cp.stderr, cp.stderr
+    assert read_bytes(m) - before == size
+    for d in nodes[:2]:
+        assert_tree_equal(src, d.dest_of(src))
         d.assert_serving()
