@@ -43,9 +43,9 @@
 #include "daemon/net/peer.h"
 
 #define CFWD_LANES 4
-#define CFWD_CONNS 8
+#define CFWD_CONNS 4
 #define CFWD_SKIP 8                    /* readers refused for one file, at most */
-#define CFWD_TRIES 64                  /* "not there yet" answers for one file */
+#define CFWD_TRIES 4                   /* "not there yet" answers for one file (2 min) */
 #define PROBE_MISSES 16                /* "not here" answers before a node is asked no more */
 
 struct fitem {
