@@ -108,6 +108,8 @@ void cli_fmt_progress(char *buf, size_t len, const struct cli_progress *p)
 		cli_fmt_size(a, sizeof(a), p->bytes_done);
 		append(buf, len, &at, "  %s", a);
 	}
+	if (p->slowest && *p->slowest)
+		append(buf, len, &at, "  slowest %s", p->slowest);
 	if (!p->rate)
 		return;
 	cli_fmt_size(a, sizeof(a), p->rate);

@@ -13,6 +13,7 @@ struct cli_progress {
 	uint64_t files_done, files_total;
 	uint64_t bytes_done, bytes_total;
 	uint64_t rate;              /* bytes per second, 0: unknown */
+	const char *slowest;        /* pull --cluster: the node furthest behind, or NULL */
 };
 
 /* 512 -> "512 B", 1536 -> "1.5 KiB", 150 << 20 -> "150 MiB" */

@@ -99,6 +99,8 @@ static const struct jfield progress_fields[] = {
 	{ K_FILES_TOTAL, J_U64, "files_total" },
 	{ K_BYTES_DONE, J_U64, "bytes_done" },
 	{ K_BYTES_TOTAL, J_U64, "bytes_total" },
+	{ K_BYTES_FWD, J_U64, "bytes_forwarded" },    /* pull --cluster */
+	{ K_HOLDER, J_STR, "slowest" },               /* pull --cluster */
 	{ 0, J_RATE, "rate" },
 };
 
@@ -245,12 +247,21 @@ static int progress_human(struct cli_out *o, const struct msg *m)
 		.bytes_total = get_u64(m, K_BYTES_TOTAL),
 		.rate = o->rate,
 	};
-	char line[160];
+	char line[160], slowest[64] = "";
 	double t = o->now();
+	struct span s;
 	int n;
 
 	if (!o->progress || t - o->drawn_at < REDRAW_INTERVAL)
 		return 0;
+	if (get_str(m, K_HOLDER, &s)) {
+		size_t k = s.n < sizeof(slowest) - 1 ? s.n : sizeof(slowest) - 1;
+
+		for (size_t i = 0; i < k; i++)
+			slowest[i] = s.p[i] >= 0x20 && s.p[i] < 0x7f ? s.p[i] : '?';
+		slowest[k] = '\0';
+		p.slowest = slowest;
+	}
 	/* Short of the last column: a line that wraps cannot be redrawn by '\r'. */
 	cli_fmt_progress(line, o->cols > 0 && o->cols < (int)sizeof(line) ? (size_t)o->cols
 									 : sizeof(line), &p);

@@ -30,7 +30,6 @@
 #include "common/log.h"
 #include "daemon/net/peer.h"
 
-#define ASK_MS (24 * 3600 * 1000)      /* a node's pull of a big tree takes its time */
 #define CPULL_ASK_MAX 256              /* nodes asked directly (no relay tree yet) */
 
 struct member {
@@ -47,6 +46,7 @@ struct member {
 	char root[DIGEST_HEX_LEN + 1];
 	char path[4096];
 	uint64_t files, bytes, rfiles, rbytes, ffiles, fbytes;
+	struct cpull_prog prog;        /* under cp->mu: its last progress */
 };
 
 struct cpull {
@@ -58,6 +58,9 @@ struct cpull {
 	size_t n, answered;
 	bool over;                     /* every member answered: end the pull */
 	struct member *m;
+	struct cpull_live live;        /* this node's own part */
+	char slowest[64];              /* for the progress frames */
+	uint64_t fwd;
 };
 
 static void take_answer(struct member *mb, const struct msg *m)
@@ -114,7 +117,7 @@ static void ask_here(struct member *mb)
 		snprintf(mb->text, sizeof(mb->text), "out of memory");
 		return;
 	}
-	if (cpull_part(&a, ans, mb->text, sizeof(mb->text)) == 0) {
+	if (cpull_part(&a, &cp->live, ans, mb->text, sizeof(mb->text)) == 0) {
 		mb->here = true;
 		take_own(mb, ans);
 	}
@@ -134,7 +137,9 @@ static void *member_main(void *arg)
 		ask_here(mb);
 		goto answered;
 	}
-	rc = repl_dial(mb->host, REPL_CONNECT_MS, ASK_MS, &x, mb->text, sizeof(mb->text));
+	/* The node reports its progress every 250 ms while it pulls: silent
+	 * for REPL_IO_MS, it is gone (a link down, a node stopped). */
+	rc = repl_dial(mb->host, REPL_CONNECT_MS, REPL_IO_MS, &x, mb->text, sizeof(mb->text));
 	if (rc == 0) {
 		pthread_mutex_lock(&cp->mu);
 		mb->x = x;
@@ -148,8 +153,19 @@ static void *member_main(void *arg)
 		msg_put_str(&m, K_NODES, cp->list);
 		rc = x->ops->send(x, &m);
 		msg_free(&m);
-		if (rc == 0)
-			rc = x->ops->recv(x, &m);
+		while (rc == 0 && (rc = x->ops->recv(x, &m)) == 0 && m.type == MSG_PROGRESS) {
+			struct cpull_prog p = { 0 };
+
+			msg_get_u64(&m, K_FILES_DONE, &p.files_done);
+			msg_get_u64(&m, K_FILES_TOTAL, &p.files_total);
+			msg_get_u64(&m, K_BYTES_DONE, &p.bytes_done);
+			msg_get_u64(&m, K_BYTES_TOTAL, &p.bytes_total);
+			msg_get_u64(&m, K_BYTES_FWD, &p.bytes_fwd);
+			msg_free(&m);
+			pthread_mutex_lock(&cp->mu);
+			mb->prog = p;
+			pthread_mutex_unlock(&cp->mu);
+		}
 		if (rc < 0) {
 			snprintf(mb->text, sizeof(mb->text), "%s", rc == -ENOTCONN ?
 				 "the connection was lost before it answered (killed? link down?)" :
@@ -276,6 +292,64 @@ static void say_answers(struct job *j, struct cpull *cp)
 	}
 }
 
+static void progress_more(struct msg *m, void *arg)
+{
+	struct cpull *cp = arg;
+
+	msg_put_u64(m, K_BYTES_FWD, cp->fwd);
+	if (cp->slowest[0])
+		msg_put_str(m, K_HOLDER, cp->slowest);
+}
+
+/* The whole pull's progress: every node's figures summed (every node stages
+ * the whole tree), the bytes forwarded between them, and the node furthest
+ * behind of those still pulling. */
+static void progress(struct job *j, struct cpull *cp)
+{
+	struct cpull_prog sum = { 0 };
+	double worst = 2;
+	const char *slow = NULL;
+
+	for (size_t i = 0; i < cp->n; i++) {
+		struct member *mb = &cp->m[i];
+		struct cpull_prog p;
+		bool answered;
+
+		pthread_mutex_lock(&cp->mu);
+		answered = mb->answered;
+		p = mb->prog;
+		pthread_mutex_unlock(&cp->mu);
+		if (!answered && strcmp(mb->name, repl.cfg->name) == 0)
+			cpull_live_read(&cp->live, &p);      /* this node's part, in place */
+		if (answered && mb->code == 0)
+			p = (struct cpull_prog){ mb->files, mb->files, mb->bytes, mb->bytes, mb->fbytes };
+		sum.files_done += p.files_done;
+		sum.files_total += p.files_total;
+		sum.bytes_done += p.bytes_done;
+		sum.bytes_total += p.bytes_total;
+		sum.bytes_fwd += p.bytes_fwd;
+		if (!answered) {
+			double f = p.bytes_total ? (double)p.bytes_done / (double)p.bytes_total : 0;
+
+			if (f < worst) {
+				worst = f;
+				slow = mb->name;
+			}
+		}
+	}
+	atomic_store(&j->phase, "pull");
+	atomic_store(&j->files_done, sum.files_done);
+	atomic_store(&j->files_total, sum.files_total);
+	atomic_store(&j->bytes_done, sum.bytes_done);
+	atomic_store(&j->bytes_total, sum.bytes_total);
+	cp->fwd = sum.bytes_fwd;
+	snprintf(cp->slowest, sizeof(cp->slowest), "%s", slow && cp->n > 1 ? slow : "");
+	if (slow && cp->n > 1)
+		job_set_what(j, "%s onto %zu nodes (cluster pull %.8s): %zu of them done; slowest %s "
+			     "at %.0f%%", cp->src, cp->n, cp->id, cp->answered, slow, worst * 100);
+	job_progress_with(j, false, progress_more, cp);
+}
+
 /* Waits for every answer, saying each; a client gone cancels the rest. */
 static void wait_answers(struct job *j, struct cpull *cp)
 {
@@ -288,6 +362,7 @@ static void wait_answers(struct job *j, struct cpull *cp)
 		pthread_cond_timedwait(&cp->cv, &cp->mu, &ts);
 		pthread_mutex_unlock(&cp->mu);
 		say_answers(j, cp);
+		progress(j, cp);
 		if (!cancelled && job_cancelled(j)) {
 			cancelled = true;
 			pthread_mutex_lock(&cp->mu);
@@ -397,6 +472,7 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 	job_set_what(j, "%s onto %zu nodes (cluster pull %.8s)", src, n, id);
 	log_info("cluster pull %s: %s onto %s", id, src, cp.list);
 	pthread_mutex_init(&cp.mu, NULL);
+	pthread_mutex_init(&cp.live.mu, NULL);
 	mono_cond_init(&cp.cv);
 	for (size_t i = 0; i < n; i++) {
 		struct member *mb = &cp.m[i];
@@ -423,6 +499,7 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 	else
 		result(j, &cp);
 	pthread_cond_destroy(&cp.cv);
+	pthread_mutex_destroy(&cp.live.mu);
 	pthread_mutex_destroy(&cp.mu);
 out:
 	free(cp.m);

@@ -87,6 +87,7 @@ struct cfwd {
 	bool stop;                     /* lanes end */
 	_Atomic bool cancel;           /* drop what is queued and in flight */
 	_Atomic unsigned *probe_miss;  /* per node: probes it answered "not here" in a row */
+	_Atomic uint64_t bytes_in;     /* received from peers, for progress */
 	struct lane lanes[CFWD_LANES];
 };
 
@@ -231,6 +232,7 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 			break;
 		}
 		next += raw;
+		atomic_fetch_add(&l->fw->bytes_in, raw);
 	}
 	int erc = wq_end(q);
 
@@ -477,6 +479,11 @@ void cfwd_close(struct cfwd *fw)
 	pthread_mutex_destroy(&fw->mu);
 	free((void *)fw->probe_miss);
 	free(fw);
+}
+
+uint64_t cfwd_bytes_in(struct cfwd *fw)
+{
+	return atomic_load(&fw->bytes_in);
 }
 
 static int fw_begin(void *arg, const char *dst, int dst_fd, int tmp_fd)

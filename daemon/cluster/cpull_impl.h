@@ -17,6 +17,7 @@
 #ifndef STAGE_CPULL_IMPL_H
 #define STAGE_CPULL_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -54,6 +55,8 @@ int cfwd_open(struct cfwd **fw, const char *id, struct cpull_nodes *nn);
 void cfwd_close(struct cfwd *fw);
 /* The share for pull_run_share (its arg is fw). */
 extern const struct pull_share_ops cfwd_ops;
+/* Bytes received from peers so far. */
+uint64_t cfwd_bytes_in(struct cfwd *fw);
 
 /* cpull_node.c: this node's part of pull id (the asker's, or its own
  * when it is the asker): its pull run here with the others. A pull being
@@ -68,9 +71,25 @@ struct cpull_answer {
 	char text[1024];               /* its result */
 	struct pull_stats st;
 };
+/* How far a node's part is, for the asker's progress. */
+struct cpull_prog {
+	uint64_t files_done, files_total, bytes_done, bytes_total, bytes_fwd;
+};
+/* A part being run, as another thread sees it (mu is the caller's to
+ * init and destroy; the pointers are the part's while it runs). */
+struct cpull_live {
+	pthread_mutex_t mu;
+	struct job *job;
+	struct cfwd *fw;
+	struct cpull_prog last;        /* what was read last */
+};
+/* Where the part is now (the last figures once it has ended). */
+void cpull_live_read(struct cpull_live *lv, struct cpull_prog *p);
 /* 0 with *ans (the pull ran, well or not), or -errno with why: refused
- * before any pull (a bad node list, the same pull twice). */
-int cpull_part(const struct cpull_ask *a, struct cpull_answer *ans, char *why, size_t whylen);
+ * before any pull (a bad node list, the same pull twice). lv, if given,
+ * shows the part while it runs. */
+int cpull_part(const struct cpull_ask *a, struct cpull_live *lv, struct cpull_answer *ans,
+	       char *why, size_t whylen);
 void cpull_part_end(const char *id);
 /* cpull_sess.c: the pulls this node serves from, by id. */
 /* A pull to serve from (STARTING): 0, -EEXIST, -EBUSY (too many), -ENOMEM. */

@@ -10,10 +10,13 @@
 #include "daemon/repl/repl_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/hostlist.h"
 #include "common/log.h"
 #include "daemon/net/peer.h"
@@ -52,7 +55,38 @@ void cpull_nodes_free(struct cpull_nodes *nn)
 	memset(nn, 0, sizeof(*nn));
 }
 
-int cpull_part(const struct cpull_ask *a, struct cpull_answer *ans, char *why, size_t whylen)
+void cpull_live_read(struct cpull_live *lv, struct cpull_prog *p)
+{
+	pthread_mutex_lock(&lv->mu);
+	if (lv->job) {
+		lv->last = (struct cpull_prog){
+			.files_done = atomic_load(&lv->job->files_done),
+			.files_total = atomic_load(&lv->job->files_total),
+			.bytes_done = atomic_load(&lv->job->bytes_done),
+			.bytes_total = atomic_load(&lv->job->bytes_total),
+			.bytes_fwd = lv->fw ? cfwd_bytes_in(lv->fw) : 0,
+		};
+	}
+	*p = lv->last;
+	pthread_mutex_unlock(&lv->mu);
+}
+
+static void live_set(struct cpull_live *lv, struct job *j, struct cfwd *fw)
+{
+	struct cpull_prog p;
+
+	if (!lv)
+		return;
+	if (!j)
+		cpull_live_read(lv, &p);        /* the last figures stay */
+	pthread_mutex_lock(&lv->mu);
+	lv->job = j;
+	lv->fw = fw;
+	pthread_mutex_unlock(&lv->mu);
+}
+
+int cpull_part(const struct cpull_ask *a, struct cpull_live *lv, struct cpull_answer *ans,
+	       char *why, size_t whylen)
 {
 	struct pull_share sh = { .ops = &cfwd_ops };
 	struct cpull_nodes nn = { 0 };
@@ -73,13 +107,17 @@ int cpull_part(const struct cpull_ask *a, struct cpull_answer *ans, char *why, s
 		return rc;
 	}
 	log_info("cluster pull %s: %s onto %zu nodes", a->id, a->src, nn.n);
-	job_begin(&sub, -1, a->flags & REQ_VERIFY, repl.cfg, "pull", a->src);
+	/* REQ_PROGRESS: the pull counts the tree first, so progress has totals
+	 * (nothing is sent: the job has no client). */
+	job_begin(&sub, -1, (a->flags & REQ_VERIFY) | REQ_PROGRESS, repl.cfg, "pull", a->src);
 	job_set_what(&sub, "cluster pull %.8s: %s", a->id, a->src);
 	sub.code = 1;
 	snprintf(sub.result, sizeof(sub.result), "the pull ended without a result");
 	sh.arg = fw;
+	live_set(lv, &sub, fw);
 	pull_run_share(&sub, a->src, a->dest, &sh, &ans->st);
 	cpull_sess_pulled(a->id, sub.code == 0);
+	live_set(lv, NULL, NULL);
 	cfwd_close(fw);
 	ans->code = sub.code;
 	snprintf(ans->text, sizeof(ans->text), "%s", sub.result);
@@ -94,8 +132,78 @@ void cpull_part_end(const char *id)
 	log_info("cluster pull %s: over here", id);
 }
 
+/* While a part runs for a peer's ask, its progress goes to the asker every
+ * REPORT_MS on the ask's connection: the asker shows it, and a node silent
+ * for REPL_IO_MS is taken for gone. The part's own thread sends nothing
+ * until this one is joined, so frames never interleave. */
+#define REPORT_MS 250
+
+struct reporter {
+	struct xport *x;
+	struct cpull_live lv;
+	pthread_t thread;
+	bool started, stop;
+	pthread_mutex_t mu;            /* stop */
+	pthread_cond_t cv;
+};
+
+static void *report_main(void *arg)
+{
+	struct reporter *r = arg;
+
+	pthread_mutex_lock(&r->mu);
+	while (!r->stop) {
+		struct timespec ts = mono_timespec(mono_ns() + REPORT_MS * 1000000ull);
+		struct cpull_prog p;
+		struct msg m;
+		int rc;
+
+		pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+		if (r->stop)
+			break;
+		pthread_mutex_unlock(&r->mu);
+		cpull_live_read(&r->lv, &p);
+		msg_init(&m, MSG_PROGRESS);
+		msg_put_u64(&m, K_FILES_DONE, p.files_done);
+		msg_put_u64(&m, K_FILES_TOTAL, p.files_total);
+		msg_put_u64(&m, K_BYTES_DONE, p.bytes_done);
+		msg_put_u64(&m, K_BYTES_TOTAL, p.bytes_total);
+		msg_put_u64(&m, K_BYTES_FWD, p.bytes_fwd);
+		rc = r->x->ops->send(r->x, &m);
+		msg_free(&m);
+		pthread_mutex_lock(&r->mu);
+		if (rc < 0)
+			break;          /* the asker is gone: the part goes on, and says so */
+	}
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+static void reporter_start(struct reporter *r, struct xport *x)
+{
+	r->x = x;
+	pthread_mutex_init(&r->lv.mu, NULL);
+	pthread_mutex_init(&r->mu, NULL);
+	mono_cond_init(&r->cv);
+	r->started = pthread_create(&r->thread, NULL, report_main, r) == 0;
+}
+
+static void reporter_stop(struct reporter *r)
+{
+	pthread_mutex_lock(&r->mu);
+	r->stop = true;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	if (r->started)
+		pthread_join(r->thread, NULL);
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->lv.mu);
+}
+
 int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 {
+	struct reporter rep = { 0 };
 	struct cpull_ask a = { 0 };
 	struct cpull_answer *ans = calloc(1, sizeof(*ans));
 	char *id = NULL, *src = NULL, *dest = NULL, *list = NULL, why[1024] = "";
@@ -121,7 +229,9 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	a = (struct cpull_ask){ .id = id, .src = src, .dest = dest, .list = list,
 				.flags = (uint32_t)flags };
 	log_info("cluster pull %s asked by %s", id, peer);
-	rc = cpull_part(&a, ans, why, sizeof(why));
+	reporter_start(&rep, x);
+	rc = cpull_part(&a, &rep.lv, ans, why, sizeof(why));
+	reporter_stop(&rep);
 	if (rc < 0) {
 		log_warn("a cluster pull asked by %s refused: %s", peer, why);
 		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);

@@ -161,6 +161,12 @@ void job_note(struct job *j, enum log_level lvl, const char *kind, const char *p
 
 void job_progress(struct job *j, bool force)
 {
+	job_progress_with(j, force, NULL, NULL);
+}
+
+void job_progress_with(struct job *j, bool force, void (*more)(struct msg *m, void *arg),
+		       void *arg)
+{
 	uint64_t now = mono_ns();
 	struct msg m;
 
@@ -176,6 +182,8 @@ void job_progress(struct job *j, bool force)
 	msg_put_u64(&m, K_FILES_TOTAL, atomic_load(&j->files_total));
 	msg_put_u64(&m, K_BYTES_DONE, atomic_load(&j->bytes_done));
 	msg_put_u64(&m, K_BYTES_TOTAL, atomic_load(&j->bytes_total));
+	if (more)
+		more(&m, arg);
 	send_or_hang_up(j, &m, true);
 }
 

@@ -61,6 +61,9 @@ void job_note(struct job *j, enum log_level lvl, const char *kind, const char *p
 void job_send(struct job *j, struct msg *m);
 /* Sends MSG_PROGRESS if asked for and 100 ms have passed (or force). */
 void job_progress(struct job *j, bool force);
+/* The same, more(m, arg) adding fields of the job's own to the frame. */
+void job_progress_with(struct job *j, bool force, void (*more)(struct msg *m, void *arg),
+		       void *arg);
 /* Whether to stop: the daemon is stopping or the client hung up. Cheap. */
 bool job_cancelled(struct job *j);
 /* The result frame: code is the client's exit code. `m` carries extra

@@ -172,3 +172,23 @@ def test_bad_node_lists_and_a_node_down(make_cluster, shared):
     for d in nodes[:2]:
         assert_tree_equal(src, d.dest_of(src))
         d.assert_serving()
+
+
+def test_progress_of_the_whole_cluster(make_cluster, shared):
+    """--json progress while the nodes pull (the mount capped at 2 MB/s):
+    every node's bytes summed, what was forwarded, and the node furthest
+    behind."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3)
+    m.cmd("rate", 2_000_000)
+    cp = nodes[2].run("--json", "pull", src, "--cluster", timeout=120)
+    m.cmd("clear")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    res, events = json_result(cp.stdout)
+    prog = [e for e in events if e["event"] == "progress" and e.get("bytes_total")]
+    assert prog, [e["event"] for e in events]
+    assert max(e["bytes_total"] for e in prog) == 3 * size, prog[-1]
+    assert any(e.get("slowest") in ("n0", "n1", "n2") for e in prog), prog[-1]
+    assert any(0 < e.get("bytes_forwarded", 0) for e in prog), prog[-1]
+    done = [e["bytes_done"] for e in prog]
+    assert done == sorted(done) and done[-1] > done[0], done

@@ -152,8 +152,15 @@ static void test_args_verify_cluster(void **state)
 	assert_true(a.cluster && a.deep);
 	assert_int_equal(PARSE(&a, err, "verify", "p"), 0);
 	assert_false(a.cluster || a.deep);
-	assert_int_equal(PARSE(&a, err, "pull", "x", "--cluster"), -EINVAL);
-	assert_string_equal(err, "option '--cluster' does not apply to 'pull'");
+	/* pull --cluster stages on every node; --nodes only with it. */
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--cluster", "--nodes", "n[0-3]"), 0);
+	assert_true(a.cluster);
+	assert_string_equal(a.nodes, "n[0-3]");
+	assert_int_equal(PARSE(&a, err, "pull", "x", "--nodes", "n1"), -EINVAL);
+	assert_string_equal(err, "--nodes names the nodes to stage on with --cluster: "
+			    "stage pull SRC --cluster --nodes LIST");
+	assert_int_equal(PARSE(&a, err, "commit", "x", "--cluster"), -EINVAL);
+	assert_string_equal(err, "option '--cluster' does not apply to 'commit'");
 }
 
 static void test_args_restore(void **state)
@@ -362,7 +369,15 @@ static void test_fmt_progress(void **state)
 	cli_fmt_progress(buf, sizeof(buf), &p);
 	assert_string_equal(buf, "scan  5 files  2.0 KiB");
 
+	/* pull --cluster names the node furthest behind, before the rate. */
+	p = (struct cli_progress){ .phase = "pull", .files_done = 3, .files_total = 9,
+				   .bytes_done = 3 << 20, .bytes_total = 9 << 20, .rate = 1 << 20,
+				   .slowest = "gpu07" };
+	cli_fmt_progress(buf, sizeof(buf), &p);
+	assert_string_equal(buf, "pull  3/9 files  3.0/9.0 MiB  slowest gpu07  1.0 MiB/s  ETA 0:06");
+
 	/* Cut short, still terminated. */
+	p = (struct cli_progress){ .phase = "scan", .files_done = 5, .bytes_done = 2048 };
 	p.phase = "verify";
 	cli_fmt_progress(buf, 9, &p);
 	assert_string_equal(buf, "verify  ");
