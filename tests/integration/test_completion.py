@@ -51,7 +51,7 @@ def test_commands_and_options_from_the_parser():
     assert complete(["rest"]) == ["restore"]
     assert sorted(complete(["re"])) == ["restore", "resume"]
     assert sorted(complete(["pull", "--"])) == sorted(["--socket", "--json", "--help", "--version",
-                                                       "--to", "--verify"])
+                                                       "--to", "--verify", "--cluster", "--nodes"])
     assert sorted(complete(["verify", "x", "--"])) == sorted(["--socket", "--json", "--help",
                                                              "--version", "--deep", "--cluster",
                                                              "--nodes"])
