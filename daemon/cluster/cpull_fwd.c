@@ -1,14 +1,18 @@
 /* One node's share of a cluster pull: the files it does not read from the
- * source, fetched from the nodes that do (their side: cpull_node.c).
+ * source, fetched from the nodes that do (their side: cpull_sess.c).
  *
  * The pull engine hands a file over (start) and goes on with its walk; one
- * of CFWD_LANES threads takes it, asks its reader for it, writes it into a
- * temporary in DEST/.stage/tmp, gives it the source's owner, mode and mtime,
- * makes it durable (fsync) and renames it to its final name: what a pull
- * itself does with a copy, so that what is under a final name with the
- * source's mtime is always complete. The engine then hashes it where it
- * stands (pull.c): the manifest's digests are this node's own reading of
+ * of the lanes (threads) takes it, asks its reader for it, writes it into a
+ * temporary in the pass's DEST/.stage/tmp and gives it the source's owner,
+ * mode and mtime. The engine then hashes the temporary and settles it as it
+ * does its own copies (pull.c): durable with the batch's syncfs, then
+ * renamed, so that what is under a final name with the source's mtime is
+ * always complete. The manifest's digests are this node's own reading of
  * its own disk, and the asker compares every node's root.
+ *
+ * Lanes: one file each at a time, and a file waits for its reader to have
+ * read it, so it is the lanes' number that hides that wait: as many as
+ * `memory` gives 4 MiB of write buffers each, 2 to 16.
  *
  * A file's states: queued -> in a lane -> done (reaped by the engine).
  * A reader that cannot be reached, or whose connection breaks, is marked
@@ -17,9 +21,13 @@
  * without it, it has another version) is skipped for this file alone. When
  * the next reader is this node, the engine reads the file from the source.
  *
- * Each lane keeps a connection to each of the last CFWD_CONNS readers it
- * asked: files go to readers by hash, so consecutive files mostly go to
- * different nodes, and a connection per file would cost a handshake each.
+ * The lanes share a pool of connections, at most PEER_CONNS to each node:
+ * files go to readers by hash, so consecutive files mostly go to different
+ * nodes, and a connection per file would cost a handshake each; and every
+ * node serving at most PEER_CONNS connections from each peer keeps a
+ * node's incoming connections within what it admits (4 per node of the
+ * hosts file, repl_recv.c), where a connection refused there would look
+ * like a node gone.
  */
 #include "daemon/cluster/cpull_impl.h"
 #include "daemon/repl/repl_impl.h"
@@ -42,8 +50,10 @@
 #include "daemon/fs/treeops.h"
 #include "daemon/net/peer.h"
 
-#define CFWD_LANES 4
-#define CFWD_CONNS 4
+#define CFWD_LANES 16                  /* at most */
+#define LANE_MEM (WQ_DEPTH * (uint64_t)WQ_BUF)
+#define CFWD_POOL CFWD_LANES           /* connections kept, to all nodes */
+#define PEER_CONNS 4                   /* ... to one node */
 #define CFWD_SKIP 8                    /* readers refused for one file, at most */
 #define CFWD_TRIES 4                   /* "not there yet" answers for one file (2 min) */
 #define PROBE_MISSES 16                /* "not here" answers before a node is asked no more */
@@ -51,13 +61,15 @@
 struct fitem {
 	struct pull_fwd f;             /* f.rel owned */
 	int rc;                        /* PULL_FWD_* or -errno, once done */
+	char tmp[64];                  /* PULL_FWD_OK: the temporary, in tmp/ */
 	char why[512];
 	struct fitem *next;
 };
 
 struct fconn {
 	size_t node;                   /* index in nodes */
-	struct xport *x;               /* NULL: free */
+	struct xport *x;               /* NULL: none */
+	bool busy;                     /* a lane has it (or is dialling it) */
 	uint64_t used;                 /* for the least recently used */
 };
 
@@ -68,10 +80,9 @@ struct lane {
 	bool started;
 	struct wq wq;
 	bool wq_open;
-	struct fconn conns[CFWD_CONNS];
 	struct xport *active;          /* receiving on it now (under fw->mu): a cancel
 					* shuts it down */
-	uint64_t tick, seq;
+	uint64_t seq;
 };
 
 struct cfwd {
@@ -89,6 +100,8 @@ struct cfwd {
 	_Atomic unsigned *probe_miss;  /* per node: probes it answered "not here" in a row */
 	_Atomic uint64_t bytes_in;     /* received from peers, for progress */
 	struct lane lanes[CFWD_LANES];
+	struct fconn pool[CFWD_POOL];  /* under mu */
+	uint64_t tick;
 };
 
 /* Lamping and Veach's jump consistent hash: a bucket of n for key. */
@@ -123,41 +136,85 @@ size_t cpull_reader(const struct cpull_nodes *nn, const char *rel, const size_t 
 	return other ? nn->n : nn->self;   /* every node met was dead */
 }
 
-static void conn_drop(struct fconn *c)
+/* A connection of the pool to node r, not in use, taken for the caller:
+ * one that is idle, or one dialled when fewer than PEER_CONNS lead to r (in
+ * a free slot, or that of the least recently used idle connection to
+ * another node, closed first). Waits while all of r's are in use. NULL with
+ * why: the dial failed, or the share is cancelled. */
+static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whylen)
 {
-	if (c->x)
-		c->x->ops->close(c->x);
-	c->x = NULL;
-}
+	struct fconn *c = NULL, *slot = NULL;
+	struct xport *old = NULL;
+	int rc;
 
-/* The lane's connection to node r, dialled if it has none. */
-static struct xport *conn_get(struct lane *l, size_t r, char *why, size_t whylen)
-{
-	struct fconn *c = NULL, *lru = &l->conns[0];
+	pthread_mutex_lock(&fw->mu);
+	for (;;) {
+		unsigned to_r = 0;
 
-	for (unsigned i = 0; i < CFWD_CONNS; i++) {
-		if (l->conns[i].x && l->conns[i].node == r)
-			c = &l->conns[i];
-		if (!l->conns[i].x || (lru->x && l->conns[i].used < lru->used))
-			lru = &l->conns[i];
-	}
-	if (!c) {
-		c = lru;
-		conn_drop(c);
-		if (repl_dial(l->fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why,
-			      whylen) < 0)
+		if (atomic_load(&fw->cancel)) {
+			pthread_mutex_unlock(&fw->mu);
+			snprintf(why, whylen, "cancelled");
 			return NULL;
-		c->node = r;
+		}
+		slot = NULL;
+		for (unsigned i = 0; i < CFWD_POOL; i++) {
+			struct fconn *k = &fw->pool[i];
+
+			if (k->x && k->node == r) {
+				to_r++;
+				if (!k->busy && !c)
+					c = k;
+			}
+			if (!k->busy && (!slot || (slot->x && (!k->x || k->used < slot->used))))
+				slot = k;
+		}
+		if (c || (to_r < PEER_CONNS && slot))
+			break;
+		pthread_cond_wait(&fw->cv, &fw->mu);
 	}
-	c->used = ++l->tick;
-	return c->x;
+	if (c) {
+		c->busy = true;
+		c->used = ++fw->tick;
+		pthread_mutex_unlock(&fw->mu);
+		return c;
+	}
+	c = slot;
+	old = c->x;
+	c->x = NULL;
+	c->node = r;
+	c->busy = true;
+	c->used = ++fw->tick;
+	pthread_mutex_unlock(&fw->mu);
+	if (old)
+		old->ops->close(old);
+	rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why, whylen);
+	if (rc < 0) {
+		pthread_mutex_lock(&fw->mu);
+		c->x = NULL;
+		c->busy = false;
+		pthread_cond_broadcast(&fw->cv);
+		pthread_mutex_unlock(&fw->mu);
+		return NULL;
+	}
+	return c;
 }
 
-static void conn_forget(struct lane *l, size_t r)
+/* Gives c back: kept for the next file, or (keep false: refused, broken,
+ * cancelled) closed. */
+static void conn_put(struct cfwd *fw, struct fconn *c, bool keep)
 {
-	for (unsigned i = 0; i < CFWD_CONNS; i++)
-		if (l->conns[i].x && l->conns[i].node == r)
-			conn_drop(&l->conns[i]);
+	struct xport *x = NULL;
+
+	pthread_mutex_lock(&fw->mu);
+	if (!keep) {
+		x = c->x;
+		c->x = NULL;
+	}
+	c->busy = false;
+	pthread_cond_broadcast(&fw->cv);
+	pthread_mutex_unlock(&fw->mu);
+	if (x)
+		x->ops->close(x);
 }
 
 /* The file's bytes from reader r into fd, in order. 0; -errno with *refused
@@ -244,33 +301,15 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 	return rc;
 }
 
-/* A temporary written whole: the source's attributes, durable, then its
- * final name. 0 or -errno with why. */
-static int place(struct cfwd *fw, int fd, const char *tmp, const struct pull_fwd *f, char *why,
-		 size_t whylen)
+/* A temporary written whole gets the source's attributes (before the
+ * batch's syncfs makes them durable with the bytes). 0 or -errno with why. */
+static int place(struct cfwd *fw, int fd, const struct pull_fwd *f, char *why, size_t whylen)
 {
-	const char *what = "", *base;
-	int pfd, rc;
+	const char *what = "";
+	int rc = treeops_set_meta(fd, fw->as_root, f->uid, f->gid, f->mode, f->mtime_ns, &what);
 
-	/* Attributes before the fsync: they are then as durable as the bytes. */
-	rc = treeops_set_meta(fd, fw->as_root, f->uid, f->gid, f->mode, f->mtime_ns, &what);
-	if (rc == 0 && fsync(fd) < 0) {
-		rc = -errno;
-		what = "fsync";
-	}
-	if (rc < 0) {
-		snprintf(why, whylen, "%s of its temporary: %s", what, strerror(-rc));
-		return rc;
-	}
-	pfd = treeops_open_parent(fw->dst_fd, f->rel, &base);
-	if (pfd < 0) {
-		snprintf(why, whylen, "its directory: %s", strerror(-pfd));
-		return pfd;
-	}
-	rc = renameat(fw->tmp_fd, tmp, pfd, base) < 0 ? -errno : 0;
-	close(pfd);
 	if (rc < 0)
-		snprintf(why, whylen, "rename: %s", strerror(-rc));
+		snprintf(why, whylen, "%s of its temporary: %s", what, strerror(-rc));
 	return rc;
 }
 
@@ -281,19 +320,22 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool probe, bo
 {
 	struct cfwd *fw = l->fw;
 	const char *rname = fw->nn->names[r];
-	char tmp[64];
+	char *tmp = it->tmp;
+	struct fconn *c;
 	struct xport *x;
 	int fd, rc;
 
-	x = conn_get(l, r, it->why, sizeof(it->why));
-	if (!x)
-		return -EHOSTUNREACH;
-	snprintf(tmp, sizeof(tmp), "fwd.%u.%llu", l->no, (unsigned long long)++l->seq);
+	c = conn_get(fw, r, it->why, sizeof(it->why));
+	if (!c)
+		return atomic_load(&fw->cancel) ? -ECANCELED : -EHOSTUNREACH;
+	x = c->x;
+	snprintf(it->tmp, sizeof(it->tmp), "fwd.%u.%llu", l->no, (unsigned long long)++l->seq);
 	fd = openat(fw->tmp_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		*ours = true;
 		rc = -errno;
 		snprintf(it->why, sizeof(it->why), "its temporary: %s", strerror(errno));
+		conn_put(fw, c, true);
 		return rc;
 	}
 	pthread_mutex_lock(&fw->mu);
@@ -308,19 +350,20 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool probe, bo
 	if (atomic_load(&fw->cancel) && rc < 0) {
 		close(fd);
 		unlinkat(fw->tmp_fd, tmp, 0);
-		conn_forget(l, r);
+		conn_put(fw, c, false);
 		return -ECANCELED;
 	}
+	/* Kept only when the whole answer was read: after a refusal the peer
+	 * closes it, and after a failure part-way (ours or not) frames of the
+	 * file may still be on their way. */
+	conn_put(fw, c, rc == 0);
 	if (rc == 0) {
-		rc = place(fw, fd, tmp, &it->f, it->why, sizeof(it->why));
+		rc = place(fw, fd, &it->f, it->why, sizeof(it->why));
 		*ours = rc < 0;
 	}
 	close(fd);
-	if (rc < 0) {
+	if (rc < 0)
 		unlinkat(fw->tmp_fd, tmp, 0);
-		if (!*ours)
-			conn_forget(l, r);  /* refused or broken: it is closed, or in a bad state */
-	}
 	return rc;
 }
 
@@ -421,8 +464,6 @@ static void *lane_main(void *arg)
 		pthread_cond_broadcast(&fw->cv);
 	}
 	pthread_mutex_unlock(&fw->mu);
-	for (unsigned i = 0; i < CFWD_CONNS; i++)
-		conn_drop(&l->conns[i]);
 	return NULL;
 }
 
@@ -464,6 +505,10 @@ static void lanes_stop(struct cfwd *fw)
 			wq_close(&l->wq);
 		l->wq_open = false;
 	}
+	for (unsigned i = 0; i < CFWD_POOL; i++)
+		if (fw->pool[i].x)
+			fw->pool[i].x->ops->close(fw->pool[i].x);
+	memset(fw->pool, 0, sizeof(fw->pool));
 }
 
 void cfwd_close(struct cfwd *fw)
@@ -505,7 +550,10 @@ static int fw_begin(void *arg, const char *dst, int dst_fd, int tmp_fd)
 	rc = cpull_sess_begin(fw->id, dst_fd);
 	if (rc < 0)
 		return rc;
-	for (unsigned i = 0; i < CFWD_LANES && fw->nn->n > 1; i++) {
+	uint64_t lanes = repl.cfg->memory / LANE_MEM;
+
+	lanes = lanes < 2 ? 2 : lanes > CFWD_LANES ? CFWD_LANES : lanes;
+	for (unsigned i = 0; i < lanes && fw->nn->n > 1; i++) {
 		struct lane *l = &fw->lanes[i];
 
 		l->fw = fw;
@@ -566,7 +614,8 @@ static int fw_start(void *arg, const struct pull_fwd *f)
 }
 
 static unsigned fw_reap(void *arg, int timeout_ms,
-			void (*done)(void *cookie, int rc, const char *why, void *darg), void *darg)
+			void (*done)(void *cookie, int rc, const char *tmp, const char *why,
+				     void *darg), void *darg)
 {
 	struct cfwd *fw = arg;
 	uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
@@ -589,7 +638,7 @@ static unsigned fw_reap(void *arg, int timeout_ms,
 		struct fitem *it = list;
 
 		list = it->next;
-		done(it->f.cookie, it->rc, it->why, darg);
+		done(it->f.cookie, it->rc, it->tmp, it->why, darg);
 		free((char *)it->f.rel);
 		free(it);
 		n++;

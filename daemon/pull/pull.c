@@ -8,7 +8,7 @@
  * An entry's life in the window (enum pend_state):
  *   P_WAIT    in the copier (copying into .stage/tmp, or hashing a copy in place)
  *   P_FWD     coming from a peer (a cluster pull's share, pull.h); once it is
- *             under its final name it is hashed in place (P_WAIT)
+ *             whole in its temporary it is hashed there (P_WAIT), then lands
  *   P_LANDED  complete in its temporary, waiting for the batch's syncfs
  *   P_READY   under its final name (or needing no I/O): journaled at retire
  *   P_FAILED  skipped at retire; the pass will not publish a manifest
@@ -63,6 +63,7 @@ enum pend_state { P_WAIT, P_FWD, P_LANDED, P_READY, P_FAILED };
 #define BATCH_FILES 1024u
 #define BATCH_BYTES (256ull << 20)
 #define BATCH_NS 50000000ull
+#define BATCH_SHARE_NS 10000000ull     /* a cluster pull's peers wait for what we settle */
 #define BIG_FILE(p) (2 * (p)->cfg->io_size)   /* also where O_DIRECT starts */
 
 /* Reads in flight per file: as many as the whole budget holds (8 to 32).
@@ -85,6 +86,7 @@ struct pending {
 	uid_t uid;               /* the source's owner (given when we are root) */
 	gid_t gid;
 	char *tmp;               /* temporary name in .stage/tmp while copying, owned */
+	bool fwd;                /* its temporary came from a peer (a share) */
 	struct cp_file cf;
 };
 
@@ -119,7 +121,7 @@ struct pull {
 	const struct pull_share *sh;
 	bool sh_begun;               /* begin succeeded: end is due */
 	struct pull_stats *st;       /* NULL, or filled at the result */
-	uint64_t fwd_files, fwd_bytes;   /* of the copied: from peers */
+	uint64_t fwd_files, fwd_bytes;   /* settled from peers (not in copied) */
 };
 
 /* The first destination failure stops the pass; its message ends with
@@ -296,6 +298,10 @@ static void settle_landed(struct pull *p)
 			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
 			pe->st = P_FAILED;
 			drop = true;
+		} else if (pe->fwd) {
+			pe->st = P_READY;
+			p->fwd_files++;
+			p->fwd_bytes += pe->e.size;
 		} else {
 			pe->st = P_READY;
 			p->copied++;
@@ -314,7 +320,7 @@ static bool batch_due(struct pull *p)
 {
 	return p->landed && (p->landed >= BATCH_FILES || p->landed_bytes >= BATCH_BYTES ||
 			     copier_inflight(p->cp) == 0 ||
-			     mono_ns() - p->t_landed_ns >= BATCH_NS);
+			     mono_ns() - p->t_landed_ns >= (p->sh ? BATCH_SHARE_NS : BATCH_NS));
 }
 
 static const struct mf_entry *earlier(struct pull *p, const char *rel)
@@ -492,6 +498,8 @@ static int start_file(struct pull *p, struct pending *pe, bool copy)
 		.chown = p->as_root, .owner = pe,
 	};
 	if (copy) {
+		free(pe->tmp);          /* a forwarded temporary that failed its hash */
+		pe->fwd = false;
 		pe->tmp = tmp_name(p);
 		if (!pe->tmp)
 			return -ENOMEM;
@@ -518,10 +526,32 @@ static int start_fwd(struct pull *p, struct pending *pe)
 	return ret;
 }
 
+/* A forwarded file whole in its temporary: hashed there (no copy), then
+ * landed like a copy of our own (on_copied: pe->tmp is set). */
+static int start_fwd_hash(struct pull *p, struct pending *pe, const char *tmp)
+{
+	int ret;
+
+	pe->tmp = strdup(tmp);
+	if (!pe->tmp)
+		return -ENOMEM;
+	pe->fwd = true;
+	pe->cf = (struct cp_file){
+		.src_at = p->sd.tmp_fd, .src = pe->tmp, .size = pe->e.size,
+		.mtime_ns = pe->e.mtime_ns, .mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid,
+		.chown = p->as_root, .owner = pe,
+	};
+	ret = copier_start(p->cp, &pe->cf);
+	if (ret < 0)
+		return ret;
+	pe->st = P_WAIT;
+	return 0;
+}
+
 /* The share's word on a forward (from reap: on the pull's thread, outside
- * the copier's callbacks, so files may start here). A file placed is hashed
- * where it stands; one no peer had is copied from the source. */
-static void on_forwarded(void *cookie, int rc, const char *why, void *arg)
+ * the copier's callbacks, so files may start here). A file that came is
+ * hashed in its temporary; one no peer had is copied from the source. */
+static void on_forwarded(void *cookie, int rc, const char *tmp, const char *why, void *arg)
 {
 	struct pending *pe = cookie;
 	struct pull *p = arg;
@@ -529,11 +559,7 @@ static void on_forwarded(void *cookie, int rc, const char *why, void *arg)
 
 	if (rc == PULL_FWD_OK || rc == PULL_FWD_READ) {
 		ret = p->fatal || job_cancelled(p->job) ? -ECANCELED :
-		      start_file(p, pe, rc == PULL_FWD_READ);
-		if (ret == 0 && rc == PULL_FWD_OK) {
-			p->fwd_files++;
-			p->fwd_bytes += pe->e.size;
-		}
+		      rc == PULL_FWD_OK ? start_fwd_hash(p, pe, tmp) : start_file(p, pe, true);
 		if (ret == 0)
 			return;
 		pe->st = P_FAILED;

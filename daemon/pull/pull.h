@@ -14,10 +14,11 @@ void pull_run(struct job *j, const char *src_arg, const char *dest_arg);
 
 /* One node's part of a cluster pull (daemon/cluster/cpull*.c): the same
  * pull, but a file this node is not to read from the source comes from a
- * peer instead. The share places it under its final name (complete,
- * durable, with the source's size, mtime and mode, as the pull itself
- * would), and the pull then hashes it there like a copy a killed pull left.
- * The engine knows nothing of peers: it asks these, from its own thread. */
+ * peer instead. The share writes it whole into a temporary in the pass's
+ * tmp/ (with the source's size, mtime, mode and owner), and the pull then
+ * hashes that temporary and settles it as it does its own copies: made
+ * durable with the batch's syncfs, then renamed to its final name. The
+ * engine knows nothing of peers: it asks these, from its own thread. */
 struct pull_fwd {
 	const char *rel;             /* the file, from the tree's top; valid until done */
 	uint64_t size;
@@ -28,7 +29,7 @@ struct pull_fwd {
 };
 
 /* What a forward came to, for done: */
-#define PULL_FWD_OK 0            /* under its final name */
+#define PULL_FWD_OK 0            /* whole in its temporary (tmp, in the pass's tmp/) */
 #define PULL_FWD_READ 1          /* no peer has it for us: read it from the source */
 				 /* < 0: -errno, failed (why given) */
 
@@ -47,7 +48,8 @@ struct pull_share_ops {
 	 * the first if none has; how many were finished. done may start
 	 * the next forwards. */
 	unsigned (*reap)(void *arg, int timeout_ms,
-			 void (*done)(void *cookie, int rc, const char *why, void *darg), void *darg);
+			 void (*done)(void *cookie, int rc, const char *tmp, const char *why,
+				      void *darg), void *darg);
 	/* Forwards started and not yet reaped. */
 	unsigned (*inflight)(void *arg);
 	/* Stops every forward soon: each is reaped with -ECANCELED. */
