@@ -82,9 +82,10 @@ enum msg_type {
 			     * figures), then the node serves its peers until the asker's
 			     * MSG_END or close */
 	MSG_CPULL_FETCH = 51,/* node to node: K_JOB, K_PATH (from the tree's top), K_SIZE,
-			     * K_MTIME: the file as the source has it. Answer: MSG_DATA
-			     * pieces (K_OFFSET, K_DATA) then MSG_END (K_SIZE); or MSG_ERROR
-			     * (EAGAIN: not here yet, ask again) */
+			     * K_MTIME: the file as the source has it; K_FLAGS 1: a probe.
+			     * Answer: MSG_DATA pieces (K_OFFSET, K_DATA) then MSG_END; or
+			     * MSG_ERROR (EAGAIN: not here yet, ask again; ESHUTDOWN: this
+			     * node does not serve the pull) */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group

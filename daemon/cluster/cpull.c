@@ -365,6 +365,12 @@ static void wait_answers(struct job *j, struct cpull *cp)
 		progress(j, cp);
 		if (!cancelled && job_cancelled(j)) {
 			cancelled = true;
+			/* This node's part stops as a pull whose client went; the
+			 * others stop when their reports find the connection shut. */
+			pthread_mutex_lock(&cp->live.mu);
+			if (cp->live.job)
+				atomic_store(&cp->live.job->gone, true);
+			pthread_mutex_unlock(&cp->live.mu);
 			pthread_mutex_lock(&cp->mu);
 			for (size_t i = 0; i < cp->n; i++)
 				if (cp->m[i].x)
@@ -412,8 +418,9 @@ static void result(struct job *j, struct cpull *cp)
 				job_note(j, LOG_ERROR, NULL, NULL, "%s: root %s", cp->m[i].name,
 					 cp->m[i].root);
 		job_result(j, 1, NULL, NULL, "pull --cluster of %s: the nodes staged different trees "
-			   "(roots listed above): was the source changed while it was pulled? Pull "
-			   "again when it is quiet", cp->src);
+			   "(roots listed above): either the source changed while it was pulled (pull "
+			   "again when it is quiet), or a node's copy changed after it was read "
+			   "(`stage verify --deep` on each node names the file)", cp->src);
 		return;
 	}
 	if (failed) {

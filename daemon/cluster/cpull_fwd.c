@@ -62,6 +62,7 @@ struct fitem {
 	struct pull_fwd f;             /* f.rel owned */
 	int rc;                        /* PULL_FWD_* or -errno, once done */
 	char tmp[64];                  /* PULL_FWD_OK: the temporary, in tmp/ */
+	bool ours;                     /* rc < 0: this node's own disk failed */
 	char why[512];
 	struct fitem *next;
 };
@@ -188,6 +189,12 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 	if (old)
 		old->ops->close(old);
 	rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why, whylen);
+	if (rc < 0 && !atomic_load(&fw->cancel)) {
+		/* Once more before the node is taken for gone: a dial can fail
+		 * for a moment (its handshakes all in use, a SYN lost). */
+		usleep(200000);
+		rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why, whylen);
+	}
 	if (rc < 0) {
 		pthread_mutex_lock(&fw->mu);
 		c->x = NULL;
@@ -259,6 +266,9 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 			rc = peer_refused(&m, rname, why, whylen);
 			msg_free(&m);
 			*refused = true;
+			/* Only this node's own cancel may end a file silently. */
+			if (rc == -ECANCELED)
+				rc = -EPROTO;
 			break;
 		}
 		if (m.type == MSG_END) {
@@ -285,6 +295,7 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 		rc = wq_write(q, b, raw, next);
 		if (rc < 0) {
 			*ours = true;
+			rc = rc == -ECANCELED ? -EIO : rc;
 			snprintf(why, whylen, "writing it: %s", strerror(-rc));
 			break;
 		}
@@ -295,7 +306,7 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 
 	if (rc == 0 && erc < 0) {
 		*ours = true;
-		rc = erc;
+		rc = erc == -ECANCELED ? -EIO : erc;
 		snprintf(why, whylen, "writing it: %s", strerror(-rc));
 	}
 	return rc;
@@ -367,6 +378,14 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool probe, bo
 	return rc;
 }
 
+/* Node r does not serve this pull (its part failed or ended, or it never
+ * had one): no file of it is asked of it again, as if it were dead. */
+static void not_serving(struct cfwd *fw, size_t r, const char *why)
+{
+	if (!atomic_exchange(&fw->nn->dead[r], true))
+		log_warn("cluster pull %s: %s; its share is read by the others", fw->id, why);
+}
+
 /* A file this node is to read: the node next in its sequence may hold it
  * already (it read it when this one was dead, in a pull that is now run
  * again), and then it comes from there, not from the source. A node that
@@ -386,9 +405,13 @@ static int probe(struct lane *l, struct fitem *it)
 		atomic_store(&fw->probe_miss[nx], 0);
 		return PULL_FWD_OK;
 	}
-	if (ours || rc == -ECANCELED)
+	if (ours || rc == -ECANCELED) {
+		it->ours = ours;
 		return rc;
-	if (refused)
+	}
+	if (refused && rc == -ESHUTDOWN)
+		not_serving(fw, nx, it->why);
+	else if (refused)
 		atomic_fetch_add(&fw->probe_miss[nx], 1);
 	else if (!atomic_exchange(&fw->nn->dead[nx], true))
 		log_warn("cluster pull %s: %s: %s; its share is read by the others", fw->id,
@@ -419,10 +442,16 @@ static int forward(struct lane *l, struct fitem *it)
 		rc = fetch_from(l, r, it, false, &refused, &ours);
 		if (rc == 0)
 			return PULL_FWD_OK;
-		if (ours || rc == -ECANCELED)
+		if (ours || rc == -ECANCELED) {
+			it->ours = ours;
 			return rc;
+		}
 		if (refused && rc == -EAGAIN && ++again < CFWD_TRIES)
 			continue;       /* it waited CPULL_WAIT_MS already */
+		if (refused && rc == -ESHUTDOWN) {
+			not_serving(fw, r, it->why);
+			continue;
+		}
 		if (refused) {
 			log_info("cluster pull %s: %s: %s; asking the next node", fw->id, it->f.rel,
 				 it->why);
@@ -488,6 +517,8 @@ int cfwd_open(struct cfwd **out, const char *id, struct cpull_nodes *nn)
 	return 0;
 }
 
+static void fw_cancel(void *arg);
+
 /* Stops the lanes (every forward reaped first), in reverse of begin. */
 static void lanes_stop(struct cfwd *fw)
 {
@@ -515,7 +546,19 @@ void cfwd_close(struct cfwd *fw)
 {
 	if (!fw)
 		return;
+	/* Normally nothing is queued or done by now (the pull reaped all);
+	 * after a failure, what is left is dropped. */
+	fw_cancel(fw);
 	lanes_stop(fw);
+	while (fw->done) {
+		struct fitem *it = fw->done;
+
+		fw->done = it->next;
+		if (it->rc == PULL_FWD_OK)
+			unlinkat(fw->tmp_fd, it->tmp, 0);
+		free((char *)it->f.rel);
+		free(it);
+	}
 	if (fw->tmp_fd >= 0)
 		close(fw->tmp_fd);
 	if (fw->dst_fd >= 0)
@@ -615,7 +658,7 @@ static int fw_start(void *arg, const struct pull_fwd *f)
 
 static unsigned fw_reap(void *arg, int timeout_ms,
 			void (*done)(void *cookie, int rc, const char *tmp, const char *why,
-				     void *darg), void *darg)
+				     bool dest, void *darg), void *darg)
 {
 	struct cfwd *fw = arg;
 	uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
@@ -638,7 +681,7 @@ static unsigned fw_reap(void *arg, int timeout_ms,
 		struct fitem *it = list;
 
 		list = it->next;
-		done(it->f.cookie, it->rc, it->tmp, it->why, darg);
+		done(it->f.cookie, it->rc, it->tmp, it->why, it->ours, darg);
 		free((char *)it->f.rel);
 		free(it);
 		n++;

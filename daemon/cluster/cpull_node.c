@@ -36,6 +36,12 @@ static int nodes_take(struct cpull_nodes *nn, const char *list, char *why, size_
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < nn->n; i++) {
+		for (size_t k = 0; k < i; k++)
+			if (strcmp(nn->names[k], nn->names[i]) == 0) {
+				snprintf(why, whylen, "node %s is named twice in the pull's nodes",
+					 nn->names[i]);
+				return -EINVAL;
+			}
 		nn->host[i] = (size_t)hosts_find(&repl.hosts, nn->names[i]);
 		if (strcmp(nn->names[i], repl.cfg->name) == 0)
 			nn->self = i;
@@ -171,9 +177,17 @@ static void *report_main(void *arg)
 		msg_put_u64(&m, K_BYTES_FWD, p.bytes_fwd);
 		rc = r->x->ops->send(r->x, &m);
 		msg_free(&m);
+		if (rc < 0) {
+			/* The asker is gone (Ctrl-C, killed): the part stops as a
+			 * pull whose client hung up does. */
+			pthread_mutex_lock(&r->lv.mu);
+			if (r->lv.job)
+				atomic_store(&r->lv.job->gone, true);
+			pthread_mutex_unlock(&r->lv.mu);
+			pthread_mutex_lock(&r->mu);
+			break;
+		}
 		pthread_mutex_lock(&r->mu);
-		if (rc < 0)
-			break;          /* the asker is gone: the part goes on, and says so */
 	}
 	pthread_mutex_unlock(&r->mu);
 	return NULL;

@@ -46,12 +46,27 @@ struct sess {
 	struct sess *next;
 };
 
+#define ENDED_MAX 64                   /* pulls ended here, remembered */
+
 static struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;             /* any change */
 	struct sess *list;
 	unsigned n;
+	/* The ids of the last pulls ended here (a ring): a fetch of one is
+	 * told at once that this node no longer serves it, instead of waiting
+	 * for a pull that is not coming. */
+	char ended[ENDED_MAX][CPULL_ID_HEX + 1];
+	unsigned ended_next;
 } ss = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static bool ended_locked(const char *id)
+{
+	for (unsigned i = 0; i < ENDED_MAX; i++)
+		if (strcmp(ss.ended[i], id) == 0)
+			return true;
+	return false;
+}
 static pthread_once_t ss_once = PTHREAD_ONCE_INIT;
 
 static void ss_init(void)
@@ -108,6 +123,8 @@ void cpull_sess_remove(const char *id)
 			pthread_cond_wait(&ss.cv, &ss.mu);
 		*pp = s->next;
 		ss.n--;
+		snprintf(ss.ended[ss.ended_next], sizeof(ss.ended[0]), "%s", s->id);
+		ss.ended_next = (ss.ended_next + 1) % ENDED_MAX;
 		if (s->dst_fd >= 0)
 			close(s->dst_fd);
 		free(s);
@@ -157,14 +174,15 @@ bool cpull_id_ok(const char *id)
 }
 
 /* The file as the asker's source has it, opened beneath s's DEST: an fd,
- * -EAGAIN (not there yet: wait), or another -errno (it will not be). */
+ * -EAGAIN (not there yet: wait), -ESHUTDOWN (its part failed before it
+ * opened DEST: it serves nothing), or another -errno (it will not be). */
 static int file_open(struct sess *s, const char *rel, uint64_t size, int64_t mtime_ns,
 		     struct stat *st)
 {
 	int fd;
 
 	if (s->dst_fd < 0)
-		return -EAGAIN;
+		return s->state == S_STARTING ? -EAGAIN : -ESHUTDOWN;
 	fd = treeops_open_file_beneath(s->dst_fd, rel);
 	if (fd >= 0 && fstat(fd, st) == 0 && (uint64_t)st->st_size == size &&
 	    treeops_mtime_ns(st) == mtime_ns)
@@ -189,9 +207,11 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 		struct timespec ts;
 
 		s = find_locked(id);
-		if (!s && (probe || mono_ns() >= found_by)) {
-			snprintf(why, whylen, "no cluster pull %s here", id);
-			return -ENOENT;
+		if (!s && (ended_locked(id) || mono_ns() >= found_by)) {
+			snprintf(why, whylen, "%s does not serve cluster pull %.8s (%s)",
+				 repl.cfg->name, id, ended_locked(id) ? "it ended here" :
+				 "no such pull here");
+			return -ESHUTDOWN;
 		}
 		if (s) {
 			/* The open is beneath DEST, on this node's disk: quick. */
@@ -201,7 +221,14 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 				*sp = s;
 				return fd;
 			}
-			if (fd == -EAGAIN && probe)
+			if (fd == -ESHUTDOWN) {
+				snprintf(why, whylen, "%s does not serve cluster pull %.8s (its part "
+					 "failed)", repl.cfg->name, id);
+				return fd;
+			}
+			/* A probe waits for the part to open DEST (its first moments,
+			 * above), not for the file. */
+			if (fd == -EAGAIN && probe && s->dst_fd >= 0)
 				fd = -ENOENT;
 			if (fd != -EAGAIN) {
 				snprintf(why, whylen, "its pull %s without %s%s",

@@ -119,9 +119,10 @@ struct pull {
 	char fatal_why[1024];
 	/* a cluster pull's share (pull.h); NULL: every file from the source */
 	const struct pull_share *sh;
-	bool sh_begun;               /* begin succeeded: end is due */
 	struct pull_stats *st;       /* NULL, or filled at the result */
 	uint64_t fwd_files, fwd_bytes;   /* settled from peers (not in copied) */
+	struct pending **parked;     /* forwards done, waiting for room in the copier */
+	size_t nparked;              /* (at most WINDOW: each is a window entry) */
 };
 
 /* The first destination failure stops the pass; its message ends with
@@ -498,7 +499,7 @@ static int start_file(struct pull *p, struct pending *pe, bool copy)
 		.chown = p->as_root, .owner = pe,
 	};
 	if (copy) {
-		free(pe->tmp);          /* a forwarded temporary that failed its hash */
+		free(pe->tmp);          /* a forwarded temporary: failed its hash, or none */
 		pe->fwd = false;
 		pe->tmp = tmp_name(p);
 		if (!pe->tmp)
@@ -526,16 +527,12 @@ static int start_fwd(struct pull *p, struct pending *pe)
 	return ret;
 }
 
-/* A forwarded file whole in its temporary: hashed there (no copy), then
- * landed like a copy of our own (on_copied: pe->tmp is set). */
-static int start_fwd_hash(struct pull *p, struct pending *pe, const char *tmp)
+/* A forwarded file whole in its temporary (pe->tmp): hashed there (no
+ * copy), then landed like a copy of our own (on_copied: pe->tmp is set). */
+static int start_fwd_hash(struct pull *p, struct pending *pe)
 {
 	int ret;
 
-	pe->tmp = strdup(tmp);
-	if (!pe->tmp)
-		return -ENOMEM;
-	pe->fwd = true;
 	pe->cf = (struct cp_file){
 		.src_at = p->sd.tmp_fd, .src = pe->tmp, .size = pe->e.size,
 		.mtime_ns = pe->e.mtime_ns, .mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid,
@@ -548,31 +545,55 @@ static int start_fwd_hash(struct pull *p, struct pending *pe, const char *tmp)
 	return 0;
 }
 
-/* The share's word on a forward (from reap: on the pull's thread, outside
- * the copier's callbacks, so files may start here). A file that came is
- * hashed in its temporary; one no peer had is copied from the source. */
-static void on_forwarded(void *cookie, int rc, const char *tmp, const char *why, void *arg)
+/* The share's word on a forward (from reap, on the pull's thread). A file
+ * that came waits (P_FWD still) for room in the copier, to be hashed in its
+ * temporary; one no peer had, to be copied from the source. The copier's
+ * bound on files in flight holds for these as for the walk's. */
+static void on_forwarded(void *cookie, int rc, const char *tmp, const char *why, bool dest,
+			 void *arg)
 {
 	struct pending *pe = cookie;
 	struct pull *p = arg;
-	int ret;
 
 	if (rc == PULL_FWD_OK || rc == PULL_FWD_READ) {
-		ret = p->fatal || job_cancelled(p->job) ? -ECANCELED :
-		      rc == PULL_FWD_OK ? start_fwd_hash(p, pe, tmp) : start_file(p, pe, true);
-		if (ret == 0)
+		if (rc == PULL_FWD_OK && !(pe->tmp = strdup(tmp))) {
+			pe->st = P_FAILED;
+			note_fatal(p, -ENOMEM, "%s/%s", p->dst, pe->e.path);
 			return;
-		pe->st = P_FAILED;
-		if (ret != -ECANCELED)
-			note_fatal(p, ret, "%s/%s", p->dst, pe->e.path);
+		}
+		pe->fwd = rc == PULL_FWD_OK;
+		p->parked[p->nparked++] = pe;
 		return;
 	}
 	pe->st = P_FAILED;
-	if (rc == -ECANCELED)
+	if (rc == -ECANCELED && (p->fatal || job_cancelled(p->job)))
 		return;                 /* the job's result says why */
+	if (dest) {
+		/* Our own disk: it stops the pass as a copy's would. */
+		note_fatal(p, rc, "%s/%s: %s", p->dst, pe->e.path, why && *why ? why :
+			   strerror(-rc));
+		return;
+	}
 	p->failed++;
 	job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot stage %s/%s: %s", p->src,
 		 pe->e.path, why && *why ? why : strerror(-rc));
+}
+
+/* Parked forwards into the copier, while it has room (all of them, failed,
+ * when the pass stops). */
+static void start_parked(struct pull *p, bool stop)
+{
+	while (p->nparked && (stop || copier_has_room(p->cp))) {
+		struct pending *pe = p->parked[--p->nparked];
+		int ret = stop ? -ECANCELED : pe->fwd ? start_fwd_hash(p, pe) :
+			  start_file(p, pe, true);
+
+		if (ret < 0) {
+			pe->st = P_FAILED;
+			if (!stop)
+				note_fatal(p, ret, "%s/%s", p->dst, pe->e.path);
+		}
+	}
 }
 
 /* Reaps the share's forwards, waiting up to timeout_ms for the first. */
@@ -721,6 +742,7 @@ static void copy_tree(struct pull *p)
 	while (walking || p->count) {
 		bool stop = p->fatal || job_cancelled(p->job);
 
+		start_parked(p, stop);
 		while (walking && !stop && p->count < WINDOW && copier_has_room(p->cp)) {
 			ret = walk_next(w, &e);
 			if (ret == 0) {
@@ -757,7 +779,7 @@ static void copy_tree(struct pull *p)
 			note_fatal(p, ret, "%s: io_uring", p->dst);
 			break;
 		}
-		reap_fwd(p, copier_inflight(p->cp) ? 0 : 100);
+		reap_fwd(p, copier_inflight(p->cp) || p->nparked ? 0 : 100);
 		if (p->nretry)
 			start_retries(p, stop || p->fatal);
 		if (batch_due(p) || stop)
@@ -765,6 +787,14 @@ static void copy_tree(struct pull *p)
 		retire(p);
 		job_progress(p->job, false);
 	}
+	/* Nothing of the share may be in flight once the pass ends: its
+	 * temporaries' directory goes, and the entries with it. */
+	if (p->sh && p->sh->ops->inflight(p->sh->arg)) {    /* only after a failure */
+		p->sh->ops->cancel(p->sh->arg);
+		while (p->sh->ops->inflight(p->sh->arg))
+			reap_fwd(p, 100);
+	}
+	start_parked(p, true);
 	settle_landed(p);
 	walk_close(w);
 }
@@ -837,6 +867,8 @@ static void pass_teardown(struct pull *p)
 	dirstack_destroy(&p->dirs);
 	free(p->win);
 	p->win = NULL;
+	free(p->parked);
+	p->parked = NULL;
 	if (p->mw)
 		mf_writer_abort(p->mw);
 	p->mw = NULL;
@@ -893,7 +925,9 @@ static int pull_pass(struct pull *p, bool first, digest_t *root)
 		goto out_fail;
 	}
 	p->win = calloc(WINDOW, sizeof(*p->win));
-	if (!p->win) {
+	p->parked = p->sh ? calloc(WINDOW, sizeof(*p->parked)) : NULL;
+	p->nparked = 0;
+	if (!p->win || (p->sh && !p->parked)) {
 		snprintf(why, sizeof(why), "%s: out of memory", p->dst);
 		goto out_fail;
 	}

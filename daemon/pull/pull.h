@@ -46,10 +46,11 @@ struct pull_share_ops {
 	int (*start)(void *arg, const struct pull_fwd *f);
 	/* Calls done for each forward finished, waiting up to timeout_ms for
 	 * the first if none has; how many were finished. done may start
-	 * the next forwards. */
+	 * the next forwards. rc < 0: why says why; dest: it was this node's
+	 * own disk (its destination), not the peers or the source. */
 	unsigned (*reap)(void *arg, int timeout_ms,
 			 void (*done)(void *cookie, int rc, const char *tmp, const char *why,
-				      void *darg), void *darg);
+				      bool dest, void *darg), void *darg);
 	/* Forwards started and not yet reaped. */
 	unsigned (*inflight)(void *arg);
 	/* Stops every forward soon: each is reaped with -ECANCELED. */

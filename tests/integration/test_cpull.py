@@ -192,3 +192,23 @@ def test_progress_of_the_whole_cluster(make_cluster, shared):
     assert any(0 < e.get("bytes_forwarded", 0) for e in prog), prog[-1]
     done = [e["bytes_done"] for e in prog]
     assert done == sorted(done) and done[-1] > done[0], done
+
+
+def test_a_node_whose_part_fails_early_costs_the_others_nothing(make_cluster, shared):
+    """n2 cannot open its destination (a file stands where the tree goes):
+    its part fails before it serves anything, and the others, asking it for
+    its share, are told at once that it does not serve the pull (they read
+    its share themselves) instead of waiting for each file."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3)
+    blocker = nodes[2].dest_of(src)
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_bytes(b"not a directory")
+    before = read_bytes(m)
+    cp = nodes[0].run("pull", src, "--cluster", timeout=60)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert "(n2)" in cp.stderr and "n2:" in cp.stderr, cp.stderr
+    assert read_bytes(m) - before == size
+    for d in nodes[:2]:
+        assert_tree_equal(src, d.dest_of(src))
+    assert blocker.read_bytes() == b"not a directory"
