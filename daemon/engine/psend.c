@@ -182,8 +182,11 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		len = (size_t)ps->res[ps->head] < asked ? (size_t)ps->res[ps->head] : asked;
 		at = ps->off[ps->head];
 		/* A range that starts mid-file has no header to read the dtype
-		 * from: the trial on this piece decides. */
-		if (cp->dtype == CODEC_DT_COUNT)
+		 * from: the trial on this piece decides. Only a codec that uses
+		 * it needs it: the trial compresses the piece three times, which
+		 * for a raw piece is all cost (a cluster pull's small files paid
+		 * it on every file). */
+		if (cp->dtype == CODEC_DT_COUNT && (!want || want->id == CODEC_FLOAT))
 			cp->dtype = codec_detect_dtype(p, len, at == 0 ? size : len);
 		rc = codec_chunk_encode(p, len, want, cp, ps->frame, ps->frame_cap, &flen);
 		if (rc < 0) {
