@@ -75,5 +75,9 @@ int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req);
  * bucket). 0, or -errno with why (empty: the transport's error). */
 int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
 		    uint64_t size, const char *name, char *why, size_t whylen);
+/* The same through one of a few piece senders shared by every thread (a
+ * cluster pull's serving: its connections grow with the cluster). */
+int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t fsize,
+			   uint64_t off, uint64_t size, const char *name, char *why, size_t whylen);
 
 #endif

@@ -21,7 +21,9 @@
  * without it, it has another version) is skipped for this file alone. When
  * the next reader is this node, the engine reads the file from the source.
  *
- * The lanes share a pool of connections, at most PEER_CONNS to each node:
+ * The lanes share a pool of connections, at most PEER_CONNS to each node
+ * and as many in all as that gives (64 at most: past 17 nodes, fewer than
+ * PEER_CONNS each, and idle ones are replaced, least recently used first):
  * files go to readers by hash, so consecutive files mostly go to different
  * nodes, and a connection per file would cost a handshake each; and every
  * node serving at most PEER_CONNS connections from each peer keeps a
@@ -52,8 +54,9 @@
 
 #define CFWD_LANES 16                  /* at most */
 #define LANE_MEM (WQ_DEPTH * (uint64_t)WQ_BUF)
-#define CFWD_POOL CFWD_LANES           /* connections kept, to all nodes */
+#define CFWD_POOL 64                   /* connections kept, to all nodes, at most */
 #define PEER_CONNS 4                   /* ... to one node */
+#define DIAL_TRIES 5
 #define CFWD_SKIP 8                    /* readers refused for one file, at most */
 #define CFWD_TRIES 4                   /* "not there yet" answers for one file (2 min) */
 #define PROBE_MISSES 16                /* "not here" answers before a node is asked no more */
@@ -148,6 +151,9 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 	struct xport *old = NULL;
 	int rc;
 
+	size_t slots = PEER_CONNS * (fw->nn->n - 1);
+
+	slots = slots > CFWD_POOL ? CFWD_POOL : slots;
 	pthread_mutex_lock(&fw->mu);
 	for (;;) {
 		unsigned to_r = 0;
@@ -158,7 +164,7 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 			return NULL;
 		}
 		slot = NULL;
-		for (unsigned i = 0; i < CFWD_POOL; i++) {
+		for (size_t i = 0; i < slots; i++) {
 			struct fconn *k = &fw->pool[i];
 
 			if (k->x && k->node == r) {
@@ -188,12 +194,16 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 	pthread_mutex_unlock(&fw->mu);
 	if (old)
 		old->ops->close(old);
-	rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why, whylen);
-	if (rc < 0 && !atomic_load(&fw->cancel)) {
-		/* Once more before the node is taken for gone: a dial can fail
-		 * for a moment (its handshakes all in use, a SYN lost). */
-		usleep(200000);
+	/* A dial can fail for a moment (the node's handshakes all in use when
+	 * every peer dials it at once: it closes the rest), so a node is taken
+	 * for gone only after DIAL_TRIES, 0.1 to 1.6 s apart, or at once when
+	 * nothing listens there. */
+	for (unsigned t = 0;; t++) {
 		rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why, whylen);
+		if (rc == 0 || rc == -ECONNREFUSED || t + 1 == DIAL_TRIES ||
+		    atomic_load(&fw->cancel))
+			break;
+		usleep(100000u << t);
 	}
 	if (rc < 0) {
 		pthread_mutex_lock(&fw->mu);

@@ -272,7 +272,7 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		goto out;
 	}
 	x->ops->set_timeout(x, REPL_IO_MS);
-	rc = repl_fetch_send(x, peer, fd, size, 0, size, rel, why, sizeof(why));
+	rc = repl_fetch_send_shared(x, peer, fd, size, 0, size, rel, why, sizeof(why));
 	close(fd);
 	if (rc < 0 && *why) {
 		log_warn("cluster pull %s: %s for %s: %s", id, rel, peer, why);

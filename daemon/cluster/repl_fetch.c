@@ -245,6 +245,71 @@ int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, u
 	return rc;
 }
 
+/* The piece senders a cluster pull's serving shares. A restore's holder
+ * serves one origin over a few connections, and keeps a piece sender per
+ * connection; a node of a cluster pull serves up to 4 connections from
+ * every other node, which would make its memory grow with the cluster. So
+ * those take one of a few piece senders for the length of a file: as many
+ * as `memory` gives 8 MiB of read-ahead each, 2 to 16, made when first
+ * needed and kept for the daemon's life. */
+#define SHARED_PS_MAX 16
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             /* a sender freed */
+	struct psend ps[SHARED_PS_MAX];
+	bool open[SHARED_PS_MAX], busy[SHARED_PS_MAX];
+} sps = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t fsize,
+			   uint64_t off, uint64_t size, const char *name, char *why, size_t whylen)
+{
+	const struct psend_hooks h = { .pick = fetch_codec };
+	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+	uint64_t n = repl.cfg->memory / ((uint64_t)PSEND_DEPTH * PSEND_PIECE);
+	struct psend *ps;
+	struct msg m;
+	int i = -1, slot, rc = 0;
+
+	n = n < 2 ? 2 : n > SHARED_PS_MAX ? SHARED_PS_MAX : n;
+	pthread_mutex_lock(&sps.mu);
+	for (;;) {
+		for (unsigned k = 0; k < n && i < 0; k++)
+			if (!sps.busy[k])
+				i = (int)k;
+		if (i >= 0)
+			break;
+		pthread_cond_wait(&sps.cv, &sps.mu);
+	}
+	sps.busy[i] = true;
+	pthread_mutex_unlock(&sps.mu);
+	ps = &sps.ps[i];
+	if (!sps.open[i]) {
+		rc = psend_open(ps, repl.cfg->rate);
+		sps.open[i] = rc == 0;
+	}
+	if (rc < 0) {
+		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
+		goto out;
+	}
+	slot = repl.cfg->rate ? pace_slot(peer) : -1;
+	ps->cap = slot >= 0 ? &paces[slot].pace : &ps->pace;
+	rc = psend_range(ps, x, fd, fsize, PSEND_NO_FILE, off, off + size, &cp, &h, name, why,
+			 whylen);
+	pace_slot_put(slot);
+	if (rc == 0) {
+		msg_init(&m, MSG_END);
+		rc = x->ops->send(x, &m);
+		msg_free(&m);
+	}
+out:
+	pthread_mutex_lock(&sps.mu);
+	sps.busy[i] = false;
+	pthread_cond_signal(&sps.cv);
+	pthread_mutex_unlock(&sps.mu);
+	return rc;
+}
+
 static int send_range(struct xport *x, const char *origin, int step_fd, const char *rel,
 		      uint64_t off, uint64_t size, char *why, size_t whylen)
 {

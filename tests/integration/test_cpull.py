@@ -73,6 +73,20 @@ def test_independent_pulls_read_n_times(make_cluster, shared):
     assert read_bytes(m) - before == 3 * size
 
 
+def pull_missing_one(nodes, m, src, size, missing, timeout):
+    """A cluster pull from n0 that one node misses: exit 1 naming it, the
+    source read once, the others' trees exact."""
+    before = read_bytes(m)
+    cp = nodes[0].run("pull", src, "--cluster", timeout=timeout)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert f"{missing}:" in cp.stderr and f"({missing})" in cp.stderr, cp.stderr
+    assert read_bytes(m) - before == size
+    for d in nodes:
+        if d.name != missing:
+            assert_tree_equal(src, d.dest_of(src))
+            d.assert_serving()
+
+
 def roots_of(nodes, src):
     """Each node's root digest of its staged copy (its manifest's last line)."""
     out = {}
@@ -164,14 +178,7 @@ def test_bad_node_lists_and_a_node_down(make_cluster, shared):
     cp = nodes[0].run("pull", "/etc", "--cluster")
     assert cp.returncode == 2, cp.stdout + cp.stderr
     nodes[2].stop()
-    before = read_bytes(m)
-    cp = nodes[0].run("pull", src, "--cluster", timeout=120)
-    assert cp.returncode == 1, cp.stdout + cp.stderr
-    assert "n2:" in cp.stderr and "(n2)" in cp.stderr, cp.stderr
-    assert read_bytes(m) - before == size
-    for d in nodes[:2]:
-        assert_tree_equal(src, d.dest_of(src))
-        d.assert_serving()
+    pull_missing_one(nodes, m, src, size, "n2", timeout=120)
 
 
 def test_progress_of_the_whole_cluster(make_cluster, shared):
@@ -204,11 +211,5 @@ def test_a_node_whose_part_fails_early_costs_the_others_nothing(make_cluster, sh
     blocker = nodes[2].dest_of(src)
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_bytes(b"not a directory")
-    before = read_bytes(m)
-    cp = nodes[0].run("pull", src, "--cluster", timeout=60)
-    assert cp.returncode == 1, cp.stdout + cp.stderr
-    assert "(n2)" in cp.stderr and "n2:" in cp.stderr, cp.stderr
-    assert read_bytes(m) - before == size
-    for d in nodes[:2]:
-        assert_tree_equal(src, d.dest_of(src))
+    pull_missing_one(nodes, m, src, size, "n2", timeout=60)
     assert blocker.read_bytes() == b"not a directory"
