@@ -57,8 +57,9 @@
 #define CFWD_POOL 64                   /* connections kept, to all nodes, at most */
 #define PEER_CONNS 4                   /* ... to one node */
 #define DIAL_TRIES 5
+#define FWD_AGAIN 100                  /* forward(): not there yet, queue it again */
 #define CFWD_SKIP 8                    /* readers refused for one file, at most */
-#define CFWD_TRIES 4                   /* "not there yet" answers for one file (2 min) */
+
 #define PROBE_MISSES 16                /* "not here" answers before a node is asked no more */
 
 struct fitem {
@@ -66,6 +67,7 @@ struct fitem {
 	int rc;                        /* PULL_FWD_* or -errno, once done */
 	char tmp[64];                  /* PULL_FWD_OK: the temporary, in tmp/ */
 	bool ours;                     /* rc < 0: this node's own disk failed */
+	uint64_t first_ns;             /* first "not yet" (mono_ns), 0: none */
 	char why[512];
 	struct fitem *next;
 };
@@ -282,6 +284,15 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 			break;
 		}
 		if (m.type == MSG_END) {
+			uint64_t e = 0;
+
+			if (next == 0 && msg_get_u64(&m, K_ERRNO, &e) == 0 && e == EAGAIN) {
+				/* Not there yet: the connection stays good. */
+				msg_free(&m);
+				snprintf(why, whylen, "%s: not there yet", rname);
+				rc = -EAGAIN;
+				break;
+			}
 			msg_free(&m);
 			rc = next == f->size ? 0 : -EPROTO;
 			if (rc < 0)
@@ -374,10 +385,10 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool probe, bo
 		conn_put(fw, c, false);
 		return -ECANCELED;
 	}
-	/* Kept only when the whole answer was read: after a refusal the peer
-	 * closes it, and after a failure part-way (ours or not) frames of the
-	 * file may still be on their way. */
-	conn_put(fw, c, rc == 0);
+	/* Kept only when the whole answer was read (the file, or "not yet"):
+	 * after a refusal the peer closes it, and after a failure part-way
+	 * (ours or not) frames of the file may still be on their way. */
+	conn_put(fw, c, rc == 0 || (rc == -EAGAIN && !*refused && !*ours));
 	if (rc == 0) {
 		rc = place(fw, fd, &it->f, it->why, sizeof(it->why));
 		*ours = rc < 0;
@@ -435,7 +446,6 @@ static int forward(struct lane *l, struct fitem *it)
 {
 	struct cfwd *fw = l->fw;
 	size_t skip[CFWD_SKIP], nskip = 0;
-	unsigned again = 0;
 
 	if (cpull_reader(fw->nn, it->f.rel, NULL, 0, false) == fw->nn->self)
 		return probe(l, it);
@@ -456,8 +466,23 @@ static int forward(struct lane *l, struct fitem *it)
 			it->ours = ours;
 			return rc;
 		}
-		if (refused && rc == -EAGAIN && ++again < CFWD_TRIES)
-			continue;       /* it waited CPULL_WAIT_MS already */
+		if (rc == -EAGAIN) {
+			/* Not there yet (the reader waited CPULL_WAIT_MS): back in
+			 * the queue, so that neither this lane nor the connection
+			 * waits for it meanwhile (a node's own probes could wait
+			 * behind them: 30 s at a time, seen with 2 nodes). */
+			if (!it->first_ns)
+				it->first_ns = mono_ns();
+			if (mono_ns() - it->first_ns < CPULL_GIVEUP_MS * 1000000ull)
+				return FWD_AGAIN;
+			log_warn("cluster pull %s: %s: not on %s after %d s; asking the next node",
+				 fw->id, it->f.rel, fw->nn->names[r], CPULL_GIVEUP_MS / 1000);
+			if (nskip == CFWD_SKIP)
+				return PULL_FWD_READ;
+			skip[nskip++] = r;
+			it->first_ns = 0;
+			continue;
+		}
 		if (refused && rc == -ESHUTDOWN) {
 			not_serving(fw, r, it->why);
 			continue;
@@ -498,6 +523,17 @@ static void *lane_main(void *arg)
 		pthread_mutex_unlock(&fw->mu);
 		it->rc = forward(l, it);
 		pthread_mutex_lock(&fw->mu);
+		if (it->rc == FWD_AGAIN && !atomic_load(&fw->cancel)) {
+			it->next = NULL;
+			if (fw->q_tail)
+				fw->q_tail->next = it;
+			else
+				fw->q_head = it;
+			fw->q_tail = it;
+			continue;
+		}
+		if (it->rc == FWD_AGAIN)
+			it->rc = -ECANCELED;
 		it->next = fw->done;
 		fw->done = it;
 		pthread_cond_broadcast(&fw->cv);
@@ -655,11 +691,20 @@ static int fw_start(void *arg, const struct pull_fwd *f)
 	it->f.gid = f->gid;
 	it->f.cookie = f->cookie;
 	pthread_mutex_lock(&fw->mu);
-	if (fw->q_tail)
-		fw->q_tail->next = it;
-	else
+	if (cpull_reader(fw->nn, it->f.rel, NULL, 0, false) == fw->nn->self) {
+		/* A probe first: it never waits at the other end, and this
+		 * node's own reads wait for it. */
+		it->next = fw->q_head;
 		fw->q_head = it;
-	fw->q_tail = it;
+		if (!fw->q_tail)
+			fw->q_tail = it;
+	} else {
+		if (fw->q_tail)
+			fw->q_tail->next = it;
+		else
+			fw->q_head = it;
+		fw->q_tail = it;
+	}
 	fw->inflight++;
 	pthread_cond_broadcast(&fw->cv);
 	pthread_mutex_unlock(&fw->mu);

@@ -27,7 +27,10 @@
 
 #define CPULL_ID_HEX 32                /* a pull's id: 16 random bytes */
 #define CPULL_NODES_MAX 4096
-#define CPULL_WAIT_MS 30000            /* a fetch waits this long for its file */
+#define CPULL_WAIT_MS 1000             /* a fetch waits this long for its file, then
+					* "not yet" (the connection and the lane
+					* are free for other files meanwhile) */
+#define CPULL_GIVEUP_MS 120000         /* a file "not yet" for this long: skip the node */
 #define CPULL_PROBE 1u                 /* MSG_CPULL_FETCH's K_FLAGS: only if it is there now */
 
 /* The nodes of one pull, in the asker's order. */

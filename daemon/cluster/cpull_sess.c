@@ -11,7 +11,8 @@
  * as the asker's source has it (size and mtime). The pull puts nothing under
  * a final name with the source's mtime but a complete durable copy, so such
  * a file is whole. A file not there yet is waited for while this node's own
- * pull runs (CPULL_WAIT_MS at most, then "ask again").
+ * pull runs (CPULL_WAIT_MS at most, then "not yet": MSG_END with K_ERRNO
+ * EAGAIN, the connection kept, so that a waiting file does not hold it).
  */
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/cpull.h"
@@ -266,6 +267,15 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 	pthread_mutex_lock(&ss.mu);
 	fd = wait_file(id, rel, size, (int64_t)mtime, flags & CPULL_PROBE, &s, why, sizeof(why));
 	pthread_mutex_unlock(&ss.mu);
+	if (fd == -EAGAIN) {
+		struct msg m;
+
+		msg_init(&m, MSG_END);
+		msg_put_u64(&m, K_ERRNO, EAGAIN);
+		rc = x->ops->send(x, &m);
+		msg_free(&m);
+		goto out;
+	}
 	if (fd < 0) {
 		rc = fd;
 		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
