@@ -92,10 +92,21 @@ def _time_limit(request):
         signal.signal(signal.SIGALRM, old)
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this run: the kernel may
+    give the same ephemeral port to two binds in a row once the first socket
+    is closed, and two nodes of one hosts file were given the same address
+    that way (the daemon refuses such a hosts file, and the test failed)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class Daemon:

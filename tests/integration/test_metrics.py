@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
 from helpers import F, ckpt, commit_wait, make_tree, staged_refuses, wait_for, after_kill9
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
@@ -202,12 +202,6 @@ def test_replication_both_ends_and_a_partner_down(make_cluster):
 
 
 # ---------------------------------------------------------------- the textfile
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def node_exporter(tmp_path):

@@ -121,10 +121,19 @@ def _pdeathsig():
         pass
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this run (the kernel may give the same
+    ephemeral port to two binds in a row, and two nodes of a hosts file must differ)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 # ----------------------------------------------------------------- /proc
