@@ -150,7 +150,7 @@ size_t cpull_reader(const struct cpull_nodes *nn, const char *rel, const size_t 
 static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whylen)
 {
 	struct fconn *c = NULL, *slot = NULL;
-	struct xport *old = NULL;
+	struct xport *old = NULL, *nx = NULL;
 	int rc;
 
 	size_t slots = PEER_CONNS * (fw->nn->n - 1);
@@ -169,9 +169,9 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 		for (size_t i = 0; i < slots; i++) {
 			struct fconn *k = &fw->pool[i];
 
-			if (k->x && k->node == r) {
+			if ((k->x || k->busy) && k->node == r) {   /* a dial counts */
 				to_r++;
-				if (!k->busy && !c)
+				if (k->x && !k->busy && !c)
 					c = k;
 			}
 			if (!k->busy && (!slot || (slot->x && (!k->x || k->used < slot->used))))
@@ -188,7 +188,7 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 		return c;
 	}
 	c = slot;
-	old = c->x;
+	old = c->x;                     /* an idle connection elsewhere, replaced */
 	c->x = NULL;
 	c->node = r;
 	c->busy = true;
@@ -201,21 +201,19 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 	 * for gone only after DIAL_TRIES, 0.1 to 1.6 s apart, or at once when
 	 * nothing listens there. */
 	for (unsigned t = 0;; t++) {
-		rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &c->x, why, whylen);
+		rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &nx, why, whylen);
 		if (rc == 0 || rc == -ECONNREFUSED || t + 1 == DIAL_TRIES ||
 		    atomic_load(&fw->cancel))
 			break;
 		usleep(100000u << t);
 	}
-	if (rc < 0) {
-		pthread_mutex_lock(&fw->mu);
-		c->x = NULL;
-		c->busy = false;
-		pthread_cond_broadcast(&fw->cv);
-		pthread_mutex_unlock(&fw->mu);
-		return NULL;
-	}
-	return c;
+	/* The slot's fields change under mu only: others scan it meanwhile. */
+	pthread_mutex_lock(&fw->mu);
+	c->x = rc == 0 ? nx : NULL;
+	c->busy = rc == 0;
+	pthread_cond_broadcast(&fw->cv);
+	pthread_mutex_unlock(&fw->mu);
+	return rc == 0 ? c : NULL;
 }
 
 /* Gives c back: kept for the next file, or (keep false: refused, broken,
