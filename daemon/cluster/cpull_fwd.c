@@ -428,6 +428,14 @@ static int probe(struct lane *l, struct fitem *it)
 		it->ours = ours;
 		return rc;
 	}
+	if (rc == -EAGAIN && !refused) {
+		/* Its part has not opened its destination yet: ask again (not a
+		 * miss, and not a node gone), up to CPULL_GIVEUP_MS. */
+		if (!it->first_ns)
+			it->first_ns = mono_ns();
+		return mono_ns() - it->first_ns < CPULL_GIVEUP_MS * 1000000ull ? FWD_AGAIN :
+		       PULL_FWD_READ;
+	}
 	if (refused && rc == -ESHUTDOWN)
 		not_serving(fw, nx, it->why);
 	else if (refused)
