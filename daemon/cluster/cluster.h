@@ -76,8 +76,10 @@ int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req);
 int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
 		    uint64_t size, const char *name, char *why, size_t whylen);
 /* The same through one of a few piece senders shared by every thread (a
- * cluster pull's serving: its connections grow with the cluster). */
+ * cluster pull's serving: its connections grow with the cluster), waiting
+ * at most wait_ms for one: -EAGAIN, nothing sent, when none came free. */
 int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t fsize,
-			   uint64_t off, uint64_t size, const char *name, char *why, size_t whylen);
+			   uint64_t off, uint64_t size, int wait_ms, const char *name, char *why,
+			   size_t whylen);
 
 #endif

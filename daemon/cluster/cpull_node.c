@@ -243,6 +243,9 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	a = (struct cpull_ask){ .id = id, .src = src, .dest = dest, .list = list,
 				.flags = (uint32_t)flags };
 	log_info("cluster pull %s asked by %s", id, peer);
+	/* The reports are sends on a connection whose timeout is 0 between
+	 * requests: an asker gone without a reset must not hold them. */
+	x->ops->set_timeout(x, REPL_IO_MS);
 	reporter_start(&rep, x);
 	rc = cpull_part(&a, &rep.lv, ans, why, sizeof(why));
 	reporter_stop(&rep);

@@ -282,9 +282,17 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		goto out;
 	}
 	x->ops->set_timeout(x, REPL_IO_MS);
-	rc = repl_fetch_send_shared(x, peer, fd, size, 0, size, rel, why, sizeof(why));
+	rc = repl_fetch_send_shared(x, peer, fd, size, 0, size, CPULL_WAIT_MS, rel, why,
+				    sizeof(why));
 	close(fd);
-	if (rc < 0 && *why) {
+	if (rc == -EAGAIN) {
+		struct msg m;
+
+		msg_init(&m, MSG_END);       /* every sender busy: "not yet" */
+		msg_put_u64(&m, K_ERRNO, EAGAIN);
+		rc = x->ops->send(x, &m);
+		msg_free(&m);
+	} else if (rc < 0 && *why) {
 		log_warn("cluster pull %s: %s for %s: %s", id, rel, peer, why);
 		peer_send_error(x, -rc, "%s: %s: %s", repl.cfg->name, rel, why);
 	}

@@ -262,8 +262,10 @@ static struct {
 } sps = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t fsize,
-			   uint64_t off, uint64_t size, const char *name, char *why, size_t whylen)
+			   uint64_t off, uint64_t size, int wait_ms, const char *name, char *why,
+			   size_t whylen)
 {
+	struct timespec by;
 	const struct psend_hooks h = { .pick = fetch_codec };
 	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
 	uint64_t n = repl.cfg->memory / ((uint64_t)PSEND_DEPTH * PSEND_PIECE);
@@ -272,6 +274,13 @@ int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t f
 	int i = -1, slot, rc = 0;
 
 	n = n < 2 ? 2 : n > SHARED_PS_MAX ? SHARED_PS_MAX : n;
+	clock_gettime(CLOCK_REALTIME, &by);      /* sps.cv's clock */
+	by.tv_sec += wait_ms / 1000;
+	by.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+	if (by.tv_nsec >= 1000000000) {
+		by.tv_sec++;
+		by.tv_nsec -= 1000000000;
+	}
 	pthread_mutex_lock(&sps.mu);
 	for (;;) {
 		for (unsigned k = 0; k < n && i < 0; k++)
@@ -279,7 +288,12 @@ int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t f
 				i = (int)k;
 		if (i >= 0)
 			break;
-		pthread_cond_wait(&sps.cv, &sps.mu);
+		if (pthread_cond_timedwait(&sps.cv, &sps.mu, &by) == ETIMEDOUT) {
+			/* Nothing sent yet: the asker hears "not yet" instead of
+			 * waiting past its timeout for a sender. */
+			pthread_mutex_unlock(&sps.mu);
+			return -EAGAIN;
+		}
 	}
 	sps.busy[i] = true;
 	pthread_mutex_unlock(&sps.mu);

@@ -210,6 +210,8 @@ static void on_copied(struct cp_file *cf, void *arg)
 		p->retry[p->nretry++] = pe;
 	} else if (cf->err) {
 		pe->st = P_FAILED;
+		if (pe->fwd && pe->tmp)         /* a forwarded temporary: not kept to the pass's end */
+			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
 		if (cf->err == -ECANCELED) {
 			/* the job's result says why */
 		} else if (cf->err_dst) {
@@ -499,7 +501,10 @@ static int start_file(struct pull *p, struct pending *pe, bool copy)
 		.chown = p->as_root, .owner = pe,
 	};
 	if (copy) {
-		free(pe->tmp);          /* a forwarded temporary: failed its hash, or none */
+		/* A forwarded temporary that failed its hash goes first. */
+		if (pe->fwd && pe->tmp)
+			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
+		free(pe->tmp);
 		pe->fwd = false;
 		pe->tmp = tmp_name(p);
 		if (!pe->tmp)
@@ -589,6 +594,8 @@ static void start_parked(struct pull *p, bool stop)
 			  start_file(p, pe, true);
 
 		if (ret < 0) {
+			if (pe->fwd && pe->tmp)
+				unlinkat(p->sd.tmp_fd, pe->tmp, 0);
 			pe->st = P_FAILED;
 			if (!stop)
 				note_fatal(p, ret, "%s/%s", p->dst, pe->e.path);
