@@ -247,6 +247,19 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 	}
 }
 
+/* "Not yet": MSG_END with K_ERRNO EAGAIN and no data; the connection stays. */
+static int send_not_yet(struct xport *x)
+{
+	struct msg m;
+	int rc;
+
+	msg_init(&m, MSG_END);
+	msg_put_u64(&m, K_ERRNO, EAGAIN);
+	rc = x->ops->send(x, &m);
+	msg_free(&m);
+	return rc;
+}
+
 int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 {
 	char *id = NULL, *rel = NULL, why[1024] = "";
@@ -268,12 +281,7 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 	fd = wait_file(id, rel, size, (int64_t)mtime, flags & CPULL_PROBE, &s, why, sizeof(why));
 	pthread_mutex_unlock(&ss.mu);
 	if (fd == -EAGAIN) {
-		struct msg m;
-
-		msg_init(&m, MSG_END);
-		msg_put_u64(&m, K_ERRNO, EAGAIN);
-		rc = x->ops->send(x, &m);
-		msg_free(&m);
+		rc = send_not_yet(x);
 		goto out;
 	}
 	if (fd < 0) {
@@ -286,12 +294,7 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 				    sizeof(why));
 	close(fd);
 	if (rc == -EAGAIN) {
-		struct msg m;
-
-		msg_init(&m, MSG_END);       /* every sender busy: "not yet" */
-		msg_put_u64(&m, K_ERRNO, EAGAIN);
-		rc = x->ops->send(x, &m);
-		msg_free(&m);
+		rc = send_not_yet(x);        /* every sender busy */
 	} else if (rc < 0 && *why) {
 		log_warn("cluster pull %s: %s for %s: %s", id, rel, peer, why);
 		peer_send_error(x, -rc, "%s: %s: %s", repl.cfg->name, rel, why);

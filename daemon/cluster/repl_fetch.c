@@ -221,20 +221,15 @@ static const struct codec_ops *fetch_codec(void *arg)
 	       repl.cfg->compress == CFG_COMPRESS_FLOAT ? &codec_float_ops : &codec_none_ops;
 }
 
-int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
-		    uint64_t size, const char *name, char *why, size_t whylen)
+/* Bytes [off, off + size) of fd through ps, then MSG_END: both senders'. */
+static int send_through(struct psend *ps, struct xport *x, int fd, uint64_t fsize, uint64_t off,
+			uint64_t size, const char *name, char *why, size_t whylen)
 {
 	const struct psend_hooks h = { .pick = fetch_codec };
 	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
-	struct psend *ps;
 	struct msg m;
 	int rc;
 
-	rc = thread_psend(peer, &ps);
-	if (rc < 0) {
-		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
-		return rc;
-	}
 	rc = psend_range(ps, x, fd, fsize, PSEND_NO_FILE, off, off + size, &cp, &h, name, why,
 			 whylen);
 	if (rc == 0) {
@@ -243,6 +238,20 @@ int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, u
 		msg_free(&m);
 	}
 	return rc;
+}
+
+int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
+		    uint64_t size, const char *name, char *why, size_t whylen)
+{
+	struct psend *ps;
+	int rc;
+
+	rc = thread_psend(peer, &ps);
+	if (rc < 0) {
+		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
+		return rc;
+	}
+	return send_through(ps, x, fd, fsize, off, size, name, why, whylen);
 }
 
 /* The piece senders a cluster pull's serving shares. A restore's holder
@@ -266,11 +275,8 @@ int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t f
 			   size_t whylen)
 {
 	struct timespec by;
-	const struct psend_hooks h = { .pick = fetch_codec };
-	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
 	uint64_t n = repl.cfg->memory / ((uint64_t)PSEND_DEPTH * PSEND_PIECE);
 	struct psend *ps;
-	struct msg m;
 	int i = -1, slot, rc = 0;
 
 	n = n < 2 ? 2 : n > SHARED_PS_MAX ? SHARED_PS_MAX : n;
@@ -308,14 +314,8 @@ int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t f
 	}
 	slot = repl.cfg->rate ? pace_slot(peer) : -1;
 	ps->cap = slot >= 0 ? &paces[slot].pace : &ps->pace;
-	rc = psend_range(ps, x, fd, fsize, PSEND_NO_FILE, off, off + size, &cp, &h, name, why,
-			 whylen);
+	rc = send_through(ps, x, fd, fsize, off, size, name, why, whylen);
 	pace_slot_put(slot);
-	if (rc == 0) {
-		msg_init(&m, MSG_END);
-		rc = x->ops->send(x, &m);
-		msg_free(&m);
-	}
 out:
 	pthread_mutex_lock(&sps.mu);
 	sps.busy[i] = false;

@@ -92,21 +92,10 @@ def _time_limit(request):
         signal.signal(signal.SIGALRM, old)
 
 
-_handed_out = set()
-
-
-def free_port():
-    """A port free now and not handed out before in this run: the kernel may
-    give the same ephemeral port to two binds in a row once the first socket
-    is closed, and two nodes of one hosts file were given the same address
-    that way (the daemon refuses such a hosts file, and the test failed)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
+# One port allocator for tests and benchmarks (never the same port twice in a
+# run: the kernel may hand an ephemeral port out again once its socket closed).
+sys.path.insert(0, str(REPO / "tools" / "bench"))
+from benchlib import free_port  # noqa: E402,F401 (tests import it from here)
 
 
 class Daemon:
