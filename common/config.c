@@ -167,6 +167,9 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "partner copies of each checkpoint: 0..64 or all" },
 	{ KEY_INT("cluster", "keep", keep), .min = 1, .max = 1000000, .def = "3",
 	  .doc = "checkpoints per job kept as replicas" },
+	{ KEY_INT("cluster", "fanout", fanout), .min = 2, .max = 256, .def = "32",
+	  .doc = "the most nodes this node asks a question itself (verify --cluster, restore, "
+		 "resume); past that, the others are asked through relays, in a tree" },
 
 	{ KEY_ENUM("transfer", "transport", transport, transport_names), .def = "auto",
 	  .doc = "auto | tcp | rdma" },

@@ -86,6 +86,13 @@ enum msg_type {
 			     * Answer: MSG_DATA pieces (K_OFFSET, K_DATA) then MSG_END; or
 			     * MSG_ERROR (EAGAIN: not here yet, ask again; ESHUTDOWN: this
 			     * node does not serve the pull) */
+	/* a question relayed through a tree (docs/PROTOCOL.md, "Relays") */
+	MSG_RELAY = 52,     /* asker to a relay: K_TIMEOUT_MS, K_NAME per node to ask besides
+			     * the relay itself, K_TYPE and K_DATA: the question's frame.
+			     * Answer: one MSG_RELAY_ANS per node (the relay's own among
+			     * them), then MSG_END; or MSG_ERROR */
+	MSG_RELAY_ANS = 53, /* relay: K_NAME, K_ERRNO (0: K_TYPE and K_DATA are the node's
+			     * answer frame; else it was not reached, K_TEXT says why) */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group
@@ -147,6 +154,8 @@ enum msg_key {
 	K_MTIME = 43,       /* u64: ns since the epoch (as a manifest's), two's complement */
 	K_FILES_FWD = 44,   /* u64: files that came from peers (pull --cluster) */
 	K_BYTES_FWD = 45,   /* u64 */
+	K_TYPE = 46,        /* u64: the type of a frame carried in K_DATA (MSG_RELAY) */
+	K_TIMEOUT_MS = 47,  /* u64: how long a relay may take, all its answers sent */
 };
 
 /* Request flags (K_FLAGS). */

@@ -26,6 +26,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/cpull.h"
 #include "daemon/cluster/hold.h"
+#include "daemon/cluster/fanout.h"
 #include "daemon/cluster/resume.h"
 #include "daemon/ctl.h"
 #include "daemon/doctor/doctor.h"
@@ -335,6 +336,7 @@ int main(int argc, char **argv)
 	repl_recv_serve(MSG_DOCTOR_ASK, doctor_serve);
 	repl_recv_serve(MSG_RESTORE_ASK, resume_serve);
 	repl_recv_serve(MSG_RESEND_ASK, resume_serve);
+	repl_recv_serve(MSG_RELAY, fanout_serve);
 	repl_recv_serve(MSG_CPULL_ASK, cpull_node_serve);
 	repl_recv_serve(MSG_CPULL_FETCH, cpull_fetch_serve);
 	ret = repl_open(&d.cfg, why, sizeof(why));

@@ -1,6 +1,7 @@
 /* Asking the other nodes: what they hold of a step (verify --cluster,
- * restore), over a fresh authenticated connection per question, all nodes
- * at once on a thread each. The answering side is hold.c's hold_serve.
+ * restore, resume), all at once through fanout.h: directly up to [cluster]
+ * fanout nodes, through relays past that. The answering side is hold.c's
+ * hold_serve.
  *
  * A fresh connection rather than a partner's sender connection: the
  * question goes to every node (not only partners), and must not wait
@@ -15,6 +16,7 @@
 
 #include "common/hostlist.h"
 #include "common/log.h"
+#include "daemon/cluster/fanout.h"
 #include "daemon/cluster/hold.h"
 #include "daemon/durable/tier.h"
 #include "daemon/fs/fsprobe.h"
@@ -23,15 +25,6 @@
 
 #define ASK_FAST_MS 30000          /* a fast survey reads manifests only */
 #define ASK_DEEP_MS (6 * 3600 * 1000)  /* a deep one reads every byte held */
-
-struct ask {
-	size_t host;
-	const char *job, *step;
-	bool deep;
-	pthread_t thread;
-	bool started;
-	struct repl_answer *ans;
-};
 
 /* The copy groups in a MSG_HOLD: its K_ORIGIN fields. */
 static size_t count_groups(const struct msg *m)
@@ -45,61 +38,36 @@ static size_t count_groups(const struct msg *m)
 	return groups;
 }
 
-static void *ask_main(void *arg)
+/* A node's answer (fanout.h) into its survey answer: its copy groups, or
+ * why there are none. */
+static void take_answer(struct fan_answer *f, bool allsteps, struct repl_answer *ans)
 {
-	struct ask *a = arg;
-	struct repl_answer *ans = a->ans;
-	struct xport *x;
-	struct msg m;
+	const char *name = repl.hosts.v[f->host].name;
+	struct msg *m = &f->m;
 	size_t groups;
-	int rc;
+	int rc = f->err;
 
-	rc = repl_dial(a->host, REPL_CONNECT_MS, a->deep ? ASK_DEEP_MS : ASK_FAST_MS, &x,
-		       ans->why, sizeof(ans->why));
-	if (rc < 0)
-		goto out;
-	msg_init(&m, MSG_HOLD_REQ);
-	msg_put_str(&m, K_JOB, a->job);
-	if (a->step)
-		msg_put_str(&m, K_STEP, a->step);
-	msg_put_u64(&m, K_FLAGS, (a->deep ? REQ_DEEP : 0) | (a->step ? 0 : REQ_ALLSTEPS));
-	rc = x->ops->send(x, &m);
-	msg_free(&m);
-	if (rc == 0)
-		rc = x->ops->recv(x, &m);
 	if (rc < 0) {
-		snprintf(ans->why, sizeof(ans->why), "%s: %s", repl.hosts.v[a->host].name,
-			 rc == -ENOTCONN ? "closed the connection (an older version?)" :
-			 strerror(-rc));
-	} else if (m.type == MSG_ERROR) {
-		rc = peer_refused(&m, repl.hosts.v[a->host].name, ans->why, sizeof(ans->why));
-		msg_free(&m);
-	} else if (m.type == MSG_HOLD && (groups = count_groups(&m)) >
-		   (a->step ? (size_t)HOSTS_MAX_NODES : HOLD_STEPS_MAX * repl.hosts.n)) {
+		snprintf(ans->why, sizeof(ans->why), "%s", f->why);
+	} else if (m->type == MSG_ERROR) {
+		rc = peer_refused(m, name, ans->why, sizeof(ans->why));
+	} else if (m->type == MSG_HOLD && (groups = count_groups(m)) >
+		   (!allsteps ? (size_t)HOSTS_MAX_NODES : HOLD_STEPS_MAX * repl.hosts.n)) {
 		/* One group per origin held, and origins are node names: more
 		 * than a hosts file can name is a lie. Refused before parsing:
 		 * cverify's decision costs origins x nodes x cells (44,000 in
 		 * one frame kept a verify busy for 38 s). */
 		snprintf(ans->why, sizeof(ans->why), "%s: an answer of %zu copy groups (at most %d)",
-			 repl.hosts.v[a->host].name, groups,
-			 a->step ? HOSTS_MAX_NODES : (int)(HOLD_STEPS_MAX * repl.hosts.n));
+			 name, groups, !allsteps ? HOSTS_MAX_NODES : (int)(HOLD_STEPS_MAX * repl.hosts.n));
 		rc = -EBADMSG;
-		msg_free(&m);
-	} else if (m.type != MSG_HOLD ||
-		   hold_parse(&m, repl.hosts.v[a->host].name, &ans->cells, &ans->ncells) < 0) {
-		snprintf(ans->why, sizeof(ans->why), "%s: a malformed answer",
-			 repl.hosts.v[a->host].name);
+	} else if (m->type != MSG_HOLD || hold_parse(m, name, &ans->cells, &ans->ncells) < 0) {
+		snprintf(ans->why, sizeof(ans->why), "%s: a malformed answer", name);
 		rc = -EBADMSG;
-		msg_free(&m);
-	} else {
-		msg_free(&m);
 	}
 	if (rc == -EBADMSG)
 		log_warn("answer refused: %s", ans->why);
-	x->ops->close(x);
-out:
+	msg_free(m);
 	ans->err = rc;
-	return NULL;
 }
 
 /* The durable tier's answer, as this node reads it (hold_survey_durable). */
@@ -132,21 +100,22 @@ static void ask_durable(const char *job, const char *step, struct repl_answer *a
 int repl_survey(const char *job, const char *step, bool deep, const char *only,
 		struct repl_answer **out, size_t *n)
 {
-	size_t nodes = repl.cluster ? repl.hosts.n : 1;
+	size_t nodes = repl.cluster ? repl.hosts.n : 1, nasked = 0;
 	bool durable = durable_on(repl.cfg);
 	struct repl_answer *ans = calloc(nodes + durable, sizeof(*ans));
-	struct ask *asks = calloc(nodes, sizeof(*asks));
+	struct fan_answer *asked = calloc(nodes, sizeof(*asked));
 	size_t self = repl.cluster ? repl.self : 0;
-	int rc = 0;
+	struct fanout *f = NULL;
+	struct msg q;
 
-	if (!ans || !asks) {
+	if (!ans || !asked) {
 		free(ans);
-		free(asks);
+		free(asked);
 		return -ENOMEM;
 	}
 	if (only && strcmp(only, HOLD_DURABLE) == 0 && durable) {
 		/* restore --from durable: the tier alone. */
-		free(asks);
+		free(asked);
 		ask_durable(job, step, &ans[0]);
 		*out = ans;
 		*n = 1;
@@ -155,23 +124,29 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 	if (only && (repl.cluster ? hosts_find(&repl.hosts, only) < 0 :
 		     strcmp(only, repl.cfg->name) != 0)) {
 		free(ans);
-		free(asks);
+		free(asked);
 		return -ENOENT;
 	}
 	for (size_t i = 0; i < nodes; i++) {
 		ans[i].node = repl.cluster ? repl.hosts.v[i].name : repl.cfg->name;
 		ans[i].err = -ECANCELED;
 		snprintf(ans[i].why, sizeof(ans[i].why), "not asked");
-		if (i == self || (only && strcmp(only, ans[i].node) != 0))
-			continue;
-		asks[i] = (struct ask){ .host = i, .job = job, .step = step, .deep = deep,
-					.ans = &ans[i] };
-		asks[i].started = pthread_create(&asks[i].thread, NULL, ask_main, &asks[i]) == 0;
-		if (!asks[i].started) {
-			ans[i].err = -EAGAIN;
-			snprintf(ans[i].why, sizeof(ans[i].why), "%s: no thread to ask it",
-				 ans[i].node);
+		if (i != self && !(only && strcmp(only, ans[i].node) != 0))
+			asked[nasked++].host = i;
+	}
+	msg_init(&q, MSG_HOLD_REQ);
+	msg_put_str(&q, K_JOB, job);
+	if (step)
+		msg_put_str(&q, K_STEP, step);
+	msg_put_u64(&q, K_FLAGS, (deep ? REQ_DEEP : 0) | (step ? 0 : REQ_ALLSTEPS));
+	if (nasked && (q.err || fanout_start(&f, &q, asked, nasked,
+					     deep ? ASK_DEEP_MS : ASK_FAST_MS) < 0)) {
+		for (size_t i = 0; i < nasked; i++) {
+			ans[asked[i].host].err = q.err ? q.err : -EAGAIN;
+			snprintf(ans[asked[i].host].why, sizeof(ans[0].why), "%s: no thread to ask it",
+				 ans[asked[i].host].node);
 		}
+		nasked = 0;
 	}
 	if (!only || strcmp(only, ans[self].node) == 0) {
 		struct msg m;
@@ -190,13 +165,15 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 	/* The durable tier last, beside the nodes, read while they answer. */
 	if (durable && !only)
 		ask_durable(job, step, &ans[nodes]);
-	for (size_t i = 0; i < nodes; i++)
-		if (asks[i].started)
-			pthread_join(asks[i].thread, NULL);
-	free(asks);
+	if (f)
+		fanout_wait(f);
+	for (size_t i = 0; i < nasked; i++)
+		take_answer(&asked[i], step == NULL, &ans[asked[i].host]);
+	msg_free(&q);
+	free(asked);
 	*out = ans;
 	*n = nodes + (durable && !only);
-	return rc;
+	return 0;
 }
 
 void repl_answers_free(struct repl_answer *a, size_t n)

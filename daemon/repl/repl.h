@@ -37,6 +37,9 @@ void repl_accept(void);
  * returns 0 to go on, -errno to close the connection (a refusal sent). */
 typedef int repl_serve_fn(struct xport *x, const char *peer, const struct msg *req);
 int repl_recv_serve(uint16_t type, repl_serve_fn *serve);
+/* Who serves a request type (NULL: nobody): a relay answers a question in
+ * place with the same function (daemon/cluster/fanout.c). */
+repl_serve_fn *repl_recv_served(uint16_t type);
 
 /* Serves MSG_COMMIT_REQ (sends the result). */
 void repl_commit_run(struct job *j, const char *path);

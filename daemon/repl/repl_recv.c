@@ -55,7 +55,7 @@
 
 /* Requests other than offers, by frame type: set before the listener opens
  * (repl_recv_serve), read-only afterwards. */
-static struct { uint16_t type; repl_serve_fn *serve; } requests[8];
+static struct { uint16_t type; repl_serve_fn *serve; } requests[16];
 
 int repl_recv_serve(uint16_t type, repl_serve_fn *serve)
 {
@@ -68,7 +68,7 @@ int repl_recv_serve(uint16_t type, repl_serve_fn *serve)
 	return -ENOSPC;
 }
 
-static repl_serve_fn *served(uint16_t type)
+repl_serve_fn *repl_recv_served(uint16_t type)
 {
 	for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]) && requests[i].serve; i++)
 		if (requests[i].type == type)
@@ -298,7 +298,7 @@ static void *rx_main(void *arg)
 				 "on the way?); closing", r->peer, r->x->peer);
 		if (rc < 0)
 			break;
-		if ((serve = served(m.type)) != NULL) {
+		if ((serve = repl_recv_served(m.type)) != NULL) {
 			rc = serve(r->x, r->peer, &m);
 			msg_free(&m);
 			if (rc < 0)

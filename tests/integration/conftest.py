@@ -460,12 +460,13 @@ def make_cluster(make_daemon, tmp_path):
     every node; node_doctor {i: {...}} per node. exec_prefix {i: [argv]}: what
     node i's daemon runs under (e.g. faketime). disks {i: dir}: node i's
     state and roots in dir (Daemon's disk). source_roots: [dir] for every
-    node (a shared mount). start: start them all."""
+    node (a shared mount). cluster_keys: more [cluster] keys for every node
+    (fanout, say). start: start them all."""
     counter = itertools.count()
 
     def make(n=2, *, replicas=None, keep=None, transfer=None, node_transfer=None, domains=None,
              addrs=None, netns=None, keys=None, doctor=None, node_doctor=None, exec_prefix=None,
-             disks=None, source_roots=None, start=True):
+             disks=None, source_roots=None, cluster_keys=None, start=True):
         cdir = tmp_path / f"cluster{next(counter)}"
         cdir.mkdir()
         key = write_key(cdir / "cluster.key")
@@ -482,6 +483,7 @@ def make_cluster(make_daemon, tmp_path):
                 cl["replicas"] = replicas
             if keep is not None:
                 cl["keep"] = keep
+            cl.update(cluster_keys or {})
             tr = {**(transfer or {}), **((node_transfer or {}).get(i, {}))}
             doc = {**(doctor or {}), **((node_doctor or {}).get(i, {}))}
             nodes.append(make_daemon(base=cdir / names[i], start=False, name=names[i], listen=addrs[i],

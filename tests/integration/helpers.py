@@ -591,6 +591,13 @@ def json_result(text):
     return ev[-1], ev
 
 
+def copy_cells(text):
+    """The "copy" events of verify --cluster --json output: {(origin, holder): event}
+    (origin "" for a holder-level group: one that could not be asked)."""
+    return {(o.get("origin", ""), o.get("holder")): o for o in json_lines(text)
+            if o["event"] == "copy"}
+
+
 def last_line(text):
     lines = [l for l in text.split("\n") if l != ""]
     assert lines, "stdout is empty"

@@ -233,6 +233,15 @@ def test_requests_refused(trio):
         ("hold_bad_job", "question from n2 refused: no valid job or step name"),
     ]
     before = t.watched()
+    requests_refused(t, table)
+    assert t.watched() == before
+    t.n1.assert_serving()
+    t.legit_commit()
+
+
+def requests_refused(t, table):
+    """Each (scenario, log regex) of table, against the published copy
+    "good": refused, with that log line on n1."""
     problems = []
     for s, log in table:
         mark = len(t.n1.log())
@@ -242,7 +251,27 @@ def test_requests_refused(trio):
         elif not re.search(log, t.n1.log()[mark:]):
             problems.append(f"{s}: no log line /{log}/:\n{t.n1.log()[mark:][-1000:]}")
     assert not problems, "\n\n".join(problems)
-    assert t.watched() == before
+
+
+def test_relay_requests_refused(trio):
+    """A key holder asking n1 to relay (MSG_RELAY): a question passed on to
+    n0 comes back as two answers and an end; a node not in the hosts file,
+    the relay itself, a node named twice, a request that is not relayed
+    (a fetch), a question that does not parse and no time limit are each
+    refused with a log line naming the peer, and n1 goes on serving."""
+    t = trio
+    cp = t.evil("relay_ok", step="good")
+    assert cp.returncode == 0, cp.stdout
+    assert "n2 asks this node to relay a question to 1 node" in t.n1.log()
+    table = [
+        ("relay_unknown_node", "relay from n2 refused: node 'no-such-node' is not in the hosts file"),
+        ("relay_self", "relay from n2 refused: node 'n1' is the relay itself"),
+        ("relay_twice", "relay from n2 refused: node 'n0' is named twice"),
+        ("relay_not_relayed", "relay from n2 refused: frame type 44 is not relayed"),
+        ("relay_bad_question", "relay from n2 refused: a malformed request"),
+        ("relay_no_timeout", "relay from n2 refused: a malformed request"),
+    ]
+    requests_refused(t, table)
     t.n1.assert_serving()
     t.legit_commit()
 

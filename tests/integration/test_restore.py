@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import CHUNK, D, F, L, assert_tree_equal, flip_byte, make_tree, wait_for
+from helpers import CHUNK, D, F, L, assert_tree_equal, copy_cells, flip_byte, make_tree, wait_for
 
 JOB, STEP = "job1", "step-100"
 
@@ -65,13 +65,7 @@ def cverify(d, *extra, step=STEP, json_out=False):
 
 
 def cells(cp):
-    """The "copy" objects of a --json run: {(origin, holder): obj}."""
-    out = {}
-    for line in cp.stdout.splitlines():
-        o = json.loads(line)
-        if o.get("event") == "copy":
-            out[(o.get("origin", ""), o.get("holder"))] = o
-    return out
+    return copy_cells(cp.stdout)
 
 
 # ------------------------------------------------------------ verify --cluster

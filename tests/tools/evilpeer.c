@@ -204,6 +204,7 @@ const char *type_name(uint16_t t)
 	case MSG_DONE: return "DONE";
 	case MSG_ERROR: return "ERROR";
 	case MSG_HOLD: return "HOLD";
+	case MSG_RELAY_ANS: return "RELAY_ANS";
 	default:
 		snprintf(other, sizeof(other), "type %u", t);
 		return other;

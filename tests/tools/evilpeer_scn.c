@@ -479,6 +479,70 @@ out:
 	return rc ? FAIL : PASS;
 }
 
+/* ---- scenarios: relays asked for what they may not do ---- */
+
+enum { RL_OK, RL_UNKNOWN, RL_SELF, RL_TWICE, RL_TYPE, RL_PAYLOAD, RL_NO_TIMEOUT };
+
+/* A MSG_RELAY asking the peer to pass a question about --job/--step on to
+ * the nodes named (NULL-terminated). */
+static void relay_msg(const struct ctx *c, struct msg *m, const char *const *names,
+		      uint16_t type, bool timeout, bool garbage)
+{
+	struct msg q;
+
+	msg_init(&q, MSG_HOLD_REQ);
+	msg_put_str(&q, K_JOB, c->job);
+	msg_put_str(&q, K_STEP, c->step);
+	msg_init(m, MSG_RELAY);
+	if (timeout)
+		msg_put_u64(m, K_TIMEOUT_MS, 10000);
+	for (size_t i = 0; names[i]; i++)
+		msg_put_str(m, K_NAME, names[i]);
+	msg_put_u64(m, K_TYPE, type);
+	if (garbage)
+		msg_put_bytes(m, K_DATA, "\x01\x00\x00\x00\xff\xff\xff\x7f", 8);
+	else
+		msg_put_bytes(m, K_DATA, q.buf, q.len);
+	msg_free(&q);
+}
+
+static int scn_relay(struct ctx *c, int how)
+{
+	const char *other[] = { c->other, NULL }, *unknown[] = { "no-such-node", NULL },
+		   *self[] = { c->peer, NULL }, *twice[] = { c->other, c->other, NULL };
+	struct msg m;
+	int seen = 0;
+
+	switch (how) {
+	case RL_OK:
+		relay_msg(c, &m, other, MSG_HOLD_REQ, true, false);
+		if (sendm(c, &m) < 0)
+			return FAIL;
+		/* One answer for the relay, one for the other node, then END. */
+		while (answer(c, &m) == 0) {
+			uint16_t t = m.type;
+
+			seen += t == MSG_RELAY_ANS;
+			msg_free(&m);
+			if (t == MSG_END)
+				break;
+			if (t != MSG_RELAY_ANS) {
+				say("FAIL: %s among the relayed answers", type_name(t));
+				return FAIL;
+			}
+		}
+		say(seen == 2 ? "PASS: 2 answers relayed" : "FAIL: %d answers relayed", seen);
+		return seen == 2 ? PASS : FAIL;
+	case RL_UNKNOWN: relay_msg(c, &m, unknown, MSG_HOLD_REQ, true, false); break;
+	case RL_SELF: relay_msg(c, &m, self, MSG_HOLD_REQ, true, false); break;
+	case RL_TWICE: relay_msg(c, &m, twice, MSG_HOLD_REQ, true, false); break;
+	case RL_TYPE: relay_msg(c, &m, other, MSG_FETCH_REQ, true, false); break;
+	case RL_PAYLOAD: relay_msg(c, &m, other, MSG_HOLD_REQ, true, true); break;
+	case RL_NO_TIMEOUT: relay_msg(c, &m, other, MSG_HOLD_REQ, false, false); break;
+	}
+	return sendm(c, &m) < 0 ? FAIL : expect_refusal(c, true);
+}
+
 /* ---- scenarios: a partner that lies to a real sender ----
  * We are PEER's partner: we listen where the hosts file says we are, take
  * its connection, read its offer, answer a lying WANT, and vanish. */
@@ -780,6 +844,13 @@ const struct scenario evil_scenarios[] = {
 	{ "hold_bad_job", scn_fetch, Q_HOLD_BAD },
 	{ "hold_flood", scn_fetch, Q_HOLD_FLOOD },
 	{ "hold_names", scn_fetch, Q_HOLD_NAMES },
+	{ "relay_ok", scn_relay, RL_OK },
+	{ "relay_unknown_node", scn_relay, RL_UNKNOWN },
+	{ "relay_self", scn_relay, RL_SELF },
+	{ "relay_twice", scn_relay, RL_TWICE },
+	{ "relay_not_relayed", scn_relay, RL_TYPE },
+	{ "relay_bad_question", scn_relay, RL_PAYLOAD },
+	{ "relay_no_timeout", scn_relay, RL_NO_TIMEOUT },
 	{ "recv_held_all", scn_recv, V_HELD_ALL },
 	{ "recv_held_long", scn_recv, V_HELD_LONG },
 	{ "recv_held_short", scn_recv, V_HELD_SHORT },
