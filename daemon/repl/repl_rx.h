@@ -40,7 +40,8 @@ struct rx {
 	digest_t root;
 	struct rx_slot slot;
 	struct rx_link link;
-	struct cbuild cb;              /* the file being built (engine/cbuild.h) */
+	struct cbuild cb;              /* the file being built (engine/cbuild.h); opened at the
+				* connection's first offer (cb.whole NULL until then) */
 	int rr_fd;                     /* replica_root */
 	int in_fd;                     /* .incoming/ORIGIN/JOB/STEP */
 	int st_fd;                     /* its .stage */
