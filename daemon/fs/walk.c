@@ -59,14 +59,20 @@ struct walk {
 	char err_rel[MF_MAX_PATH + 256]; /* the entry the last error is about */
 	/* A directory's names are stat'ed together through io_uring: cold, each
 	 * statx waits on an inode read, and many at once is what makes a walk
-	 * of a cold tree fast. Without a ring, one fstatat at a time. */
+	 * of a cold tree fast. Without a ring, one fstatat at a time. The ring
+	 * is set up once the walk has more than RING_AFTER names to stat: a
+	 * small tree (a checkpoint of a few shards, surveyed for every
+	 * verify --cluster) stats them faster than a ring is made and torn
+	 * down (its unmaps cost every CPU a TLB flush). */
 	struct io_uring ring;
-	bool have_ring;
+	bool have_ring, ring_tried;
+	size_t nstat;          /* names stat'ed so far */
 	struct statx *stx;     /* STAT_BATCH results in flight */
 	bool lazy;             /* WALK_LAZY */
 };
 
 #define STAT_BATCH 256u
+#define RING_AFTER 64u
 
 /* Remembers which entry an error is about: the first len bytes of w->path. */
 static void err_at(struct walk *w, size_t len)
@@ -238,6 +244,18 @@ static bool listed(const struct listing *l, const char *name)
 	return false;
 }
 
+static void ring_setup(struct walk *w)
+{
+	unsigned workers[2] = { 64, 0 };
+
+	w->ring_tried = true;
+	w->stx = malloc(STAT_BATCH * sizeof(*w->stx));
+	if (w->stx && io_uring_queue_init(STAT_BATCH, &w->ring, 0) == 0) {
+		io_uring_register_iowq_max_workers(&w->ring, workers);
+		w->have_ring = true;
+	}
+}
+
 /* Stats the names idx[0..n) of a listing, STAT_BATCH at a time. */
 static int stat_some(struct walk *w, struct listing *l, const size_t *idx, size_t n, int dirfd)
 {
@@ -248,6 +266,9 @@ static int stat_some(struct walk *w, struct listing *l, const size_t *idx, size_
 		struct io_uring_cqe *cqe;
 		unsigned seen = 0;
 
+		if (!w->have_ring && !w->ring_tried && w->nstat + k > RING_AFTER)
+			ring_setup(w);
+		w->nstat += k;
 		if (!w->have_ring) {
 			for (size_t i = base; i < base + k; i++) {
 				struct stat st;
@@ -399,13 +420,6 @@ int walk_open(struct walk **out, int src_root, int other_root, unsigned flags)
 	if (!w)
 		return -ENOMEM;
 	w->lazy = flags & WALK_LAZY;
-	w->stx = malloc(STAT_BATCH * sizeof(*w->stx));
-	if (w->stx && io_uring_queue_init(STAT_BATCH, &w->ring, 0) == 0) {
-		unsigned workers[2] = { 64, 0 };
-
-		io_uring_register_iowq_max_workers(&w->ring, workers);
-		w->have_ring = true;
-	}
 	ret = push(w, src_root, other_root, 0);
 	if (ret < 0) {
 		walk_close(w);
