@@ -187,6 +187,10 @@ bench-smoke: $(BIN)
 	@tools/bench/restore --smoke
 	@tools/bench/trainer --smoke
 	@tools/bench/doctor --smoke
+	@tools/bench/resume --smoke
+	@tools/bench/cpull --smoke
+	@tools/bench/fanout --smoke
+	@tools/bench/durable --smoke
 
 # libFuzzer targets, one per parser of outside bytes; built with clang.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
