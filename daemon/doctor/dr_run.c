@@ -13,15 +13,16 @@
  *
  * Up to pairs_max nodes every pair is measured (the circle method's N-1
  * rounds); beyond, the ring (each node and the next) plus as many random
- * pairs as nodes, so the cost grows with N and not N^2. Each phase asks every node on a thread of its own,
- * as verify --cluster does; a node that does not answer the first question
- * is down and asked nothing more.
+ * pairs as nodes, so the cost grows with N and not N^2. Each phase asks every node, on at
+ * most [cluster] fanout threads at once (a connection each); a node that
+ * does not answer the first question is down and asked nothing more.
  */
 #include "daemon/doctor/doctor.h"
 #include "daemon/doctor/dr_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,51 +120,52 @@ static void ask_kept(const struct run *r, const struct dr_node *n, const struct 
 
 /* ------------------------------------------------------------ every node at once */
 
+/* fn(r, i) for every node that is up: this node's in place, the others' on
+ * at most [cluster] fanout threads at once (each takes the next node when
+ * done), so a doctor of 1,000 nodes holds no more threads and connections
+ * than one of 32. */
 struct each {
 	struct run *r;
-	size_t i;
 	void (*fn)(struct run *r, size_t i);
-	pthread_t t;
-	bool started;
+	atomic_size_t next;        /* the next node index to take */
 };
 
 static void *each_main(void *arg)
 {
 	struct each *e = arg;
+	size_t i;
 
-	e->fn(e->r, e->i);
+	while ((i = atomic_fetch_add(&e->next, 1)) < e->r->in.nnodes)
+		if (e->r->in.nodes[i].up && !e->r->in.nodes[i].self)
+			e->fn(e->r, i);
 	return NULL;
 }
 
-/* fn(r, i) for every node that is up, on a thread each (this one's in place). */
 static void for_each_node(struct run *r, void (*fn)(struct run *r, size_t i))
 {
-	struct each *e = calloc(r->in.nnodes, sizeof(*e));
+	size_t width = r->cfg->fanout > 0 ? (size_t)r->cfg->fanout : 32, others = 0, nt = 0;
+	struct each e = { .r = r, .fn = fn };
+	pthread_t *t;
 
-	size_t self = r->in.nnodes;
-
+	atomic_init(&e.next, 0);
+	for (size_t i = 0; i < r->in.nnodes; i++)
+		others += r->in.nodes[i].up && !r->in.nodes[i].self;
+	if (width > others)
+		width = others;
+	t = calloc(width + 1, sizeof(*t));
 	/* The others' threads first, so that this node's own part (in place)
 	 * runs alongside theirs rather than before them. */
-	for (size_t i = 0; i < r->in.nnodes; i++) {
-		if (!r->in.nodes[i].up)
-			continue;
-		if (r->in.nodes[i].self) {
-			self = i;
-			continue;
-		}
-		if (e) {
-			e[i] = (struct each){ .r = r, .i = i, .fn = fn };
-			e[i].started = pthread_create(&e[i].t, NULL, each_main, &e[i]) == 0;
-		}
-		if (!e || !e[i].started)
+	for (size_t k = 0; t && k < width; k++)
+		if (pthread_create(&t[nt], NULL, each_main, &e) == 0)
+			nt++;
+	for (size_t i = 0; i < r->in.nnodes; i++)
+		if (r->in.nodes[i].up && r->in.nodes[i].self)
 			fn(r, i);
-	}
-	if (self < r->in.nnodes)
-		fn(r, self);
-	for (size_t i = 0; e && i < r->in.nnodes; i++)
-		if (e[i].started)
-			pthread_join(e[i].t, NULL);
-	free(e);
+	if (nt == 0 && others)
+		each_main(&e);          /* no thread to be had: one at a time, here */
+	for (size_t k = 0; k < nt; k++)
+		pthread_join(t[k], NULL);
+	free(t);
 }
 
 /* ------------------------------------------------------------ facts and clocks */

@@ -793,6 +793,24 @@ def test_loopback_healthy_quick(loop4):
 
 
 @pytest.mark.timeout(60)
+def test_loopback_asked_two_at_a_time(make_cluster):
+    """[cluster] fanout = 2: n0 asks the three others on two threads, each
+    taking the next node when done; every node is still checked, and the
+    same problems (none but the host's clock) are found."""
+    nodes = make_cluster(4, transfer={"watch": "off"}, cluster_keys={"fanout": 2},
+                         doctor={**DOCTOR, "ports": free_port(), "port_range": "none"})
+    cp = nodes[0].run("doctor", "--quick", "--json", timeout=60)
+    ev = doctor_json(cp)
+    assert_only_problems(ev, set(), "healthy loopback cluster, fanout 2")
+    assert cp.returncode == expected_code(set())
+    c = by_key(ev)
+    for n in NODES:
+        assert passed(c, "nodes", n)
+        assert passed(c, "port", f"{nodes[0].doctor['ports']}@{n}"), n
+    assert matrix(ev, "bandwidth")["nodes"] == NODES
+
+
+@pytest.mark.timeout(60)
 def test_loopback_healthy_exit_0_with_a_synchronised_clock(loop4, synced_clock):
     """The healthy cluster as the issue says it: with the kernel clock marked
     synchronised (as an NTP daemon marks it), exit 0 and every line ✓."""
