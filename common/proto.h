@@ -156,6 +156,9 @@ enum msg_key {
 	K_BYTES_FWD = 45,   /* u64 */
 	K_TYPE = 46,        /* u64: the type of a frame carried in K_DATA (MSG_RELAY) */
 	K_TIMEOUT_MS = 47,  /* u64: how long a relay may take, all its answers sent */
+	K_SLOW_DONE = 48,   /* u64: pull --cluster, a relay's progress: the bytes done of the
+			     * slowest node of its group (K_HOLDER) */
+	K_SLOW_TOTAL = 49,  /* u64: and its bytes in all */
 };
 
 /* Request flags (K_FLAGS). */

@@ -1,8 +1,9 @@
 /* pull --cluster, the asker's side: every node of the pull is asked at once
- * (MSG_CPULL_ASK, a connection and a thread each) to pull SRC with the
- * others (cpull_node.c); each answers when its own copy is staged, and keeps
- * serving its peers until every node has answered, when the asker ends the
- * pull on every connection (MSG_END).
+ * (MSG_CPULL_ASK; directly up to [cluster] fanout nodes, through relays
+ * past that: cpull_ask.c) to pull SRC with the others (cpull_node.c); each
+ * answers when its own copy is staged, and keeps serving its peers until
+ * every node has answered, when the asker ends the pull everywhere
+ * (MSG_END).
  *
  * The pull is staged when every node answered 0 with the same root. A node
  * that fails or cannot be reached is named and the pull exits 1; the others
@@ -10,8 +11,7 @@
  * the source only what no node holds (what any node holds current it
  * forwards: cpull_fwd.c).
  *
- * This node asks itself over its own peer port, as it asks the others: one
- * path for all, and its part runs on the receiver's thread like theirs.
+ * This node's own part runs in place, on its node's thread of the ask.
  */
 #include "daemon/cluster/cpull.h"
 #include "daemon/cluster/cluster.h"
@@ -25,182 +25,36 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "common/clock.h"
 #include "common/hostlist.h"
 #include "common/log.h"
-#include "daemon/net/peer.h"
-
-#define CPULL_ASK_MAX 256              /* nodes asked directly (no relay tree yet) */
-
-struct member {
-	struct cpull *cp;
-	const char *name;
-	size_t host;
-	pthread_t thread;
-	bool started;
-	struct xport *x;               /* under cp->mu: a cancel shuts it down */
-	bool answered, said;           /* its answer is in; the asker noted it */
-	bool here;                     /* this node: its part ran in place */
-	int code;
-	char text[1024];
-	char root[DIGEST_HEX_LEN + 1];
-	char path[4096];
-	uint64_t files, bytes, rfiles, rbytes, ffiles, fbytes;
-	struct cpull_prog prog;        /* under cp->mu: its last progress */
-};
 
 struct cpull {
 	const char *id, *src, *dest;
 	char *list;                    /* the nodes, comma-joined, as sent */
 	uint32_t flags;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	size_t n, answered;
-	bool over;                     /* every member answered: end the pull */
-	struct member *m;
+	struct cpull_ask ask;          /* what every node is asked */
+	struct cask *c;                /* every node of the pull, this one in place */
+	bool here_ran;                 /* this node's part ran: end it at the end */
 	struct cpull_live live;        /* this node's own part */
 	char slowest[64];              /* for the progress frames */
 	uint64_t fwd;
 };
 
-static void take_answer(struct member *mb, const struct msg *m)
+/* This node's part, in place (cask_start's here). */
+static void ask_here(struct cask_node *nd, void *arg)
 {
-	char *s = NULL;
-	uint64_t code = 1;
-
-	msg_get_u64(m, K_CODE, &code);
-	mb->code = code > 2 ? 1 : (int)code;
-	if (msg_get_str(m, K_TEXT, &s) == 0)
-		snprintf(mb->text, sizeof(mb->text), "%s", s);
-	free(s);
-	s = NULL;
-	if (msg_get_str(m, K_ROOT, &s) == 0)
-		snprintf(mb->root, sizeof(mb->root), "%s", s);
-	free(s);
-	s = NULL;
-	if (msg_get_str(m, K_PATH, &s) == 0)
-		snprintf(mb->path, sizeof(mb->path), "%s", s);
-	free(s);
-	msg_get_u64(m, K_FILES_TOTAL, &mb->files);
-	msg_get_u64(m, K_BYTES_TOTAL, &mb->bytes);
-	msg_get_u64(m, K_FILES_COPIED, &mb->rfiles);
-	msg_get_u64(m, K_BYTES_COPIED, &mb->rbytes);
-	msg_get_u64(m, K_FILES_FWD, &mb->ffiles);
-	msg_get_u64(m, K_BYTES_FWD, &mb->fbytes);
-}
-
-static void take_own(struct member *mb, const struct cpull_answer *ans)
-{
-	mb->code = ans->code;
-	snprintf(mb->text, sizeof(mb->text), "%s", ans->text);
-	if (ans->code == 0)
-		digest_to_hex(ans->st.root, mb->root);
-	snprintf(mb->path, sizeof(mb->path), "%s", ans->st.dst);
-	mb->files = ans->st.files;
-	mb->bytes = ans->st.bytes;
-	mb->rfiles = ans->st.read_files;
-	mb->rbytes = ans->st.read_bytes;
-	mb->ffiles = ans->st.fwd_files;
-	mb->fbytes = ans->st.fwd_bytes;
-}
-
-/* This node's part, in place: a node cannot ask itself over the wire (the
- * handshake refuses its own reflection, as it must). */
-static void ask_here(struct member *mb)
-{
-	struct cpull *cp = mb->cp;
-	struct cpull_ask a = { .id = cp->id, .src = cp->src, .dest = cp->dest, .list = cp->list,
-			       .flags = cp->flags };
+	struct cpull *cp = arg;
 	struct cpull_answer *ans = calloc(1, sizeof(*ans));
 
 	if (!ans) {
-		snprintf(mb->text, sizeof(mb->text), "out of memory");
+		snprintf(nd->text, sizeof(nd->text), "out of memory");
 		return;
 	}
-	if (cpull_part(&a, &cp->live, ans, mb->text, sizeof(mb->text)) == 0) {
-		mb->here = true;
-		take_own(mb, ans);
+	if (cpull_part(&cp->ask, &cp->live, ans, nd->text, sizeof(nd->text)) == 0) {
+		cp->here_ran = true;
+		cask_take_part(nd, ans);
 	}
 	free(ans);
-}
-
-static void *member_main(void *arg)
-{
-	struct member *mb = arg;
-	struct cpull *cp = mb->cp;
-	struct xport *x = NULL;
-	struct msg m;
-	int rc;
-
-	mb->code = 1;
-	if (strcmp(mb->name, repl.cfg->name) == 0) {
-		ask_here(mb);
-		goto answered;
-	}
-	/* The node reports its progress every 250 ms while it pulls: silent
-	 * for REPL_IO_MS, it is gone (a link down, a node stopped). */
-	rc = repl_dial(mb->host, REPL_CONNECT_MS, REPL_IO_MS, &x, mb->text, sizeof(mb->text));
-	if (rc == 0) {
-		pthread_mutex_lock(&cp->mu);
-		mb->x = x;
-		pthread_mutex_unlock(&cp->mu);
-		msg_init(&m, MSG_CPULL_ASK);
-		msg_put_str(&m, K_JOB, cp->id);
-		msg_put_str(&m, K_PATH, cp->src);
-		if (cp->dest)
-			msg_put_str(&m, K_DEST, cp->dest);
-		msg_put_u64(&m, K_FLAGS, cp->flags);
-		msg_put_str(&m, K_NODES, cp->list);
-		rc = x->ops->send(x, &m);
-		msg_free(&m);
-		while (rc == 0 && (rc = x->ops->recv(x, &m)) == 0 && m.type == MSG_PROGRESS) {
-			struct cpull_prog p = { 0 };
-
-			msg_get_u64(&m, K_FILES_DONE, &p.files_done);
-			msg_get_u64(&m, K_FILES_TOTAL, &p.files_total);
-			msg_get_u64(&m, K_BYTES_DONE, &p.bytes_done);
-			msg_get_u64(&m, K_BYTES_TOTAL, &p.bytes_total);
-			msg_get_u64(&m, K_BYTES_FWD, &p.bytes_fwd);
-			msg_free(&m);
-			pthread_mutex_lock(&cp->mu);
-			mb->prog = p;
-			pthread_mutex_unlock(&cp->mu);
-		}
-		if (rc < 0) {
-			snprintf(mb->text, sizeof(mb->text), "%s", rc == -ENOTCONN ?
-				 "the connection was lost before it answered (killed? link down?)" :
-				 strerror(-rc));
-		} else if (m.type == MSG_ERROR) {
-			peer_refused(&m, mb->name, mb->text, sizeof(mb->text));
-			msg_free(&m);
-		} else if (m.type != MSG_ASK_DONE) {
-			snprintf(mb->text, sizeof(mb->text), "a malformed answer (frame type %u)",
-				 m.type);
-			msg_free(&m);
-		} else {
-			take_answer(mb, &m);
-			msg_free(&m);
-		}
-	}
-answered:
-	pthread_mutex_lock(&cp->mu);
-	mb->answered = true;
-	cp->answered++;
-	pthread_cond_broadcast(&cp->cv);
-	while (!cp->over)
-		pthread_cond_wait(&cp->cv, &cp->mu);
-	mb->x = NULL;
-	pthread_mutex_unlock(&cp->mu);
-	if (x) {
-		/* The node may stop serving its peers: all are done. */
-		msg_init(&m, MSG_END);
-		x->ops->send(x, &m);
-		msg_free(&m);
-		x->ops->close(x);
-	}
-	if (mb->here)
-		cpull_part_end(cp->id);
-	return NULL;
 }
 
 /* The nodes to pull onto: LIST, or the hosts file's; each once. */
@@ -240,11 +94,6 @@ static int members(struct cpull *cp, const char *nodes, char ***names, size_t *n
 		snprintf(why, whylen, "--nodes names no node");
 		return -EINVAL;
 	}
-	if (k > CPULL_ASK_MAX) {
-		snprintf(why, whylen, "%zu nodes: pull --cluster asks at most %d nodes (the relay "
-			 "through a tree of nodes beyond that is not built yet)", k, CPULL_ASK_MAX);
-		return -E2BIG;
-	}
 	cp->list = malloc(len);
 	if (!cp->list)
 		return -ENOMEM;
@@ -273,22 +122,31 @@ static void fmt_bytes(char *b, size_t n, uint64_t v)
 /* A note for each node that answered since the last call. */
 static void say_answers(struct job *j, struct cpull *cp)
 {
-	for (size_t i = 0; i < cp->n; i++) {
-		struct member *mb = &cp->m[i];
-		char r[32], f[32];
+	struct cask *c = cp->c;
 
-		if (!mb->answered || mb->said)
+	for (size_t i = 0; i < c->n; i++) {
+		struct cask_node *nd = &c->v[i];
+		char r[32], f[32], text[sizeof(nd->text)];
+		bool say;
+		int code;
+
+		pthread_mutex_lock(&c->mu);
+		say = nd->answered && !nd->said;
+		nd->said |= say;
+		code = nd->code;
+		snprintf(text, sizeof(text), "%s", nd->text);
+		fmt_bytes(r, sizeof(r), nd->rbytes);
+		fmt_bytes(f, sizeof(f), nd->fbytes);
+		pthread_mutex_unlock(&c->mu);
+		if (!say)
 			continue;
-		mb->said = true;
-		if (mb->code != 0) {
-			job_note(j, LOG_ERROR, NULL, NULL, "%s: %s", mb->name, mb->text);
+		if (code != 0) {
+			job_note(j, LOG_ERROR, NULL, NULL, "%s: %s", nd->name, text);
 			continue;
 		}
-		fmt_bytes(r, sizeof(r), mb->rbytes);
-		fmt_bytes(f, sizeof(f), mb->fbytes);
 		job_note(j, LOG_INFO, NULL, NULL, "%s: staged: %llu files read from the source (%s), "
-			 "%llu from peers (%s)", mb->name, (unsigned long long)mb->rfiles, r,
-			 (unsigned long long)mb->ffiles, f);
+			 "%llu from peers (%s)", nd->name, (unsigned long long)nd->rfiles, r,
+			 (unsigned long long)nd->ffiles, f);
 	}
 }
 
@@ -306,47 +164,42 @@ static void progress_more(struct msg *m, void *arg)
  * behind of those still pulling. */
 static void progress(struct job *j, struct cpull *cp)
 {
+	struct cask *c = cp->c;
 	struct cpull_prog sum = { 0 };
-	double worst = 2;
-	const char *slow = NULL;
+	struct cask_slow slow = { .name = "" };
+	size_t answered;
 
-	for (size_t i = 0; i < cp->n; i++) {
-		struct member *mb = &cp->m[i];
+	for (size_t i = 0; i < c->n; i++) {
 		struct cpull_prog p;
-		bool answered;
+		bool pulling;
 
-		pthread_mutex_lock(&cp->mu);
-		answered = mb->answered;
-		p = mb->prog;
-		pthread_mutex_unlock(&cp->mu);
-		if (!answered && strcmp(mb->name, repl.cfg->name) == 0)
-			cpull_live_read(&cp->live, &p);      /* this node's part, in place */
-		if (answered && mb->code == 0)
-			p = (struct cpull_prog){ mb->files, mb->files, mb->bytes, mb->bytes, mb->fbytes };
+		pthread_mutex_lock(&c->mu);
+		pulling = c->v[i].here && !c->v[i].answered;
+		pthread_mutex_unlock(&c->mu);
+		if (!pulling)
+			continue;
+		cpull_live_read(&cp->live, &p);      /* this node's part, in place */
 		sum.files_done += p.files_done;
 		sum.files_total += p.files_total;
 		sum.bytes_done += p.bytes_done;
 		sum.bytes_total += p.bytes_total;
 		sum.bytes_fwd += p.bytes_fwd;
-		if (!answered) {
-			double f = p.bytes_total ? (double)p.bytes_done / (double)p.bytes_total : 0;
-
-			if (f < worst) {
-				worst = f;
-				slow = mb->name;
-			}
-		}
+		cask_slow_offer(&slow, c->v[i].name, p.bytes_done, p.bytes_total);
 	}
+	cask_sum(c, &sum, &slow);
+	pthread_mutex_lock(&c->mu);
+	answered = c->answered;
+	pthread_mutex_unlock(&c->mu);
 	atomic_store(&j->phase, "pull");
 	atomic_store(&j->files_done, sum.files_done);
 	atomic_store(&j->files_total, sum.files_total);
 	atomic_store(&j->bytes_done, sum.bytes_done);
 	atomic_store(&j->bytes_total, sum.bytes_total);
 	cp->fwd = sum.bytes_fwd;
-	snprintf(cp->slowest, sizeof(cp->slowest), "%s", slow && cp->n > 1 ? slow : "");
-	if (slow && cp->n > 1)
+	snprintf(cp->slowest, sizeof(cp->slowest), "%s", c->n > 1 ? slow.name : "");
+	if (slow.name[0] && c->n > 1)
 		job_set_what(j, "%s onto %zu nodes (cluster pull %.8s): %zu of them done; slowest %s "
-			     "at %.0f%%", cp->src, cp->n, cp->id, cp->answered, slow, worst * 100);
+			     "at %.0f%%", cp->src, c->n, cp->id, answered, slow.name, slow.frac * 100);
 	job_progress_with(j, false, progress_more, cp);
 }
 
@@ -355,12 +208,7 @@ static void wait_answers(struct job *j, struct cpull *cp)
 {
 	bool cancelled = false;
 
-	pthread_mutex_lock(&cp->mu);
-	while (cp->answered < cp->n) {
-		struct timespec ts = mono_timespec(mono_ns() + 100000000ull);
-
-		pthread_cond_timedwait(&cp->cv, &cp->mu, &ts);
-		pthread_mutex_unlock(&cp->mu);
+	while (!cask_wait(cp->c, 100)) {
 		say_answers(j, cp);
 		progress(j, cp);
 		if (!cancelled && job_cancelled(j)) {
@@ -371,30 +219,23 @@ static void wait_answers(struct job *j, struct cpull *cp)
 			if (cp->live.job)
 				atomic_store(&cp->live.job->gone, true);
 			pthread_mutex_unlock(&cp->live.mu);
-			pthread_mutex_lock(&cp->mu);
-			for (size_t i = 0; i < cp->n; i++)
-				if (cp->m[i].x)
-					cp->m[i].x->ops->shutdown(cp->m[i].x);
-			pthread_mutex_unlock(&cp->mu);
+			cask_cancel(cp->c);
 		}
-		pthread_mutex_lock(&cp->mu);
 	}
-	cp->over = true;
-	pthread_cond_broadcast(&cp->cv);
-	pthread_mutex_unlock(&cp->mu);
 	say_answers(j, cp);
 }
 
 static void result(struct job *j, struct cpull *cp)
 {
-	struct member *self = NULL, *first = NULL;
+	struct cask *c = cp->c;
+	const struct cask_node *self = NULL, *first = NULL;
 	uint64_t read = 0, fwd = 0;
 	size_t failed = 0, usage = 0, differ = 0;
 	char names[1024] = "", b[32], rb[32];
 	struct msg m;
 
-	for (size_t i = 0; i < cp->n; i++) {
-		struct member *mb = &cp->m[i];
+	for (size_t i = 0; i < c->n; i++) {
+		const struct cask_node *mb = &c->v[i];
 
 		if (strcmp(mb->name, repl.cfg->name) == 0)
 			self = mb;
@@ -413,10 +254,10 @@ static void result(struct job *j, struct cpull *cp)
 			differ++;
 	}
 	if (differ) {
-		for (size_t i = 0; i < cp->n; i++)
-			if (cp->m[i].code == 0)
-				job_note(j, LOG_ERROR, NULL, NULL, "%s: root %s", cp->m[i].name,
-					 cp->m[i].root);
+		for (size_t i = 0; i < c->n; i++)
+			if (c->v[i].code == 0)
+				job_note(j, LOG_ERROR, NULL, NULL, "%s: root %s", c->v[i].name,
+					 c->v[i].root);
 		job_result(j, 1, NULL, NULL, "pull --cluster of %s: the nodes staged different trees "
 			   "(roots listed above): either the source changed while it was pulled (pull "
 			   "again when it is quiet), or a node's copy changed after it was read "
@@ -424,9 +265,9 @@ static void result(struct job *j, struct cpull *cp)
 		return;
 	}
 	if (failed) {
-		job_result(j, usage == cp->n ? 2 : 1, NULL, NULL,
+		job_result(j, usage == c->n ? 2 : 1, NULL, NULL,
 			   "pull --cluster of %s did not complete on %zu of %zu nodes (%s)%s", cp->src,
-			   failed, cp->n, names, failed < cp->n ?
+			   failed, c->n, names, failed < c->n ?
 			   "; the others have it: run it again to finish those nodes" : "");
 		return;
 	}
@@ -440,7 +281,7 @@ static void result(struct job *j, struct cpull *cp)
 	msg_put_u64(&m, K_BYTES_FWD, fwd);
 	job_result(j, 0, self ? self->path : NULL, &m,
 		   "staged %s on %zu nodes: %llu files (%s), root %s; read from the source: %s "
-		   "in all (%.2fx the tree)", cp->src, cp->n, (unsigned long long)first->files, b,
+		   "in all (%.2fx the tree)", cp->src, c->n, (unsigned long long)first->files, b,
 		   first->root, rb, first->bytes ? (double)read / (double)first->bytes : 0.0);
 }
 
@@ -470,46 +311,27 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 			   *why ? why : strerror(-rc));
 		goto out;
 	}
-	cp.n = n;
-	cp.m = calloc(n, sizeof(*cp.m));
-	if (!cp.m) {
-		job_result(j, 1, NULL, NULL, "pull --cluster: out of memory");
-		goto out;
-	}
+	cp.ask = (struct cpull_ask){ .id = id, .src = src, .dest = dest, .list = cp.list,
+				     .flags = cp.flags };
 	job_set_what(j, "%s onto %zu nodes (cluster pull %.8s)", src, n, id);
 	log_info("cluster pull %s: %s onto %s", id, src, cp.list);
-	pthread_mutex_init(&cp.mu, NULL);
 	pthread_mutex_init(&cp.live.mu, NULL);
-	mono_cond_init(&cp.cv);
-	for (size_t i = 0; i < n; i++) {
-		struct member *mb = &cp.m[i];
-
-		mb->cp = &cp;
-		mb->name = names[i];
-		mb->host = (size_t)hosts_find(&repl.hosts, names[i]);
-		mb->started = pthread_create(&mb->thread, NULL, member_main, mb) == 0;
-		if (!mb->started) {
-			mb->code = 1;
-			snprintf(mb->text, sizeof(mb->text), "no thread to ask it");
-			pthread_mutex_lock(&cp.mu);
-			mb->answered = true;
-			cp.answered++;
-			pthread_mutex_unlock(&cp.mu);
-		}
+	if (cask_start(&cp.c, &cp.ask, names, n, ask_here, &cp) < 0) {
+		job_result(j, 1, NULL, NULL, "pull --cluster: out of memory");
+		pthread_mutex_destroy(&cp.live.mu);
+		goto out;
 	}
 	wait_answers(j, &cp);
-	for (size_t i = 0; i < n; i++)
-		if (cp.m[i].started)
-			pthread_join(cp.m[i].thread, NULL);
+	cask_end(cp.c);
+	if (cp.here_ran)
+		cpull_part_end(id);
 	if (job_cancelled(j))
 		job_result(j, 1, NULL, NULL, "pull --cluster of %s cancelled", src);
 	else
 		result(j, &cp);
-	pthread_cond_destroy(&cp.cv);
+	cask_free(cp.c);
 	pthread_mutex_destroy(&cp.live.mu);
-	pthread_mutex_destroy(&cp.mu);
 out:
-	free(cp.m);
 	free(cp.list);
 	hostlist_free(names, n);
 }

@@ -1,5 +1,7 @@
-/* Inside pull --cluster: what its files share. cpull.c asks the nodes
- * (the asker's side); cpull_node.c is one node's part (its pull); cpull_fwd.c
+/* Inside pull --cluster: what its files share. cpull.c is the asker's
+ * side; cpull_node.c is one node's part (its pull, and a relay's asking of
+ * its group); cpull_ask.c asks a set of nodes for either (its own part it
+ * is handed as a function, so it calls up into nothing); cpull_fwd.c
  * brings the files this node does not read from the source from the peers
  * that do; cpull_sess.c serves this node's files to its peers. Calls go
  * that way down, never back.
@@ -23,6 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/digest.h"
+#include "common/proto.h"
+#include "common/xport.h"
 #include "daemon/pull/pull.h"
 
 #define CPULL_ID_HEX 32                /* a pull's id: 16 random bytes */
@@ -94,6 +99,72 @@ void cpull_live_read(struct cpull_live *lv, struct cpull_prog *p);
 int cpull_part(const struct cpull_ask *a, struct cpull_live *lv, struct cpull_answer *ans,
 	       char *why, size_t whylen);
 void cpull_part_end(const char *id);
+/* cpull_ask.c: asking a set of other nodes to take part in a pull (the
+ * asker's, or a relay's for its group): directly up to [cluster] fanout,
+ * past that through relays. */
+struct cask;
+struct cask_node {
+	struct cask *c;
+	const char *name;              /* borrowed from cask_start's names */
+	size_t host;                   /* index in the hosts file */
+	struct cask_node *via;         /* the relay it is asked through, or NULL */
+	const size_t *grp;             /* a relay: its group, indices into the set */
+	size_t ngrp;
+	bool here;                     /* this node: its part runs in place (cask_start's here) */
+	pthread_t thread;
+	bool started;
+	/* under c->mu */
+	struct xport *x;               /* a cancel shuts it down */
+	bool answered, said;           /* its answer is in (or why not); its owner told it */
+	int code;                      /* its pull's exit code (1 until it answers) */
+	char text[1024];
+	char root[DIGEST_HEX_LEN + 1];
+	char path[4096];
+	uint64_t files, bytes, rfiles, rbytes, ffiles, fbytes;
+	struct cpull_prog prog;        /* its last progress (a relay: its group's summed, its
+					* own included) */
+	char slow[64];                 /* a relay: the slowest of its group still pulling */
+	uint64_t slow_done, slow_total;
+};
+struct cask {
+	const struct cpull_ask *a;     /* borrowed */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             /* an answer came; over */
+	size_t n, answered;
+	bool over;                     /* the owner ends the pull: END to every node */
+	struct cask_node *v;           /* n, in the order given */
+	size_t *grp;                   /* the groups' indices (the relays' grp point here) */
+	void (*here)(struct cask_node *nd, void *arg);
+	void *here_arg;
+};
+/* The slowest of some nodes still pulling: the least done. */
+struct cask_slow {
+	char name[64];                 /* "" while none */
+	double frac;
+	uint64_t done, total;
+};
+/* Starts asking names[0..n) (borrowed until cask_end). here, if given, runs
+ * this node's own part when names has it, on its node's thread: it fills
+ * the node's code, text and figures (the owner shows its progress). 0 or
+ * -ENOMEM. */
+int cask_start(struct cask **c, const struct cpull_ask *a, char *const *names, size_t n,
+	       void (*here)(struct cask_node *nd, void *arg), void *here_arg);
+/* Waits up to ms for an answer; true once every node has answered. */
+bool cask_wait(struct cask *c, int ms);
+/* Shuts every connection (the owner's client went): the nodes' parts stop. */
+void cask_cancel(struct cask *c);
+/* The set's progress added to *sum, its slowest offered to *slow. */
+void cask_sum(struct cask *c, struct cpull_prog *sum, struct cask_slow *slow);
+void cask_slow_offer(struct cask_slow *s, const char *name, uint64_t done, uint64_t total);
+/* A part's answer (this node's own) into a node's record. */
+void cask_take_part(struct cask_node *nd, const struct cpull_answer *ans);
+/* A node's answer as MSG_ASK_DONE (named: with K_NAME, as a relay sends). */
+void cask_put_answer(struct msg *m, const struct cask_node *nd, bool named);
+/* Every answer in: MSG_END to every node, the threads joined. The records
+ * stay readable until cask_free. */
+void cask_end(struct cask *c);
+void cask_free(struct cask *c);
+
 /* cpull_sess.c: the pulls this node serves from, by id. */
 /* A pull to serve from (STARTING): 0, -EEXIST, -EBUSY (too many), -ENOMEM. */
 int cpull_sess_add(const char *id);

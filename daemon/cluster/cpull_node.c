@@ -140,18 +140,82 @@ void cpull_part_end(const char *id)
 
 /* While a part runs for a peer's ask, its progress goes to the asker every
  * REPORT_MS on the ask's connection: the asker shows it, and a node silent
- * for REPL_IO_MS is taken for gone. The part's own thread sends nothing
- * until this one is joined, so frames never interleave. */
+ * for REPL_IO_MS is taken for gone. A relay (an ask naming a group) reports
+ * for its group too: their progress summed with its own, the slowest of
+ * them, and each one's answer as it comes (named). Every send on the
+ * connection holds send_mu, so frames never interleave. */
 #define REPORT_MS 250
 
 struct reporter {
 	struct xport *x;
+	struct cask *group;            /* NULL: not a relay */
 	struct cpull_live lv;
 	pthread_t thread;
-	bool started, stop;
-	pthread_mutex_t mu;            /* stop */
+	bool started, stop, own_done;  /* under mu */
+	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_mutex_t send_mu;
 };
+
+static int report_send(struct reporter *r, struct msg *m)
+{
+	int rc;
+
+	pthread_mutex_lock(&r->send_mu);
+	rc = r->x->ops->send(r->x, m);
+	pthread_mutex_unlock(&r->send_mu);
+	msg_free(m);
+	return rc;
+}
+
+/* The group's answers not yet sent up. */
+static int forward_answers(struct reporter *r)
+{
+	struct cask *c = r->group;
+	int rc = 0;
+
+	for (size_t i = 0; c && i < c->n && rc == 0; i++) {
+		struct cask_node *nd = &c->v[i];
+		struct msg m;
+		bool send;
+
+		pthread_mutex_lock(&c->mu);
+		send = nd->answered && !nd->said;
+		nd->said |= send;
+		if (send)
+			cask_put_answer(&m, nd, true);
+		pthread_mutex_unlock(&c->mu);
+		if (send)
+			rc = report_send(r, &m);
+	}
+	return rc;
+}
+
+static int report_once(struct reporter *r, bool own_done)
+{
+	struct cask_slow slow = { .name = "" };
+	struct cpull_prog p;
+	struct msg m;
+
+	cpull_live_read(&r->lv, &p);
+	if (r->group) {
+		if (!own_done)
+			cask_slow_offer(&slow, repl.cfg->name, p.bytes_done, p.bytes_total);
+		cask_sum(r->group, &p, &slow);
+	}
+	msg_init(&m, MSG_PROGRESS);
+	msg_put_u64(&m, K_FILES_DONE, p.files_done);
+	msg_put_u64(&m, K_FILES_TOTAL, p.files_total);
+	msg_put_u64(&m, K_BYTES_DONE, p.bytes_done);
+	msg_put_u64(&m, K_BYTES_TOTAL, p.bytes_total);
+	msg_put_u64(&m, K_BYTES_FWD, p.bytes_fwd);
+	if (slow.name[0]) {
+		msg_put_str(&m, K_HOLDER, slow.name);
+		msg_put_u64(&m, K_SLOW_DONE, slow.done);
+		msg_put_u64(&m, K_SLOW_TOTAL, slow.total);
+	}
+	return report_send(r, &m) < 0 ? -EPIPE : forward_answers(r);
+}
 
 static void *report_main(void *arg)
 {
@@ -160,30 +224,24 @@ static void *report_main(void *arg)
 	pthread_mutex_lock(&r->mu);
 	while (!r->stop) {
 		struct timespec ts = mono_timespec(mono_ns() + REPORT_MS * 1000000ull);
-		struct cpull_prog p;
-		struct msg m;
+		bool own_done;
 		int rc;
 
 		pthread_cond_timedwait(&r->cv, &r->mu, &ts);
 		if (r->stop)
 			break;
+		own_done = r->own_done;
 		pthread_mutex_unlock(&r->mu);
-		cpull_live_read(&r->lv, &p);
-		msg_init(&m, MSG_PROGRESS);
-		msg_put_u64(&m, K_FILES_DONE, p.files_done);
-		msg_put_u64(&m, K_FILES_TOTAL, p.files_total);
-		msg_put_u64(&m, K_BYTES_DONE, p.bytes_done);
-		msg_put_u64(&m, K_BYTES_TOTAL, p.bytes_total);
-		msg_put_u64(&m, K_BYTES_FWD, p.bytes_fwd);
-		rc = r->x->ops->send(r->x, &m);
-		msg_free(&m);
+		rc = report_once(r, own_done);
 		if (rc < 0) {
 			/* The asker is gone (Ctrl-C, killed): the part stops as a
-			 * pull whose client hung up does. */
+			 * pull whose client hung up does, and so do the group's. */
 			pthread_mutex_lock(&r->lv.mu);
 			if (r->lv.job)
 				atomic_store(&r->lv.job->gone, true);
 			pthread_mutex_unlock(&r->lv.mu);
+			if (r->group)
+				cask_cancel(r->group);
 			pthread_mutex_lock(&r->mu);
 			break;
 		}
@@ -193,13 +251,22 @@ static void *report_main(void *arg)
 	return NULL;
 }
 
-static void reporter_start(struct reporter *r, struct xport *x)
+static void reporter_start(struct reporter *r, struct xport *x, struct cask *group)
 {
 	r->x = x;
+	r->group = group;
 	pthread_mutex_init(&r->lv.mu, NULL);
 	pthread_mutex_init(&r->mu, NULL);
+	pthread_mutex_init(&r->send_mu, NULL);
 	mono_cond_init(&r->cv);
 	r->started = pthread_create(&r->thread, NULL, report_main, r) == 0;
+}
+
+static void reporter_own_done(struct reporter *r)
+{
+	pthread_mutex_lock(&r->mu);
+	r->own_done = true;
+	pthread_mutex_unlock(&r->mu);
 }
 
 static void reporter_stop(struct reporter *r)
@@ -210,9 +277,69 @@ static void reporter_stop(struct reporter *r)
 	pthread_mutex_unlock(&r->mu);
 	if (r->started)
 		pthread_join(r->thread, NULL);
+	if (r->group)
+		forward_answers(r);     /* the last ones, each once */
 	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->send_mu);
 	pthread_mutex_destroy(&r->mu);
 	pthread_mutex_destroy(&r->lv.mu);
+}
+
+/* The group a relay is asked to ask (K_NAME): nodes of the pull's list, not
+ * this one, none twice. 0 with *names (hostlist_free) and *n (0: not a
+ * relay), or -EINVAL with why. */
+static int group_take(const struct msg *req, const char *list, char ***names, size_t *n,
+		      char *why, size_t whylen)
+{
+	char **all = NULL, **v;
+	size_t nall = 0, off = 0, len, k = 0;
+	const uint8_t *p;
+	uint16_t key;
+	int rc;
+
+	*names = NULL;
+	*n = 0;
+	while (msg_next_field(req, &off, &key, &p, &len) == 1)
+		k += key == K_NAME;
+	if (k == 0)
+		return 0;
+	rc = repl_nodes(list, &all, &nall, why, whylen);
+	if (rc < 0)
+		return rc;
+	if (!(v = calloc(k, sizeof(*v)))) {
+		hostlist_free(all, nall);
+		return -ENOMEM;
+	}
+	off = 0;
+	while (rc == 0 && msg_next_field(req, &off, &key, &p, &len) == 1) {
+		bool in_list = false, twice = false;
+
+		if (key != K_NAME)
+			continue;
+		for (size_t i = 0; i < nall && !in_list; i++)
+			in_list = strlen(all[i]) == len && memcmp(all[i], p, len) == 0;
+		for (size_t i = 0; i < *n && !twice; i++)
+			twice = strlen(v[i]) == len && memcmp(v[i], p, len) == 0;
+		if (!in_list || twice || (strlen(repl.cfg->name) == len &&
+					  memcmp(repl.cfg->name, p, len) == 0)) {
+			snprintf(why, whylen, "a group naming '%.*s', %s", (int)(len < 64 ? len : 64),
+				 (const char *)p, !in_list ? "not a node of the pull" : twice ?
+				 "twice" : "this node itself");
+			rc = -EINVAL;
+		} else if (!(v[*n] = strndup((const char *)p, len))) {
+			rc = -ENOMEM;
+		} else {
+			(*n)++;
+		}
+	}
+	hostlist_free(all, nall);
+	if (rc < 0) {
+		hostlist_free(v, *n);
+		*n = 0;
+		return rc;
+	}
+	*names = v;
+	return 0;
 }
 
 int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
@@ -220,8 +347,11 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	struct reporter rep = { 0 };
 	struct cpull_ask a = { 0 };
 	struct cpull_answer *ans = calloc(1, sizeof(*ans));
-	char *id = NULL, *src = NULL, *dest = NULL, *list = NULL, why[1024] = "";
+	struct cask_node me = { .name = repl.cfg->name };
+	char *id = NULL, *src = NULL, *dest = NULL, *list = NULL, why[1024] = "", **group = NULL;
+	struct cask *c = NULL;
 	uint64_t flags = 0;
+	size_t ngroup = 0;
 	struct msg m;
 	int rc;
 
@@ -239,48 +369,67 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 		rc = -EBADMSG;
 		goto out;
 	}
+	rc = group_take(req, list, &group, &ngroup, why, sizeof(why));
+	if (rc < 0) {
+		log_warn("a cluster pull asked by %s refused: %s", peer, rc == -ENOMEM ?
+			 "out of memory" : why);
+		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, rc == -ENOMEM ?
+				"out of memory" : why);
+		goto out;
+	}
 	msg_get_u64(req, K_FLAGS, &flags);
 	a = (struct cpull_ask){ .id = id, .src = src, .dest = dest, .list = list,
 				.flags = (uint32_t)flags };
-	log_info("cluster pull %s asked by %s", id, peer);
+	if (ngroup)
+		log_info("cluster pull %s asked by %s, relaying for %zu node%s", id, peer, ngroup,
+			 ngroup == 1 ? "" : "s");
+	else
+		log_info("cluster pull %s asked by %s", id, peer);
+	if (ngroup && cask_start(&c, &a, group, ngroup, NULL, NULL) < 0) {
+		peer_send_error(x, ENOMEM, "%s: out of memory", repl.cfg->name);
+		rc = -ENOMEM;
+		goto out;
+	}
 	/* The reports are sends on a connection whose timeout is 0 between
 	 * requests: an asker gone without a reset must not hold them. */
 	x->ops->set_timeout(x, REPL_IO_MS);
-	reporter_start(&rep, x);
+	reporter_start(&rep, x, c);
 	rc = cpull_part(&a, &rep.lv, ans, why, sizeof(why));
-	reporter_stop(&rep);
-	if (rc < 0) {
+	reporter_own_done(&rep);
+	if (rc < 0 && !c) {
+		reporter_stop(&rep);
 		log_warn("a cluster pull asked by %s refused: %s", peer, why);
 		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
 		goto out;
 	}
-	msg_init(&m, MSG_ASK_DONE);
-	msg_put_u64(&m, K_CODE, (uint64_t)ans->code);
-	msg_put_str(&m, K_TEXT, ans->text);
-	if (ans->code == 0) {
-		char hex[DIGEST_HEX_LEN + 1];
-
-		digest_to_hex(ans->st.root, hex);
-		msg_put_str(&m, K_ROOT, hex);
-	}
-	msg_put_str(&m, K_PATH, ans->st.dst);
-	msg_put_u64(&m, K_FILES_TOTAL, ans->st.files);
-	msg_put_u64(&m, K_BYTES_TOTAL, ans->st.bytes);
-	msg_put_u64(&m, K_FILES_COPIED, ans->st.read_files);
-	msg_put_u64(&m, K_BYTES_COPIED, ans->st.read_bytes);
-	msg_put_u64(&m, K_FILES_FWD, ans->st.fwd_files);
-	msg_put_u64(&m, K_BYTES_FWD, ans->st.fwd_bytes);
-	rc = x->ops->send(x, &m);
-	msg_free(&m);
+	/* A relay answers for itself like for its group (named), a refusal
+	 * included: its group goes on either way. */
+	if (rc == 0)
+		cask_take_part(&me, ans);
+	else
+		snprintf(me.text, sizeof(me.text), "%s refused: %s", repl.cfg->name, why);
+	if (rc < 0)
+		me.code = 1;
+	cask_put_answer(&m, &me, c != NULL);
+	if (report_send(&rep, &m) == 0)
+		while (c && !cask_wait(c, 100))
+			;                       /* the reporter forwards their answers */
+	else if (c)
+		cask_cancel(c);         /* the asker is gone: so is the group's part */
+	reporter_stop(&rep);
 	/* Serve the peers until the asker says all are done, or goes. */
-	if (rc == 0) {
-		x->ops->set_timeout(x, 0);
-		if (x->ops->recv(x, &m) == 0)
-			msg_free(&m);
+	x->ops->set_timeout(x, 0);
+	if (x->ops->recv(x, &m) == 0)
+		msg_free(&m);
+	if (c) {
+		cask_end(c);            /* the group may stop serving too */
+		cask_free(c);
 	}
-	cpull_part_end(id);
+	if (rc == 0)
+		cpull_part_end(id);
 	rc = -ECONNRESET;               /* the connection served its one pull */
 out:
+	hostlist_free(group, ngroup);
 	free(ans);
 	free(id);
 	free(src);

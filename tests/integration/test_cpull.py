@@ -5,6 +5,7 @@ by it, as each node's reads reach an NFS server; every node's source root is
 that one mount."""
 import json
 import os
+import re
 import time
 
 import pytest
@@ -97,6 +98,20 @@ def roots_of(nodes, src):
     return out
 
 
+def kill_mid_pull(nodes, shared, victim):
+    """A cluster pull from n0 with the mount capped at 1 MB/s, and kill -9 of
+    victim once a quarter of the tree is read: exit 1; its result event and
+    all its events."""
+    m, src, size = shared
+    m.cmd("rate", 1_000_000)
+    before = read_bytes(m)
+    p = nodes[0].popen("--json", "pull", src, "--cluster")
+    wait_for(lambda: read_bytes(m) - before > size // 4, 30, "a quarter of the tree read")
+    victim.kill9()
+    assert p.wait(120) == 1, p.out_path.read_text() + p.err_path.read_text()
+    return json_result(p.out_path.read_text())
+
+
 def test_node_killed_mid_pull_then_rerun_reads_nothing_again(make_cluster, shared):
     """kill -9 of a node while it reads its share of the source (the mount
     capped at 1 MB/s; the two big files hash to n1): the pull completes on
@@ -105,13 +120,8 @@ def test_node_killed_mid_pull_then_rerun_reads_nothing_again(make_cluster, share
     again (its own share it finds on the node that read it in its place)."""
     m, src, size = shared
     nodes = cluster_of(make_cluster, shared, 3)
-    m.cmd("rate", 1_000_000)
     before = read_bytes(m)
-    p = nodes[0].popen("--json", "pull", src, "--cluster")
-    wait_for(lambda: read_bytes(m) - before > size // 4, 30, "a quarter of the tree read")
-    nodes[1].kill9()
-    assert p.wait(120) == 1, p.out_path.read_text() + p.err_path.read_text()
-    res, events = json_result(p.out_path.read_text())
+    res, events = kill_mid_pull(nodes, shared, nodes[1])
     assert "n1" in res["text"] and "run it again" in res["text"], res["text"]
     first = read_bytes(m) - before
     m.cmd("clear")              # the checks below read the source too
@@ -213,3 +223,69 @@ def test_a_node_whose_part_fails_early_costs_the_others_nothing(make_cluster, sh
     blocker.write_bytes(b"not a directory")
     pull_missing_one(nodes, m, src, size, "n2", timeout=60)
     assert blocker.read_bytes() == b"not a directory"
+
+
+def asked_by(d):
+    """Who asked node d to take part in its last cluster pull (its log)."""
+    who = re.findall(r"cluster pull \w+ asked by (n\d+)", d.log())
+    return who[-1] if who else None
+
+
+def test_cluster_pull_through_relays(make_cluster, shared):
+    """[cluster] fanout = 2 on six nodes: n0 asks n1 (relaying for n2) and n3
+    (relaying for n4 and n5). Every tree exact, the source read once, one
+    root; every node's answer reaches the asker, named; the progress is the
+    six nodes' summed, with the slowest named."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 6, cluster_keys={"fanout": 2})
+    m.cmd("rate", 4_000_000)
+    before = read_bytes(m)
+    cp = nodes[0].run("--json", "pull", src, "--cluster", timeout=120)
+    m.cmd("clear")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert read_bytes(m) - before == size
+    res, events = json_result(cp.stdout)
+    assert "on 6 nodes" in res["text"], res["text"]
+    for d in nodes:
+        assert_tree_equal(src, d.dest_of(src))
+    assert len(set(roots_of(nodes, src).values())) == 1
+    notes = [e["text"] for e in events if e["event"] == "note"]
+    assert sorted(t.split(":")[0] for t in notes) == [f"n{i}" for i in range(6)], notes
+    assert {d.name: asked_by(d) for d in nodes[1:]} == \
+        {"n1": "n0", "n2": "n1", "n3": "n0", "n4": "n3", "n5": "n3"}
+    assert "relaying for 2 nodes" in nodes[3].log()
+    prog = [e for e in events if e["event"] == "progress" and e.get("bytes_total")]
+    assert max(e["bytes_total"] for e in prog) == 6 * size, prog[-1]
+    assert any(e.get("slowest") in [d.name for d in nodes] for e in prog), prog[-1]
+    done = [e["bytes_done"] for e in prog]
+    assert done == sorted(done) and done[-1] > done[0], done
+    for d in nodes:
+        d.assert_serving()
+
+
+def test_relay_killed_mid_pull(make_cluster, shared):
+    """kill -9 of n3, relaying for n4 and n5, while the nodes read (the mount
+    at 1 MB/s): the pull ends, exit 1 naming n3 and the two it was asking
+    for (asked through n3); n0, n1 and n2 are exact, having read the
+    others' shares. Run again with n3 back, it finishes all six from what
+    the nodes hold, reading less than the tree from the source."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 6, cluster_keys={"fanout": 2})
+    res, events = kill_mid_pull(nodes, shared, nodes[3])
+    m.cmd("clear")
+    assert "(n3, n4, n5)" in res["text"], res["text"]
+    notes = {e["text"].split(":")[0]: e["text"] for e in events if e["event"] == "note"}
+    for n in ("n4", "n5"):
+        assert "asked through n3" in notes[n], notes
+    for d in nodes[:3]:
+        assert_tree_equal(src, d.dest_of(src))
+        d.assert_serving()
+    after_kill9()
+    nodes[3].start()
+    before = read_bytes(m)
+    cp = nodes[0].run("--json", "pull", src, "--cluster", timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert read_bytes(m) - before < size
+    for d in nodes:
+        assert_tree_equal(src, d.dest_of(src))
+    assert len(set(roots_of(nodes, src).values())) == 1
