@@ -167,6 +167,9 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "partner copies of each checkpoint: 0..64 or all" },
 	{ KEY_INT("cluster", "keep", keep), .min = 1, .max = 1000000, .def = "3",
 	  .doc = "checkpoints per job kept as replicas" },
+	{ KEY_INT("cluster", "peer_timeout", peer_timeout), .min = 1, .max = 3600, .def = "60",
+	  .doc = "seconds a peer may stay silent on a connection that expects it to talk (a "
+		 "transfer, a node of a cluster pull) before it is taken for gone" },
 	{ KEY_INT("cluster", "fanout", fanout), .min = 2, .max = 256, .def = "32",
 	  .doc = "the most nodes this node asks a question itself (verify --cluster, restore, "
 		 "resume); past that, the others are asked through relays, in a tree" },

@@ -36,6 +36,7 @@ struct stage_config {
 	char *key_file;
 	int replicas;               /* 0.. or CFG_REPLICAS_ALL */
 	int keep;
+	int peer_timeout;           /* extension: seconds a talking peer may be silent */
 	int fanout;                 /* extension: nodes a question goes to directly; more relay */
 	/* [transfer] */
 	int transport;              /* enum cfg_transport */

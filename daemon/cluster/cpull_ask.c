@@ -211,8 +211,8 @@ static void *node_main(void *arg)
 		return NULL;
 	}
 	/* The node reports its progress every 250 ms while it pulls: silent
-	 * for REPL_IO_MS, it is gone (a link down, a node stopped). */
-	rc = repl_dial(nd->host, REPL_CONNECT_MS, REPL_IO_MS, &x, why, sizeof(why));
+	 * for [cluster] peer_timeout, it is gone (a link down, a node stopped). */
+	rc = repl_dial(nd->host, REPL_CONNECT_MS, repl_io_ms(), &x, why, sizeof(why));
 	if (rc == 0) {
 		pthread_mutex_lock(&c->mu);
 		nd->x = x;

@@ -201,7 +201,7 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 	 * for gone only after DIAL_TRIES, 0.1 to 1.6 s apart, or at once when
 	 * nothing listens there. */
 	for (unsigned t = 0;; t++) {
-		rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, REPL_IO_MS, &nx, why, whylen);
+		rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, repl_io_ms(), &nx, why, whylen);
 		if (rc == 0 || rc == -ECONNREFUSED || t + 1 == DIAL_TRIES ||
 		    atomic_load(&fw->cancel))
 			break;

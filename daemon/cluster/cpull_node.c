@@ -140,9 +140,9 @@ void cpull_part_end(const char *id)
 
 /* While a part runs for a peer's ask, its progress goes to the asker every
  * REPORT_MS on the ask's connection: the asker shows it, and a node silent
- * for REPL_IO_MS is taken for gone. A relay (an ask naming a group) reports
- * for its group too: their progress summed with its own, the slowest of
- * them, and each one's answer as it comes (named). Every send on the
+ * for [cluster] peer_timeout is taken for gone. A relay (an ask naming a
+ * group) reports for its group too: their progress summed with its own,
+ * the slowest of them, and each one's answer as it comes (named). Every send on the
  * connection holds send_mu, so frames never interleave. */
 #define REPORT_MS 250
 
@@ -392,7 +392,7 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	}
 	/* The reports are sends on a connection whose timeout is 0 between
 	 * requests: an asker gone without a reset must not hold them. */
-	x->ops->set_timeout(x, REPL_IO_MS);
+	x->ops->set_timeout(x, repl_io_ms());
 	reporter_start(&rep, x, c);
 	rc = cpull_part(&a, &rep.lv, ans, why, sizeof(why));
 	reporter_own_done(&rep);

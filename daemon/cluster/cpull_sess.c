@@ -289,7 +289,7 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
 		goto out;
 	}
-	x->ops->set_timeout(x, REPL_IO_MS);
+	x->ops->set_timeout(x, repl_io_ms());
 	rc = repl_fetch_send_shared(x, peer, fd, size, 0, size, CPULL_WAIT_MS, rel, why,
 				    sizeof(why));
 	close(fd);

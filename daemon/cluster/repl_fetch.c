@@ -401,7 +401,7 @@ int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
 		goto out;
 	}
-	x->ops->set_timeout(x, REPL_IO_MS);
+	x->ops->set_timeout(x, repl_io_ms());
 	rc = path ? send_range(x, origin, step_fd, path, off, size, why, sizeof(why))
 		  : send_manifest(x, step_fd, why, sizeof(why));
 	if (rc < 0 && *why) {

@@ -64,7 +64,7 @@ static int peer_open(struct rsrc *s)
 		snprintf(s->why, s->whylen, "%s is not in the hosts file", s->name);
 		return -ENOENT;
 	}
-	return repl_dial((size_t)h, REPL_CONNECT_MS, REPL_IO_MS, &s->x, s->why, s->whylen);
+	return repl_dial((size_t)h, REPL_CONNECT_MS, repl_io_ms(), &s->x, s->why, s->whylen);
 }
 
 static int peer_manifest(struct rsrc *s, int fd)

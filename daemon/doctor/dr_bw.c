@@ -280,7 +280,7 @@ int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char
 	}
 	/* The receiver serves requests without a timeout; a sender that stops
 	 * without MSG_END must not hold this thread, nor one that never stops. */
-	x->ops->set_timeout(x, REPL_IO_MS);
+	x->ops->set_timeout(x, repl_io_ms());
 	deadline = mono_ns() + (2 * (uint64_t)c->cfg->doctor_duration_ms + 20000) * 1000000u;
 	/* Ready: the sender may start. */
 	msg_init(&reply, MSG_DOCTOR_ANS);

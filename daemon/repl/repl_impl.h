@@ -39,7 +39,6 @@
 #define REPL_MF_MAX (256ull << 20)     /* largest manifest a receiver accepts */
 #define REPL_HANDSHAKE_MS 10000
 #define REPL_CONNECT_MS 3000           /* a question or a restore dials within this */
-#define REPL_IO_MS 60000               /* a peer silent this long is gone */
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
 
 /* The mode an entry gets when another node's manifest says it: without
@@ -122,6 +121,14 @@ void repl_restore_end(const char *job, const char *step);
 
 /* repl_state.c: the state, dialing, the threads' priority. */
 extern struct repl repl;
+
+/* How long a peer that should be talking (a transfer, a node of a cluster
+ * pull reporting) may be silent before it is taken for gone: [cluster]
+ * peer_timeout, in ms. */
+static inline int repl_io_ms(void)
+{
+	return repl.cfg ? repl.cfg->peer_timeout * 1000 : 60000;
+}
 /* repl.cond on the monotonic clock: first thing in repl_open, before any
  * thread of replication runs. */
 void repl_state_init(void);

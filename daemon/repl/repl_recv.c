@@ -196,7 +196,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	r->slot.x = r->x;
 	r->slot.got = r->slot.local = 0;
 	rx_register(r);
-	r->x->ops->set_timeout(r->x, REPL_IO_MS);
+	r->x->ops->set_timeout(r->x, repl_io_ms());
 	rc = rx_take_offer(r, size);
 	if (rc < 0)
 		goto out;

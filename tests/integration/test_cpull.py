@@ -10,7 +10,10 @@ import time
 
 import pytest
 
-from helpers import (after_kill9, assert_tree_equal, json_result, make_tree, F, D, L, wait_for)
+from conftest import free_port
+from helpers import (after_kill9, assert_tree_equal, json_result, make_tree, run_cmd, F, D, L,
+                     wait_for)
+from test_replicate import netns_pair  # noqa: F401
 
 
 def dataset(root, n_small=40, big=(3 << 20, 1 << 20)):
@@ -286,6 +289,43 @@ def test_relay_killed_mid_pull(make_cluster, shared):
     cp = nodes[0].run("--json", "pull", src, "--cluster", timeout=120)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert read_bytes(m) - before < size
+    for d in nodes:
+        assert_tree_equal(src, d.dest_of(src))
+    assert len(set(roots_of(nodes, src).values())) == 1
+
+
+@pytest.mark.timeout(120)
+def test_link_down_mid_pull(netns_pair, make_cluster, shared):
+    """n0 and n1 in one network namespace, n2 in another behind a veth link
+    ([cluster] peer_timeout = 3). The link goes down while the nodes read
+    (the mount at 1 MB/s): within a few timeouts n0 and n1 take n2 for gone,
+    read its share, and the pull ends, exit 1 naming n2, the two exact. With
+    the link back, the pull run again finishes n2 and every tree is the
+    source's, one root."""
+    na, nb, da, db, aa, ab = netns_pair
+    m, src, size = shared
+    nodes = make_cluster(3, source_roots=[m.mnt], cluster_keys={"peer_timeout": 3},
+                         addrs=[f"{aa}:{free_port()}", f"{aa}:{free_port()}",
+                                f"{ab}:{free_port()}"], netns=[na, na, nb])
+    m.cmd("rate", 1_000_000)
+    before = read_bytes(m)
+    p = nodes[0].popen("--json", "pull", src, "--cluster")
+    wait_for(lambda: read_bytes(m) - before > size // 4, 30, "a quarter of the tree read")
+    run_cmd("ip", "-n", na, "link", "set", da, "down")
+    try:
+        assert p.wait(60) == 1, p.out_path.read_text() + p.err_path.read_text()
+    finally:
+        run_cmd("ip", "-n", na, "link", "set", da, "up")
+    m.cmd("clear")
+    res, events = json_result(p.out_path.read_text())
+    assert "(n2)" in res["text"], res["text"]
+    for d in nodes[:2]:
+        assert_tree_equal(src, d.dest_of(src))
+        d.assert_serving()
+    wait_for(lambda: all(" UP " in run_cmd("ip", "-n", ns, "-br", "link", "show", "dev", dev).stdout
+                         for ns, dev in ((na, da), (nb, db))), 10, "the link back up", 0.1)
+    cp = nodes[0].run("--json", "pull", src, "--cluster", timeout=90)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
     for d in nodes:
         assert_tree_equal(src, d.dest_of(src))
     assert len(set(roots_of(nodes, src).values())) == 1
