@@ -786,6 +786,13 @@ static void fw_cancel(void *arg)
 	pthread_mutex_unlock(&fw->mu);
 }
 
+static void fw_failed(void *arg, const char *rel, const char *why)
+{
+	struct cfwd *fw = arg;
+
+	cpull_sess_failed(fw->id, rel, why);
+}
+
 static void fw_end(void *arg, bool ok)
 {
 	struct cfwd *fw = arg;
@@ -795,5 +802,5 @@ static void fw_end(void *arg, bool ok)
 
 const struct pull_share_ops cfwd_ops = {
 	.begin = fw_begin, .reads = fw_reads, .start = fw_start, .reap = fw_reap,
-	.inflight = fw_inflight, .cancel = fw_cancel, .end = fw_end,
+	.inflight = fw_inflight, .cancel = fw_cancel, .failed = fw_failed, .end = fw_end,
 };

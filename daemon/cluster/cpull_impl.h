@@ -175,5 +175,8 @@ bool cpull_id_ok(const char *id);
 int cpull_sess_begin(const char *id, int dst_fd);
 /* This node's pull is over: a fetch of what is not there is refused. */
 void cpull_sess_pulled(const char *id, bool ok);
+/* This node could not read rel from the source (why): a fetch of it is
+ * refused at once (EIO), not kept waiting until the pull ends. */
+void cpull_sess_failed(const char *id, const char *rel, const char *why);
 
 #endif

@@ -12,7 +12,9 @@
  * a final name with the source's mtime but a complete durable copy, so such
  * a file is whole. A file not there yet is waited for while this node's own
  * pull runs (CPULL_WAIT_MS at most, then "not yet": MSG_END with K_ERRNO
- * EAGAIN, the connection kept, so that a waiting file does not hold it).
+ * EAGAIN, the connection kept, so that a waiting file does not hold it). A
+ * file the pull could not read from the source is refused at once (EIO),
+ * and its asker asks the next node of the file's sequence, or reads it.
  */
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/cpull.h"
@@ -44,8 +46,19 @@ struct sess {
 	int dst_fd;                    /* a dup, -1 until PULLING */
 	enum sstate state;
 	unsigned users;                /* fetches being served from it */
+	struct failed *failed;         /* files its pull could not read: refused at once */
+	size_t failed_bytes;           /* their memory, at most FAILED_BYTES */
 	struct sess *next;
 };
+
+/* A file the pull could not read from the source, with why. */
+struct failed {
+	struct failed *next;
+	char *why;                     /* in the same allocation, after rel */
+	char rel[];
+};
+
+#define FAILED_BYTES (256u << 10)      /* beyond: the others wait as before */
 
 #define ENDED_MAX 64                   /* pulls ended here, remembered */
 
@@ -128,6 +141,12 @@ void cpull_sess_remove(const char *id)
 		ss.ended_next = (ss.ended_next + 1) % ENDED_MAX;
 		if (s->dst_fd >= 0)
 			close(s->dst_fd);
+		while (s->failed) {
+			struct failed *f = s->failed;
+
+			s->failed = f->next;
+			free(f);
+		}
 		free(s);
 		break;
 	}
@@ -162,6 +181,35 @@ void cpull_sess_pulled(const char *id, bool ok)
 		s->state = ok ? S_PULLED : S_FAILED;
 	pthread_cond_broadcast(&ss.cv);
 	pthread_mutex_unlock(&ss.mu);
+}
+
+void cpull_sess_failed(const char *id, const char *rel, const char *why)
+{
+	size_t nr = strlen(rel) + 1, nw = strlen(why) + 1;
+	struct failed *f;
+	struct sess *s;
+
+	pthread_mutex_lock(&ss.mu);
+	s = find_locked(id);
+	if (s && s->failed_bytes + sizeof(*f) + nr + nw <= FAILED_BYTES &&
+	    (f = malloc(sizeof(*f) + nr + nw))) {
+		memcpy(f->rel, rel, nr);
+		f->why = f->rel + nr;
+		memcpy(f->why, why, nw);
+		f->next = s->failed;
+		s->failed = f;
+		s->failed_bytes += sizeof(*f) + nr + nw;
+		pthread_cond_broadcast(&ss.cv);
+	}
+	pthread_mutex_unlock(&ss.mu);
+}
+
+static const struct failed *failed_locked(const struct sess *s, const char *rel)
+{
+	for (const struct failed *f = s->failed; f; f = f->next)
+		if (strcmp(f->rel, rel) == 0)
+			return f;
+	return NULL;
 }
 
 bool cpull_id_ok(const char *id)
@@ -200,6 +248,7 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 {
 	uint64_t t0 = mono_ns(), found_by = t0 + SESS_FIND_MS * 1000000ull;
 	uint64_t wait_by = t0 + CPULL_WAIT_MS * 1000000ull;
+	const struct failed *f;
 	struct sess *s;
 	struct stat st;
 	int fd;
@@ -236,6 +285,11 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 					 s->state == S_PULLED ? "ended" : "failed", rel,
 					 fd == -ESTALE ? " (it has another version of it)" : "");
 				return fd;
+			}
+			if (fd == -EAGAIN && (f = failed_locked(s, rel)) != NULL) {
+				snprintf(why, whylen, "it could not read %s from the source (%s)", rel,
+					 f->why);
+				return -EIO;
 			}
 			if (mono_ns() >= wait_by) {
 				snprintf(why, whylen, "%s is not here yet", rel);

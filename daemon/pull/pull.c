@@ -197,6 +197,14 @@ static void retire(struct pull *p)
 	}
 }
 
+/* A file this node read from the source failed: its peers waiting for it
+ * are told, and ask the next node or the source themselves. */
+static void share_failed(struct pull *p, const struct pending *pe, const char *why)
+{
+	if (p->sh && !pe->fwd && p->sh->ops->failed)
+		p->sh->ops->failed(p->sh->arg, pe->e.path, why);
+}
+
 static void on_copied(struct cp_file *cf, void *arg)
 {
 	struct pending *pe = cf->owner;
@@ -224,10 +232,15 @@ static void on_copied(struct cp_file *cf, void *arg)
 			job_note(p->job, LOG_ERROR, "changed", pe->e.path,
 				 "%s/%s changed while it was copied; pull again when it is quiet",
 				 p->src, pe->e.path);
+			share_failed(p, pe, "it changed while it was copied");
 		} else {
+			char why[256];
+
 			p->failed++;
-			job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot copy %s/%s (%s): %s",
-				 p->src, pe->e.path, cf->err_op, strerror(-cf->err));
+			snprintf(why, sizeof(why), "%s: %s", cf->err_op, strerror(-cf->err));
+			job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot copy %s/%s (%s)",
+				 p->src, pe->e.path, why);
+			share_failed(p, pe, why);
 		}
 	} else {
 		/* A lazy entry learns its attributes from the copier. */

@@ -55,6 +55,9 @@ struct pull_share_ops {
 	unsigned (*inflight)(void *arg);
 	/* Stops every forward soon: each is reaped with -ECANCELED. */
 	void (*cancel)(void *arg);
+	/* A file this node was copying from the source failed (rel: as walked;
+	 * why: the note said): peers waiting for it may ask elsewhere. */
+	void (*failed)(void *arg, const char *rel, const char *why);
 	/* This node's pull is over (ok: its manifest was published). */
 	void (*end)(void *arg, bool ok);
 };

@@ -329,3 +329,33 @@ def test_link_down_mid_pull(netns_pair, make_cluster, shared):
     for d in nodes:
         assert_tree_equal(src, d.dest_of(src))
     assert len(set(roots_of(nodes, src).values())) == 1
+
+
+def test_a_file_its_reader_cannot_read_is_refused_at_once(make_cluster, shared):
+    """Every read of one file of the tree fails with EIO on the shared mount.
+    Its reader notes it, and its peers, asking it for the file, are told at
+    once that it could not read it from the source (not kept waiting until
+    the reader's whole pull ends); they try the next node or the source,
+    where it fails too. The pull ends, exit 1, that file named on every
+    node; every other file is staged everywhere."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3)
+    m.cmd("fail", "read", "/ds/a/s003", 0, "EIO")
+    m.cmd("rate", 2_000_000)
+    marks = {d.name: len(d.log()) for d in nodes}
+    cp = nodes[0].run("--json", "pull", src, "--cluster", timeout=120)
+    m.cmd("clear")
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    res, events = json_result(cp.stdout)
+    notes = [e["text"] for e in events if e["event"] == "note"]
+    for d in nodes:
+        assert any(t.startswith(f"{d.name}: 1 entries of") and "could not be copied" in t
+                   for t in notes), (d.name, notes)
+        assert "a/s003" in d.log()[marks[d.name]:], d.name
+    told = [d.name for d in nodes
+            if re.search(r"a/s003: .*could not read a/s003 from the source", d.log()[marks[d.name]:])]
+    assert told, "no node was told at once that the reader could not read a/s003"
+    for d in nodes:
+        dest = d.dest_of(src)
+        for f in ("a/s002", "a/b/t005", "c/big0", "c/big1"):
+            assert (dest / f).read_bytes() == (src / f).read_bytes(), (d.name, f)
