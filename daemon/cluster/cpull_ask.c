@@ -190,12 +190,97 @@ static int take_frame(struct cask *c, struct cask_node *nd, const struct msg *m)
 	return group_done(c, nd) ? 1 : 0;
 }
 
+/* Relay nd failed before it could have asked its group (not reached, or
+ * refused at once): it is settled with why, and the middle node of its group
+ * relays for the rest in its place (a group is neighbours, often a rack:
+ * the node next to a lost relay may be lost with it). Under c->mu. Returns
+ * the new relay. */
+static struct cask_node *promote(struct cask *c, struct cask_node *nd, const char *why)
+{
+	size_t *g = (size_t *)nd->grp, k = nd->ngrp, mid = k / 2, t;
+	struct cask_node *r;
+
+	nd->code = 1;
+	snprintf(nd->text, sizeof(nd->text), "%s", why);
+	settle(c, nd);
+	t = g[0];
+	g[0] = g[mid];
+	g[mid] = t;
+	r = &c->v[g[0]];
+	r->via = NULL;
+	r->grp = g + 1;
+	r->ngrp = k - 1;
+	for (size_t i = 1; i < k; i++)
+		c->v[g[i]].via = r;
+	nd->ngrp = 0;
+	log_info("cluster pull %s: %s: %s; %s relays for its group in its place", c->a->id,
+		 nd->name, why, r->name);
+	return r;
+}
+
+/* Asks nd (and through it its group): 0 once it and its group answered,
+ * or -errno with why. *early: it failed before it could have asked its
+ * group. */
+static int ask_node(struct cask *c, struct cask_node *nd, struct xport **xp, bool *early,
+		    char *why, size_t whylen)
+{
+	bool heard = false, cancelled;
+	struct xport *x = NULL;
+	struct msg m;
+	int rc;
+
+	/* The node reports its progress every 250 ms while it pulls: silent
+	 * for [cluster] peer_timeout, it is gone (a link down, a node stopped). */
+	rc = repl_dial(nd->host, REPL_CONNECT_MS, repl_io_ms(), &x, why, whylen);
+	*early = rc < 0;
+	if (rc == 0) {
+		pthread_mutex_lock(&c->mu);
+		cancelled = c->cancelled;
+		if (!cancelled)
+			nd->x = x;
+		pthread_mutex_unlock(&c->mu);
+		if (cancelled) {
+			x->ops->close(x);
+			snprintf(why, whylen, "not asked: the pull was cancelled");
+			return -ECANCELED;
+		}
+		*xp = x;
+		rc = ask_send(c, nd, x);
+	}
+	while (rc == 0 && (rc = x->ops->recv(x, &m)) == 0) {
+		if (m.type == MSG_ERROR) {
+			/* A refusal before anything else: the node asked nobody. */
+			*early = !heard;
+			rc = peer_refused(&m, nd->name, why, whylen);
+			msg_free(&m);
+			return rc < 0 ? rc : -EPROTO;
+		}
+		heard = true;
+		pthread_mutex_lock(&c->mu);
+		rc = take_frame(c, nd, &m);
+		pthread_mutex_unlock(&c->mu);
+		if (rc < 0)
+			snprintf(why, whylen, "%s: a malformed answer (%s)", nd->name,
+				 m.type == MSG_ASK_DONE ? "an answer for a node not of its group, or "
+				 "twice" : "a frame of another type");
+		msg_free(&m);
+		if (rc == 1)
+			return 0;
+	}
+	if (rc < 0 && !why[0])
+		snprintf(why, whylen, "%s", rc == -ENOTCONN ?
+			 "the connection was lost before it answered (killed? link down?)" :
+			 strerror(-rc));
+	return rc;
+}
+
 static void *node_main(void *arg)
 {
 	struct cask_node *nd = arg;
 	struct cask *c = nd->c;
 	struct xport *x = NULL;
 	char why[1024] = "";
+	bool early = false;
 	struct msg m;
 	int rc;
 
@@ -210,36 +295,19 @@ static void *node_main(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		return NULL;
 	}
-	/* The node reports its progress every 250 ms while it pulls: silent
-	 * for [cluster] peer_timeout, it is gone (a link down, a node stopped). */
-	rc = repl_dial(nd->host, REPL_CONNECT_MS, repl_io_ms(), &x, why, sizeof(why));
-	if (rc == 0) {
-		pthread_mutex_lock(&c->mu);
-		nd->x = x;
-		pthread_mutex_unlock(&c->mu);
-		rc = ask_send(c, nd, x);
-	}
-	while (rc == 0 && (rc = x->ops->recv(x, &m)) == 0) {
-		if (m.type == MSG_ERROR) {
-			rc = peer_refused(&m, nd->name, why, sizeof(why));
-			msg_free(&m);
+	for (;;) {
+		why[0] = '\0';
+		rc = ask_node(c, nd, &x, &early, why, sizeof(why));
+		if (rc == 0 || !early || nd->ngrp == 0 || rc == -ECANCELED)
 			break;
-		}
 		pthread_mutex_lock(&c->mu);
-		rc = take_frame(c, nd, &m);
+		nd->x = NULL;
+		nd = promote(c, nd, why);
 		pthread_mutex_unlock(&c->mu);
-		if (rc < 0)
-			snprintf(why, sizeof(why), "a malformed answer (frame type %u)", m.type);
-		msg_free(&m);
-		if (rc == 1) {
-			rc = 0;
-			break;
-		}
+		if (x)
+			x->ops->close(x);
+		x = NULL;
 	}
-	if (rc < 0 && !why[0])
-		snprintf(why, sizeof(why), "%s", rc == -ENOTCONN ?
-			 "the connection was lost before it answered (killed? link down?)" :
-			 strerror(-rc));
 	pthread_mutex_lock(&c->mu);
 	if (rc < 0 && !nd->answered) {
 		nd->code = 1;
@@ -314,10 +382,15 @@ int cask_start(struct cask **out, const struct cpull_ask *a, char *const *names,
 		for (size_t i = lo + 1; i < hi; i++)
 			c->v[c->grp[i]].via = r;
 	}
+	/* Which nodes get a thread is settled before any starts: a thread
+	 * whose relay is lost hands its group to another node, which must not
+	 * then get a thread of its own too. */
+	for (size_t i = 0; i < n; i++)
+		c->v[i].head = !c->v[i].via;
 	for (size_t i = 0; i < n; i++) {
 		struct cask_node *nd = &c->v[i];
 
-		if (nd->via)
+		if (!nd->head)
 			continue;
 		nd->started = pthread_create(&nd->thread, NULL, node_main, nd) == 0;
 		if (nd->started)
@@ -354,10 +427,38 @@ bool cask_wait(struct cask *c, int ms)
 void cask_cancel(struct cask *c)
 {
 	pthread_mutex_lock(&c->mu);
+	c->cancelled = true;            /* a node being dialled is not asked */
 	for (size_t i = 0; i < c->n; i++)
 		if (c->v[i].x)
 			c->v[i].x->ops->shutdown(c->v[i].x);
 	pthread_mutex_unlock(&c->mu);
+}
+
+/* A relay whose group has answered: its last report may be older than the
+ * answers, so each figure is the greater of it and the answers' sum (the
+ * sum never goes back). Under c->mu. */
+static void final_of_group(const struct cask *c, const struct cask_node *r, struct cpull_prog *p)
+{
+	struct cpull_prog f = { 0 };
+
+	for (size_t i = 0; i <= r->ngrp; i++) {
+		const struct cask_node *nd = i == r->ngrp ? r : &c->v[r->grp[i]];
+
+		if (nd->code != 0)
+			continue;
+		f.files_done += nd->files;
+		f.files_total += nd->files;
+		f.bytes_done += nd->bytes;
+		f.bytes_total += nd->bytes;
+		f.bytes_fwd += nd->fbytes;
+	}
+#define MAXF(x) p->x = p->x > f.x ? p->x : f.x
+	MAXF(files_done);
+	MAXF(files_total);
+	MAXF(bytes_done);
+	MAXF(bytes_total);
+	MAXF(bytes_fwd);
+#undef MAXF
 }
 
 void cask_sum(struct cask *c, struct cpull_prog *sum, struct cask_slow *slow)
@@ -372,6 +473,8 @@ void cask_sum(struct cask *c, struct cpull_prog *sum, struct cask_slow *slow)
 			continue;               /* in its relay's figures; the owner's own part */
 		if (!relay && nd->answered && nd->code == 0)
 			p = (struct cpull_prog){ nd->files, nd->files, nd->bytes, nd->bytes, nd->fbytes };
+		if (relay && group_done(c, nd))
+			final_of_group(c, nd, &p);
 		sum->files_done += p.files_done;
 		sum->files_total += p.files_total;
 		sum->bytes_done += p.bytes_done;

@@ -108,11 +108,12 @@ struct cask_node {
 	const char *name;              /* borrowed from cask_start's names */
 	size_t host;                   /* index in the hosts file */
 	struct cask_node *via;         /* the relay it is asked through, or NULL */
-	const size_t *grp;             /* a relay: its group, indices into the set */
+	const size_t *grp;             /* a relay: its group, indices into the set (under
+					* c->mu: a relay lost early hands it on) */
 	size_t ngrp;
 	bool here;                     /* this node: its part runs in place (cask_start's here) */
 	pthread_t thread;
-	bool started;
+	bool head, started;            /* given a thread of its own at the start; it began */
 	/* under c->mu */
 	struct xport *x;               /* a cancel shuts it down */
 	bool answered, said;           /* its answer is in (or why not); its owner told it */
@@ -132,6 +133,7 @@ struct cask {
 	pthread_cond_t cv;             /* an answer came; over */
 	size_t n, answered;
 	bool over;                     /* the owner ends the pull: END to every node */
+	bool cancelled;                /* a node dialled from now on is not asked */
 	struct cask_node *v;           /* n, in the order given */
 	size_t *grp;                   /* the groups' indices (the relays' grp point here) */
 	void (*here)(struct cask_node *nd, void *arg);

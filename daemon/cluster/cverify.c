@@ -378,16 +378,17 @@ static int decide(const struct dc *d, struct cverify_out *o)
 	o->recoverable = true;
 	if (!origins)
 		return -ENOMEM;
-	/* Origins in hosts file order, then any the hosts file no longer names
-	 * (each once: the cells are sorted by origin). */
+	/* Origins in hosts file order, then any the hosts file no longer names,
+	 * in the order the answers gave them (few: a linear check is enough). */
 	for (size_t i = 0; i < in->nnodes; i++)
 		if (has_origin(d, in->names[i]))
 			origins[n++] = in->names[i];
+	nheld = n;
 	for (size_t i = 0; i < in->ncells; i++) {
-		const char *org = in->cells[d->cell[i]].origin;
+		const char *org = in->cells[i].origin;
 
-		if (*org && (i == 0 || strcmp(org, in->cells[d->cell[i - 1]].origin) != 0) &&
-		    node_index(d, org) == in->nnodes)
+		if (*org && node_index(d, org) == in->nnodes &&
+		    !listed(origins + nheld, n - nheld, org))
 			origins[n++] = org;
 	}
 	nheld = n;

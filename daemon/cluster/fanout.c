@@ -1,7 +1,7 @@
 /* Asking many nodes one question, directly or through relays (fanout.h).
  *
- * An answer a[i] is pending (err == -EINPROGRESS), then settled: answered
- * (err 0, m its frame) or failed (err < 0, why). Only the thread working on
+ * An answer a[i] is pending (!settled), then settled: answered (err 0, m
+ * its frame) or failed (err < 0, why). Only the thread working on
  * a[i]'s group writes it; the caller reads it after fanout_wait.
  *
  * A group is a list of pending answers. Alone, its node is asked directly;
@@ -111,6 +111,7 @@ static void ask_one(struct fanout *f, struct fan_answer *a)
 		x->ops->close(x);
 	}
 	a->err = rc;
+	a->settled = true;
 }
 
 /* A peer's text, made safe for a log line or a terminal. */
@@ -141,7 +142,7 @@ static int take_relayed(struct fanout *f, const size_t *g, size_t k, const struc
 		if (strlen(s) == nname && memcmp(s, name, nname) == 0)
 			a = &f->a[g[i]];
 	}
-	if (!a || a->err != -EINPROGRESS)
+	if (!a || a->settled)
 		return -EBADMSG;        /* not of its group, or twice */
 	if (err == 0) {
 		if (msg_get_u64(m, K_TYPE, &type) < 0 || type > UINT16_MAX ||
@@ -152,6 +153,7 @@ static int take_relayed(struct fanout *f, const size_t *g, size_t k, const struc
 			a->m.buf = malloc(n);
 			if (!a->m.buf) {
 				a->err = -ENOMEM;
+				a->settled = true;
 				snprintf(a->why, sizeof(a->why), "%s: no memory for its answer",
 					 name_of(a->host));
 				return 0;
@@ -160,6 +162,7 @@ static int take_relayed(struct fanout *f, const size_t *g, size_t k, const struc
 			a->m.len = a->m.cap = n;
 		}
 		a->err = 0;
+		a->settled = true;
 		return 0;
 	}
 	char text[sizeof(a->why) - 64] = "no reason given";
@@ -167,6 +170,7 @@ static int take_relayed(struct fanout *f, const size_t *g, size_t k, const struc
 	if (msg_get_bytes(m, K_TEXT, &p, &n) == 0)
 		safe_text(text, sizeof(text), p, n);
 	a->err = err < 4096 ? -(int)err : -EPROTO;
+	a->settled = true;
 	snprintf(a->why, sizeof(a->why), "%s (asked through %s)", text, relay);
 	return 0;
 }
@@ -182,6 +186,7 @@ static void relay(struct fanout *f, const size_t *g, size_t k)
 
 	if (rc < 0) {
 		lead->err = rc;
+		lead->settled = true;
 		return;
 	}
 	left = f->deadline - mono_ms();
@@ -204,19 +209,25 @@ static void relay(struct fanout *f, const size_t *g, size_t k)
 		if (m.type == MSG_ERROR) {
 			rc = peer_refused(&m, name_of(lead->host), lead->why, sizeof(lead->why));
 			msg_free(&m);
-			lead->err = rc;
+			if (!lead->settled) {
+				lead->err = rc < 0 ? rc : -EPROTO;
+				lead->settled = true;
+			}
 			break;
 		}
 		if (m.type != MSG_RELAY_ANS || take_relayed(f, g, k, &m) < 0) {
-			snprintf(lead->why, sizeof(lead->why), "%s: a malformed answer as a relay",
-				 name_of(lead->host));
+			snprintf(lead->why, sizeof(lead->why), "%s: a malformed answer as a relay (%s)",
+				 name_of(lead->host), m.type != MSG_RELAY_ANS ?
+				 "a frame of another type" :
+				 "no name, no errno, a node not of its group or named twice, or a "
+				 "malformed frame inside");
 			rc = -EBADMSG;
 			log_warn("relay refused: %s", lead->why);
 		}
 		msg_free(&m);
 	}
 	x->ops->close(x);
-	if (lead->err != -EINPROGRESS)
+	if (lead->settled)
 		return;
 	if (rc == 0) {
 		rc = -EPROTO;
@@ -227,18 +238,26 @@ static void relay(struct fanout *f, const size_t *g, size_t k)
 	}
 	msg_free(&lead->m);
 	lead->err = rc;
+	lead->settled = true;
 }
 
 static void ask_group(struct fanout *f, size_t *g, size_t k)
 {
 	while (k > 1) {
-		size_t j = 0;
+		size_t j = 0, mid, t;
 
 		relay(f, g, k);
 		for (size_t i = 0; i < k; i++)
-			if (f->a[g[i]].err == -EINPROGRESS)
+			if (!f->a[g[i]].settled)
 				g[j++] = g[i];
 		k = j;
+		/* The next relay from the middle of what is left: a group is
+		 * neighbours, often a rack, and the relay just lost may have
+		 * gone with the nodes next to it. */
+		mid = k / 2;
+		t = g[0];
+		g[0] = g[mid];
+		g[mid] = t;
 	}
 	if (k == 1)
 		ask_one(f, &f->a[g[0]]);
@@ -259,6 +278,7 @@ int fanout_start(struct fanout **out, const struct msg *q, struct fan_answer *a,
 {
 	size_t width = repl.cfg && repl.cfg->fanout > 1 ? (size_t)repl.cfg->fanout : 32;
 	struct fanout *f = calloc(1, sizeof(*f));
+	int rc;
 
 	if (!f)
 		return -ENOMEM;
@@ -269,11 +289,13 @@ int fanout_start(struct fanout **out, const struct msg *q, struct fan_answer *a,
 	f->order = calloc(n + 1, sizeof(*f->order));
 	f->bound = calloc(f->ngroups + 1, sizeof(*f->bound));
 	f->threads = calloc(f->ngroups + 1, sizeof(*f->threads));
+	rc = -ENOMEM;
 	if (!f->order || !f->bound || !f->threads)
 		goto out_free;
 	for (size_t i = 0; i < n; i++) {
 		f->order[i] = i;
-		a[i].err = -EINPROGRESS;
+		a[i].err = 0;
+		a[i].settled = false;
 		a[i].why[0] = '\0';
 		msg_init(&a[i].m, 0);
 	}
@@ -288,8 +310,7 @@ int fanout_start(struct fanout **out, const struct msg *q, struct fan_answer *a,
 		f->nthreads++;
 	}
 	if (f->nthreads == 0 && f->ngroups) {
-		free(f->threads);
-		f->threads = NULL;
+		rc = -EAGAIN;
 		goto out_free;
 	}
 	*out = f;
@@ -299,7 +320,7 @@ out_free:
 	free(f->bound);
 	free(f->order);
 	free(f);
-	return -EAGAIN;
+	return rc;
 }
 
 void fanout_wait(struct fanout *f)
@@ -390,6 +411,13 @@ static int relay_nodes(const struct msg *req, struct fan_answer **out, size_t *n
 		return -ENOMEM;
 	while (msg_next_field(req, &off, &key, &p, &len) == 1)
 		count += key == K_NAME;
+	if (count >= repl.hosts.n) {
+		/* each node once, the relay not among them */
+		snprintf(why, whylen, "%zu nodes named, the hosts file has %zu", count,
+			 repl.hosts.n);
+		free(seen);
+		return -EINVAL;
+	}
 	a = calloc(count + 1, sizeof(*a));
 	if (!a) {
 		free(seen);
@@ -406,8 +434,7 @@ static int relay_nodes(const struct msg *req, struct fan_answer **out, size_t *n
 			snprintf(why, whylen, "a node name of %zu bytes", len);
 			goto bad;
 		}
-		memcpy(name, p, len);
-		name[len] = '\0';
+		safe_text(name, sizeof(name), p, len);
 		h = hosts_find(&repl.hosts, name);
 		if (h < 0 || (size_t)h == repl.self || seen[h]) {
 			snprintf(why, whylen, "node '%.64s' %s", name, h < 0 ?

@@ -14,6 +14,7 @@
 #ifndef STAGE_FANOUT_H
 #define STAGE_FANOUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/proto.h"
@@ -27,6 +28,8 @@ struct fan_answer {
 				    * included); else -errno, and why says why */
 	char why[512];
 	struct msg m;              /* owned by the caller after fanout_wait: msg_free */
+	bool settled;              /* fanout's: answered or failed (err alone cannot say:
+				    * a peer may send any errno) */
 };
 
 struct fanout;

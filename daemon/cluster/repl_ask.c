@@ -139,14 +139,18 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 	if (step)
 		msg_put_str(&q, K_STEP, step);
 	msg_put_u64(&q, K_FLAGS, (deep ? REQ_DEEP : 0) | (step ? 0 : REQ_ALLSTEPS));
-	if (nasked && (q.err || fanout_start(&f, &q, asked, nasked,
-					     deep ? ASK_DEEP_MS : ASK_FAST_MS) < 0)) {
-		for (size_t i = 0; i < nasked; i++) {
-			ans[asked[i].host].err = q.err ? q.err : -EAGAIN;
-			snprintf(ans[asked[i].host].why, sizeof(ans[0].why), "%s: no thread to ask it",
-				 ans[asked[i].host].node);
+	if (nasked) {
+		int rc = q.err ? q.err : fanout_start(&f, &q, asked, nasked,
+						      deep ? ASK_DEEP_MS : ASK_FAST_MS);
+
+		for (size_t i = 0; rc < 0 && i < nasked; i++) {
+			ans[asked[i].host].err = rc;
+			snprintf(ans[asked[i].host].why, sizeof(ans[0].why), "%s: not asked: %s",
+				 ans[asked[i].host].node, rc == -EAGAIN ? "no thread to ask it" :
+				 strerror(-rc));
 		}
-		nasked = 0;
+		if (rc < 0)
+			nasked = 0;
 	}
 	if (!only || strcmp(only, ans[self].node) == 0) {
 		struct msg m;

@@ -20,6 +20,9 @@
 
 #define DR_SESSION_LEN 16          /* hex digits of a session id */
 #define DR_LEASE_MS 30000          /* a session silent this long has ended */
+#define DR_DIAL_ROUND_MS 5000      /* a round of "dial" questions: what a listen's lease
+				    * adds per round (nodes / fanout of them) */
+#define DR_LISTEN_MAX_MS 600000    /* the longest a node holds the job's ports */
 #define DR_FRAME (256u << 10)      /* bytes of one bandwidth frame */
 #define DR_PINGS 8                 /* round trips per latency figure */
 #define DR_TIME_ROUNDS 8           /* NTP-style exchanges per clock offset */

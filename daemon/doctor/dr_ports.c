@@ -5,8 +5,10 @@
  * rendezvous and NCCL's bootstrap do) and a thread keeps accepting and
  * closing what connects, so that a large cluster's dials never overflow
  * the backlog and read as dropped. The ports are held until "release", the
- * session's end, or DR_LEASE_MS, whichever comes first: a doctor must
- * never keep a port a job is about to use.
+ * session's end, or the lease, whichever comes first: a doctor must never
+ * keep a port a job is about to use. The lease is DR_LEASE_MS, or longer
+ * when the asker says its dials take longer (K_TIMEOUT_MS: a cluster asked
+ * in rounds of [cluster] fanout nodes), DR_LISTEN_MAX_MS at most.
  *
  * "dial" connects to each node's ports at once, non-blocking, and tells
  * the outcomes apart: connected (open), refused (RST or ICMP
@@ -43,6 +45,7 @@
 struct held {
 	int fds[PORTLIST_MAX];
 	size_t n;
+	int64_t lease_ms;              /* how long at most, from the listen */
 	int wake[2];                   /* a pipe: release ends the accepter */
 	pthread_t thread;
 };
@@ -95,7 +98,7 @@ bound:
 static void *accepter(void *arg)
 {
 	struct held *h = arg;
-	int64_t until = mono_ms() + DR_LEASE_MS;
+	int64_t until = mono_ms() + h->lease_ms;
 	struct pollfd pf[PORTLIST_MAX + 1];
 
 	for (size_t i = 0; i < h->n; i++)
@@ -153,6 +156,7 @@ int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 {
 	uint16_t ports[PORTLIST_MAX];
 	char *list = NULL, name[32];
+	uint64_t lease;
 	struct held *h;
 	size_t n = 0;
 	int rc = 0;
@@ -167,6 +171,11 @@ int dr_listen(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 	free(list);
 	if (!(h = calloc(1, sizeof(*h))))
 		return -ENOMEM;
+	/* The asker's lease (its dials take rounds), within bounds: an older
+	 * asker sends none. */
+	h->lease_ms = DR_LEASE_MS;
+	if (msg_get_u64(ask, K_TIMEOUT_MS, &lease) == 0 && lease > DR_LEASE_MS)
+		h->lease_ms = lease < DR_LISTEN_MAX_MS ? (int64_t)lease : DR_LISTEN_MAX_MS;
 	if (pipe2(h->wake, O_CLOEXEC) < 0) {
 		rc = -errno;
 		snprintf(why, whylen, "pipe: %s", strerror(errno));

@@ -127,45 +127,58 @@ static void ask_kept(const struct run *r, const struct dr_node *n, const struct 
 struct each {
 	struct run *r;
 	void (*fn)(struct run *r, size_t i);
-	atomic_size_t next;        /* the next node index to take */
+	const size_t *todo;        /* the other nodes up, taken before any thread starts
+				    * (the phase writes `up`) */
+	size_t ntodo;
+	atomic_size_t next;        /* the next of todo to take */
 };
 
 static void *each_main(void *arg)
 {
 	struct each *e = arg;
-	size_t i;
+	size_t k;
 
-	while ((i = atomic_fetch_add(&e->next, 1)) < e->r->in.nnodes)
-		if (e->r->in.nodes[i].up && !e->r->in.nodes[i].self)
-			e->fn(e->r, i);
+	while ((k = atomic_fetch_add(&e->next, 1)) < e->ntodo)
+		e->fn(e->r, e->todo[k]);
 	return NULL;
+}
+
+/* The threads a phase asks the other nodes on: [cluster] fanout at most. */
+static size_t phase_width(const struct run *r)
+{
+	return r->cfg->fanout > 0 ? (size_t)r->cfg->fanout : 32;
 }
 
 static void for_each_node(struct run *r, void (*fn)(struct run *r, size_t i))
 {
-	size_t width = r->cfg->fanout > 0 ? (size_t)r->cfg->fanout : 32, others = 0, nt = 0;
-	struct each e = { .r = r, .fn = fn };
+	size_t width = phase_width(r), self = r->in.nnodes, nt = 0;
+	size_t *todo = calloc(r->in.nnodes + 1, sizeof(*todo));
+	struct each e = { .r = r, .fn = fn, .todo = todo };
 	pthread_t *t;
 
 	atomic_init(&e.next, 0);
-	for (size_t i = 0; i < r->in.nnodes; i++)
-		others += r->in.nodes[i].up && !r->in.nodes[i].self;
-	if (width > others)
-		width = others;
+	for (size_t i = 0; todo && i < r->in.nnodes; i++) {
+		if (r->in.nodes[i].up && r->in.nodes[i].self)
+			self = i;
+		else if (r->in.nodes[i].up)
+			todo[e.ntodo++] = i;
+	}
+	if (width > e.ntodo)
+		width = e.ntodo;
 	t = calloc(width + 1, sizeof(*t));
 	/* The others' threads first, so that this node's own part (in place)
 	 * runs alongside theirs rather than before them. */
 	for (size_t k = 0; t && k < width; k++)
 		if (pthread_create(&t[nt], NULL, each_main, &e) == 0)
 			nt++;
-	for (size_t i = 0; i < r->in.nnodes; i++)
-		if (r->in.nodes[i].up && r->in.nodes[i].self)
-			fn(r, i);
-	if (nt == 0 && others)
+	if (self < r->in.nnodes)
+		fn(r, self);
+	if (nt == 0)
 		each_main(&e);          /* no thread to be had: one at a time, here */
 	for (size_t k = 0; k < nt; k++)
 		pthread_join(t[k], NULL);
 	free(t);
+	free(todo);
 }
 
 /* ------------------------------------------------------------ facts and clocks */
@@ -253,6 +266,10 @@ static void ports_listen(struct run *r, size_t i)
 		return;
 	ask_init(&q, r, "listen");
 	msg_put_str(&q, K_PORTS, r->portlist);
+	/* The ports stay open while every node dials: its dials take about
+	 * nodes / fanout rounds of questions, a few seconds each at most. */
+	msg_put_u64(&q, K_TIMEOUT_MS, DR_LEASE_MS + (uint64_t)(r->in.nnodes / phase_width(r) + 1) *
+		    DR_DIAL_ROUND_MS);
 	ask_kept(r, n, &q, &n->listen, ASK_IO_MS);
 	msg_free(&q);
 }

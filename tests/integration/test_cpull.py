@@ -266,6 +266,23 @@ def test_cluster_pull_through_relays(make_cluster, shared):
         d.assert_serving()
 
 
+def test_relay_down_before_the_pull(make_cluster, shared):
+    """n3, which would relay for n4 and n5, is stopped: n0 cannot reach it,
+    so the middle of its group, n5, relays for n4 in its place; only n3
+    misses the pull."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 6, cluster_keys={"fanout": 2})
+    nodes[3].stop()
+    cp = nodes[0].run("--json", "pull", src, "--cluster", timeout=120)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    res, events = json_result(cp.stdout)
+    assert "(n3)" in res["text"], [e["text"] for e in events if e["event"] == "note"]
+    for d in nodes:
+        if d is not nodes[3]:
+            assert_tree_equal(src, d.dest_of(src))
+    assert asked_by(nodes[5]) == "n0" and asked_by(nodes[4]) == "n5"
+
+
 def test_relay_killed_mid_pull(make_cluster, shared):
     """kill -9 of n3, relaying for n4 and n5, while the nodes read (the mount
     at 1 MB/s): the pull ends, exit 1 naming n3 and the two it was asking

@@ -563,6 +563,23 @@ static void test_origin_not_asked(void **state)
 	assert_int_equal(out.nproblems, 3);
 	assert_false(out.recoverable);
 	cverify_free(&out);
+
+	/* Two origins the hosts file does not name: in the order the answers
+	 * gave them, not by name (the lookups are sorted; the output is not). */
+	const struct hold_cell cells3[] = {
+		CELL("zz", "n0", "ok", STEP, 8), CELL("aa", "n0", "ok", STEP, 9),
+		CELL("n0", "n0", "ok", STEP, 1), CELL("n0", "n1", "ok", STEP, 1),
+		CELL("n1", "n1", "ok", STEP, 2), CELL("n1", "n2", "ok", STEP, 2),
+		CELL("n2", "n2", "ok", STEP, 3), CELL("n2", "n0", "ok", STEP, 3),
+	};
+
+	rc = decide(3, NULL, NULL, cells3, 8, &out);
+	assert_int_equal(rc, 1);
+	assert_int_equal(out.nproblems, 2);
+	assert_non_null(strstr(out.problems[0], "zz is not in the hosts file"));
+	assert_non_null(strstr(out.problems[1], "aa is not in the hosts file"));
+	assert_true(row_index(&out, "zz", "n0") < row_index(&out, "aa", "n0"));
+	cverify_free(&out);
 }
 
 /* A node with nothing of the job is not part of it: no origin, no rows. */
