@@ -10,9 +10,11 @@
  * always complete. The manifest's digests are this node's own reading of
  * its own disk, and the asker compares every node's root.
  *
- * Lanes: one file each at a time, and a file waits for its reader to have
- * read it, so it is the lanes' number that hides that wait: as many as
- * `memory` gives 4 MiB of write buffers each, 2 to 16.
+ * Lanes: one file each at a time, or a batch of up to BATCH_MAX small ones
+ * queued for one reader (asked for together: one round trip), and a file
+ * waits for its reader to have read it, so it is the lanes' number that
+ * hides that wait: as many as `memory` gives 4 MiB of write buffers each,
+ * 2 to 16.
  *
  * A file's states: queued -> in a lane -> done (reaped by the engine).
  * A reader that cannot be reached, or whose connection breaks, is marked
@@ -61,9 +63,14 @@
 #define CFWD_SKIP 8                    /* readers refused for one file, at most */
 
 #define PROBE_MISSES 16                /* "not here" answers before a node is asked no more */
+#define BATCH_MAX 8                    /* small files asked of one reader at once */
+#define BATCH_FILE (256u << 10)        /* a file at most this big rides in a batch */
+#define BATCH_SCAN 64                  /* queued files looked at for a batch */
+#define FWD_RETRY 101                  /* a batch could not settle it: the one-file way */
 
 struct fitem {
 	struct pull_fwd f;             /* f.rel owned */
+	size_t reader;                 /* its first reader (when queued), for batches */
 	int rc;                        /* PULL_FWD_* or -errno, once done */
 	char tmp[64];                  /* PULL_FWD_OK: the temporary, in tmp/ */
 	bool ours;                     /* rc < 0: this node's own disk failed */
@@ -105,6 +112,7 @@ struct cfwd {
 	_Atomic bool cancel;           /* drop what is queued and in flight */
 	_Atomic unsigned *probe_miss;  /* per node: probes it answered "not here" in a row */
 	_Atomic uint64_t bytes_in;     /* received from peers, for progress */
+	_Atomic uint64_t batches, batched;  /* batches asked, the files in them placed */
 	struct lane lanes[CFWD_LANES];
 	struct fconn pool[CFWD_POOL];  /* under mu */
 	uint64_t tick;
@@ -234,14 +242,10 @@ static void conn_put(struct cfwd *fw, struct fconn *c, bool keep)
 		x->ops->close(x);
 }
 
-/* The file's bytes from reader r into fd, in order. 0; -errno with *refused
- * when r answered with a refusal (the connection is then closed); other
- * -errno: the connection failed (or our disk: *ours). */
-static int receive(struct lane *l, struct xport *x, const char *rname, const struct pull_fwd *f,
-		   bool probe, int fd, bool *refused, bool *ours, char *why, size_t whylen)
+/* Asks reader r for the file (its answer: take_file). 0 or -errno. */
+static int ask_file(struct lane *l, struct xport *x, const char *rname, const struct pull_fwd *f,
+		    bool probe, char *why, size_t whylen)
 {
-	struct wq *q = &l->wq;
-	uint64_t next = 0;
 	struct msg m;
 	int rc;
 
@@ -254,10 +258,23 @@ static int receive(struct lane *l, struct xport *x, const char *rname, const str
 		msg_put_u64(&m, K_FLAGS, CPULL_PROBE);
 	rc = x->ops->send(x, &m);
 	msg_free(&m);
-	if (rc < 0) {
+	if (rc < 0)
 		snprintf(why, whylen, "%s: %s", rname, strerror(-rc));
-		return rc;
-	}
+	return rc;
+}
+
+/* The answer to one ask_file: the file's bytes from reader r into fd, in
+ * order. 0; -errno with *refused when r answered with a refusal (the
+ * connection is then closed); other -errno: the connection failed (or our
+ * disk: *ours). */
+static int take_file(struct lane *l, struct xport *x, const char *rname, const struct pull_fwd *f,
+		     int fd, bool *refused, bool *ours, char *why, size_t whylen)
+{
+	struct wq *q = &l->wq;
+	uint64_t next = 0;
+	struct msg m;
+	int rc;
+
 	wq_begin(q, fd, f->size, true);
 	for (;;) {
 		const uint8_t *p;
@@ -373,7 +390,9 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool probe, bo
 	if (atomic_load(&fw->cancel))
 		x->ops->shutdown(x);
 	pthread_mutex_unlock(&fw->mu);
-	rc = receive(l, x, rname, &it->f, probe, fd, refused, ours, it->why, sizeof(it->why));
+	rc = ask_file(l, x, rname, &it->f, probe, it->why, sizeof(it->why));
+	if (rc == 0)
+		rc = take_file(l, x, rname, &it->f, fd, refused, ours, it->why, sizeof(it->why));
 	pthread_mutex_lock(&fw->mu);
 	l->active = NULL;
 	pthread_mutex_unlock(&fw->mu);
@@ -395,6 +414,105 @@ static int fetch_from(struct lane *l, size_t r, struct fitem *it, bool probe, bo
 	if (rc < 0)
 		unlinkat(fw->tmp_fd, tmp, 0);
 	return rc;
+}
+
+/* Small files going to one reader are asked for together: every request
+ * sent, then the answers read in order, so a batch costs one round trip,
+ * not one per file (the reader serves a connection's requests in turn). A
+ * file the batch could not settle (the reader refused one, the connection
+ * broke, this node's disk failed part-way) goes the one-file way
+ * (FWD_RETRY), which knows what each of those means; a file not there yet
+ * goes back in the queue, as one alone does. */
+static void fetch_batch(struct lane *l, size_t r, struct fitem **v, size_t k)
+{
+	struct cfwd *fw = l->fw;
+	const char *rname = fw->nn->names[r];
+	int fd[BATCH_MAX];
+	size_t asked = 0, i;
+	struct fconn *c;
+	struct xport *x;
+	bool keep = true;
+	char why[512];
+
+	for (i = 0; i < k; i++)
+		v[i]->rc = FWD_RETRY;
+	c = conn_get(fw, r, why, sizeof(why));
+	if (!c)
+		return;
+	x = c->x;
+	pthread_mutex_lock(&fw->mu);
+	l->active = x;
+	if (atomic_load(&fw->cancel))
+		x->ops->shutdown(x);
+	pthread_mutex_unlock(&fw->mu);
+	for (i = 0; i < k; i++) {
+		struct fitem *it = v[i];
+
+		snprintf(it->tmp, sizeof(it->tmp), "fwd.%u.%llu", l->no,
+			 (unsigned long long)++l->seq);
+		fd[i] = openat(fw->tmp_fd, it->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd[i] < 0 || ask_file(l, x, rname, &it->f, false, it->why, sizeof(it->why)) < 0)
+			break;
+		asked++;
+	}
+	if (i < k && fd[i] >= 0) {
+		close(fd[i]);
+		unlinkat(fw->tmp_fd, v[i]->tmp, 0);
+	}
+	keep = asked == k;
+	for (i = 0; i < asked; i++) {
+		struct fitem *it = v[i];
+		bool refused = false, ours = false;
+		int rc = keep ? take_file(l, x, rname, &it->f, fd[i], &refused, &ours, it->why,
+					  sizeof(it->why)) : -ECONNABORTED;
+
+		if (rc == 0) {
+			rc = place(fw, fd[i], &it->f, it->why, sizeof(it->why));
+			it->ours = rc < 0;
+			it->rc = rc == 0 ? PULL_FWD_OK : rc;
+		} else if (rc == -EAGAIN && !refused && !ours) {
+			it->first_ns = mono_ns();
+			it->rc = FWD_AGAIN;
+		} else {
+			keep = false;   /* the rest of the answers are not to be trusted */
+		}
+		close(fd[i]);
+		if (it->rc != PULL_FWD_OK)
+			unlinkat(fw->tmp_fd, it->tmp, 0);
+	}
+	pthread_mutex_lock(&fw->mu);
+	l->active = NULL;
+	pthread_mutex_unlock(&fw->mu);
+	conn_put(fw, c, keep && !atomic_load(&fw->cancel));
+	atomic_fetch_add(&fw->batches, 1);
+	for (i = 0; i < k; i++)
+		if (v[i]->rc == PULL_FWD_OK)
+			atomic_fetch_add(&fw->batched, 1);
+}
+
+/* More small files queued for it->reader, to ask for with it (under
+ * fw->mu): taken out of the queue, into v[1..). The count in v. */
+static size_t take_batch(struct cfwd *fw, struct fitem *it, struct fitem **v)
+{
+	struct fitem **pp = &fw->q_head, *prev = NULL;
+	size_t k = 1, seen = 0;
+
+	v[0] = it;
+	while (*pp && k < BATCH_MAX && seen++ < BATCH_SCAN) {
+		struct fitem *q = *pp;
+
+		if (q->reader == it->reader && q->f.size <= BATCH_FILE && !q->first_ns) {
+			*pp = q->next;
+			if (fw->q_tail == q)
+				fw->q_tail = prev;
+			q->next = NULL;
+			v[k++] = q;
+			continue;
+		}
+		prev = q;
+		pp = &q->next;
+	}
+	return k;
 }
 
 /* Node r does not serve this pull (its part failed or ended, or it never
@@ -507,6 +625,35 @@ static int forward(struct lane *l, struct fitem *it)
 	}
 }
 
+/* A file that may ride in a batch (under fw->mu): small, asked of its
+ * first reader for the first time, which is not this node (a probe) and
+ * not known dead. */
+static bool batchable(struct cfwd *fw, const struct fitem *it)
+{
+	return it->f.size <= BATCH_FILE && !it->first_ns && it->reader != fw->nn->self &&
+	       !atomic_load(&fw->nn->dead[it->reader]);
+}
+
+/* A lane is done with it (under fw->mu): not there yet, back in the queue;
+ * else done, for the engine to reap. */
+static void settle_item(struct cfwd *fw, struct fitem *it)
+{
+	if (it->rc == FWD_AGAIN && !atomic_load(&fw->cancel)) {
+		it->next = NULL;
+		if (fw->q_tail)
+			fw->q_tail->next = it;
+		else
+			fw->q_head = it;
+		fw->q_tail = it;
+		return;
+	}
+	if (it->rc == FWD_AGAIN || it->rc == FWD_RETRY)
+		it->rc = -ECANCELED;
+	it->next = fw->done;
+	fw->done = it;
+	pthread_cond_broadcast(&fw->cv);
+}
+
 static void *lane_main(void *arg)
 {
 	struct lane *l = arg;
@@ -523,26 +670,25 @@ static void *lane_main(void *arg)
 			pthread_cond_wait(&fw->cv, &fw->mu);
 			continue;
 		}
+		struct fitem *v[BATCH_MAX];
+		size_t k = 1;
+
 		fw->q_head = it->next;
 		if (!fw->q_head)
 			fw->q_tail = NULL;
+		it->next = NULL;
+		v[0] = it;
+		if (batchable(fw, it))
+			k = take_batch(fw, it, v);
 		pthread_mutex_unlock(&fw->mu);
-		it->rc = forward(l, it);
+		if (k > 1)
+			fetch_batch(l, it->reader, v, k);
+		for (size_t i = 0; i < k; i++)
+			if (k == 1 || v[i]->rc == FWD_RETRY)
+				v[i]->rc = atomic_load(&fw->cancel) ? -ECANCELED : forward(l, v[i]);
 		pthread_mutex_lock(&fw->mu);
-		if (it->rc == FWD_AGAIN && !atomic_load(&fw->cancel)) {
-			it->next = NULL;
-			if (fw->q_tail)
-				fw->q_tail->next = it;
-			else
-				fw->q_head = it;
-			fw->q_tail = it;
-			continue;
-		}
-		if (it->rc == FWD_AGAIN)
-			it->rc = -ECANCELED;
-		it->next = fw->done;
-		fw->done = it;
-		pthread_cond_broadcast(&fw->cv);
+		for (size_t i = 0; i < k; i++)
+			settle_item(fw, v[i]);
 	}
 	pthread_mutex_unlock(&fw->mu);
 	return NULL;
@@ -602,6 +748,10 @@ void cfwd_close(struct cfwd *fw)
 	 * after a failure, what is left is dropped. */
 	fw_cancel(fw);
 	lanes_stop(fw);
+	if (atomic_load(&fw->batches))
+		log_info("cluster pull %s: %llu small files came in %llu batches", fw->id,
+			 (unsigned long long)atomic_load(&fw->batched),
+			 (unsigned long long)atomic_load(&fw->batches));
 	while (fw->done) {
 		struct fitem *it = fw->done;
 
@@ -696,8 +846,9 @@ static int fw_start(void *arg, const struct pull_fwd *f)
 	it->f.uid = f->uid;
 	it->f.gid = f->gid;
 	it->f.cookie = f->cookie;
+	it->reader = cpull_reader(fw->nn, it->f.rel, NULL, 0, false);
 	pthread_mutex_lock(&fw->mu);
-	if (cpull_reader(fw->nn, it->f.rel, NULL, 0, false) == fw->nn->self) {
+	if (it->reader == fw->nn->self) {
 		/* A probe first: it never waits at the other end, and this
 		 * node's own reads wait for it. */
 		it->next = fw->q_head;

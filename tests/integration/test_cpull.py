@@ -212,6 +212,11 @@ def test_progress_of_the_whole_cluster(make_cluster, shared):
     assert any(0 < e.get("bytes_forwarded", 0) for e in prog), prog[-1]
     done = [e["bytes_done"] for e in prog]
     assert done == sorted(done) and done[-1] > done[0], done
+    # With the readers slowed, small files wait in the queue: those queued
+    # for one reader are asked for together.
+    batched = [int(x) for d in nodes
+               for x in re.findall(r"(\d+) small files came in \d+ batches", d.log())]
+    assert sum(batched) > 0, "no small file came in a batch"
 
 
 def test_a_node_whose_part_fails_early_costs_the_others_nothing(make_cluster, shared):
