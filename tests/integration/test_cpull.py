@@ -317,13 +317,15 @@ def test_relay_killed_mid_pull(make_cluster, shared):
 
 
 @pytest.mark.timeout(120)
-def test_link_down_mid_pull(netns_pair, make_cluster, shared):
+def test_link_down_mid_pull(netns_pair, shared, make_cluster):
     """n0 and n1 in one network namespace, n2 in another behind a veth link
     ([cluster] peer_timeout = 3). The link goes down while the nodes read
     (the mount at 1 MB/s): within a few timeouts n0 and n1 take n2 for gone,
     read its share, and the pull ends, exit 1 naming n2, the two exact. With
     the link back, the pull run again finishes n2 and every tree is the
-    source's, one root."""
+    source's, one root. (The fixtures in this order: the daemons, each in a
+    namespace with its own view of the mount, stop before it is unmounted,
+    which otherwise waits 20 s for them.)"""
     na, nb, da, db, aa, ab = netns_pair
     m, src, size = shared
     nodes = make_cluster(3, source_roots=[m.mnt], cluster_keys={"peer_timeout": 3},
