@@ -179,11 +179,7 @@ static void progress(struct job *j, struct cpull *cp)
 		if (!pulling)
 			continue;
 		cpull_live_read(&cp->live, &p);      /* this node's part, in place */
-		sum.files_done += p.files_done;
-		sum.files_total += p.files_total;
-		sum.bytes_done += p.bytes_done;
-		sum.bytes_total += p.bytes_total;
-		sum.bytes_fwd += p.bytes_fwd;
+		cpull_prog_add(&sum, &p);
 		cask_slow_offer(&slow, c->v[i].name, p.bytes_done, p.bytes_total);
 	}
 	cask_sum(c, &sum, &slow);

@@ -434,6 +434,12 @@ void cask_cancel(struct cask *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/* What a node that answered 0 staged, as progress: all of it done. */
+static struct cpull_prog final_of(const struct cask_node *nd)
+{
+	return (struct cpull_prog){ nd->files, nd->files, nd->bytes, nd->bytes, nd->fbytes };
+}
+
 /* A relay whose group has answered: its last report may be older than the
  * answers, so each figure is the greater of it and the answers' sum (the
  * sum never goes back). Under c->mu. */
@@ -444,13 +450,10 @@ static void final_of_group(const struct cask *c, const struct cask_node *r, stru
 	for (size_t i = 0; i <= r->ngrp; i++) {
 		const struct cask_node *nd = i == r->ngrp ? r : &c->v[r->grp[i]];
 
-		if (nd->code != 0)
-			continue;
-		f.files_done += nd->files;
-		f.files_total += nd->files;
-		f.bytes_done += nd->bytes;
-		f.bytes_total += nd->bytes;
-		f.bytes_fwd += nd->fbytes;
+		struct cpull_prog fin = final_of(nd);
+
+		if (nd->code == 0)
+			cpull_prog_add(&f, &fin);
 	}
 #define MAXF(x) p->x = p->x > f.x ? p->x : f.x
 	MAXF(files_done);
@@ -472,14 +475,10 @@ void cask_sum(struct cask *c, struct cpull_prog *sum, struct cask_slow *slow)
 		if (nd->via || (nd->here && !nd->answered))
 			continue;               /* in its relay's figures; the owner's own part */
 		if (!relay && nd->answered && nd->code == 0)
-			p = (struct cpull_prog){ nd->files, nd->files, nd->bytes, nd->bytes, nd->fbytes };
+			p = final_of(nd);
 		if (relay && group_done(c, nd))
 			final_of_group(c, nd, &p);
-		sum->files_done += p.files_done;
-		sum->files_total += p.files_total;
-		sum->bytes_done += p.bytes_done;
-		sum->bytes_total += p.bytes_total;
-		sum->bytes_fwd += p.bytes_fwd;
+		cpull_prog_add(sum, &p);
 		if (relay && nd->slow[0] && !group_done(c, nd))
 			cask_slow_offer(slow, nd->slow, nd->slow_done, nd->slow_total);
 		else if (!relay && !nd->answered)

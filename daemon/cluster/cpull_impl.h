@@ -83,6 +83,14 @@ struct cpull_answer {
 struct cpull_prog {
 	uint64_t files_done, files_total, bytes_done, bytes_total, bytes_fwd;
 };
+static inline void cpull_prog_add(struct cpull_prog *sum, const struct cpull_prog *p)
+{
+	sum->files_done += p->files_done;
+	sum->files_total += p->files_total;
+	sum->bytes_done += p->bytes_done;
+	sum->bytes_total += p->bytes_total;
+	sum->bytes_fwd += p->bytes_fwd;
+}
 /* A part being run, as another thread sees it (mu is the caller's to
  * init and destroy; the pointers are the part's while it runs). */
 struct cpull_live {
