@@ -449,7 +449,6 @@ static void final_of_group(const struct cask *c, const struct cask_node *r, stru
 
 	for (size_t i = 0; i <= r->ngrp; i++) {
 		const struct cask_node *nd = i == r->ngrp ? r : &c->v[r->grp[i]];
-
 		struct cpull_prog fin = final_of(nd);
 
 		if (nd->code == 0)

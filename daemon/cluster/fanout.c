@@ -114,16 +114,6 @@ static void ask_one(struct fanout *f, struct fan_answer *a)
 	a->settled = true;
 }
 
-/* A peer's text, made safe for a log line or a terminal. */
-static void safe_text(char *out, size_t cap, const uint8_t *p, size_t n)
-{
-	if (n >= cap)
-		n = cap - 1;
-	for (size_t i = 0; i < n; i++)
-		out[i] = p[i] < 0x20 || p[i] == 0x7f ? '?' : (char)p[i];
-	out[n] = '\0';
-}
-
 /* One MSG_RELAY_ANS from the relay of group g[0..k): settles one pending
  * answer of the group. 0, or -EBADMSG. */
 static int take_relayed(struct fanout *f, const size_t *g, size_t k, const struct msg *m)
@@ -168,7 +158,7 @@ static int take_relayed(struct fanout *f, const size_t *g, size_t k, const struc
 	char text[sizeof(a->why) - 64] = "no reason given";
 
 	if (msg_get_bytes(m, K_TEXT, &p, &n) == 0)
-		safe_text(text, sizeof(text), p, n);
+		peer_safe_text(text, sizeof(text), p, n);
 	a->err = err < 4096 ? -(int)err : -EPROTO;
 	a->settled = true;
 	snprintf(a->why, sizeof(a->why), "%s (asked through %s)", text, relay);
@@ -434,7 +424,7 @@ static int relay_nodes(const struct msg *req, struct fan_answer **out, size_t *n
 			snprintf(why, whylen, "a node name of %zu bytes", len);
 			goto bad;
 		}
-		safe_text(name, sizeof(name), p, len);
+		peer_safe_text(name, sizeof(name), p, len);
 		h = hosts_find(&repl.hosts, name);
 		if (h < 0 || (size_t)h == repl.self || seen[h]) {
 			snprintf(why, whylen, "node '%.64s' %s", name, h < 0 ?

@@ -21,14 +21,18 @@ int peer_error_of(const struct msg *m, char text[PEER_TEXT_MAX + 1])
 	snprintf(text, PEER_TEXT_MAX + 1, "no reason given");
 	if (msg_get_u64(m, K_ERRNO, &e) == 0 && e > 0 && e < 4096)
 		err = (int)e;
-	if (msg_get_bytes(m, K_TEXT, &p, &n) == 0 && n > 0) {
-		if (n > PEER_TEXT_MAX)
-			n = PEER_TEXT_MAX;
-		for (size_t i = 0; i < n; i++)
-			text[i] = p[i] < 0x20 || p[i] == 0x7f ? '?' : (char)p[i];
-		text[n] = '\0';
-	}
+	if (msg_get_bytes(m, K_TEXT, &p, &n) == 0 && n > 0)
+		peer_safe_text(text, PEER_TEXT_MAX + 1, p, n);
 	return -err;
+}
+
+void peer_safe_text(char *out, size_t cap, const uint8_t *p, size_t n)
+{
+	if (n >= cap)
+		n = cap - 1;
+	for (size_t i = 0; i < n; i++)
+		out[i] = p[i] < 0x20 || p[i] == 0x7f ? '?' : (char)p[i];
+	out[n] = '\0';
 }
 
 struct hs {

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/auth.h"
 #include "common/hosts.h"
@@ -42,6 +43,9 @@ int peer_handshake(struct xport **x, const struct auth_key *key, const char *my_
 /* A peer's MSG_ERROR: its -errno (EPROTO when absent or out of range) and
  * its text, made safe, in text. */
 int peer_error_of(const struct msg *m, char text[PEER_TEXT_MAX + 1]);
+/* A peer's bytes p[0..n) as text in out (cap bytes): cut to fit, every
+ * control character a '?'. */
+void peer_safe_text(char *out, size_t cap, const uint8_t *p, size_t n);
 /* The same as "NODE refused: TEXT" in why; returns its -errno. */
 int peer_refused(const struct msg *m, const char *node, char *why, size_t whylen);
 
