@@ -211,10 +211,7 @@ static void wait_answers(struct job *j, struct cpull *cp)
 			cancelled = true;
 			/* This node's part stops as a pull whose client went; the
 			 * others stop when their reports find the connection shut. */
-			pthread_mutex_lock(&cp->live.mu);
-			if (cp->live.job)
-				atomic_store(&cp->live.job->gone, true);
-			pthread_mutex_unlock(&cp->live.mu);
+			cpull_live_stop(&cp->live);
 			cask_cancel(cp->c);
 		}
 	}

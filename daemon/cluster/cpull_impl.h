@@ -101,6 +101,8 @@ struct cpull_live {
 };
 /* Where the part is now (the last figures once it has ended). */
 void cpull_live_read(struct cpull_live *lv, struct cpull_prog *p);
+/* Its asker is gone: the part stops, as a pull whose client hung up. */
+void cpull_live_stop(struct cpull_live *lv);
 /* 0 with *ans (the pull ran, well or not), or -errno with why: refused
  * before any pull (a bad node list, the same pull twice). lv, if given,
  * shows the part while it runs. */

@@ -61,6 +61,123 @@ void cpull_nodes_free(struct cpull_nodes *nn)
 	memset(nn, 0, sizeof(*nn));
 }
 
+/* While a part runs, its progress goes to its asker every REPORT_MS (the
+ * reporter below): a part's asker silent for [cluster] peer_timeout is
+ * taken for gone within one more report. */
+#define REPORT_MS 250
+
+/* The parts running here, by what they pull where. A part asked while an
+ * earlier one of the same SRC into the same DEST still runs here waits for
+ * it instead of being refused by the destination's lock: that earlier part
+ * is most often one whose asker has given up on this node (a link down),
+ * and the rerun its asker advises must not fail on it. The wait is
+ * bounded twice over: peer_timeout and two reports for the earlier part's
+ * asker to be taken for gone (the reporter below), and, once it has been
+ * (the part's job is then `gone`, stopping), peer_timeout and STOP_MS more
+ * for it to stop (its fetches from dead peers wait that long at most). An
+ * earlier part still wanted by its asker outlives the first bound, and the
+ * new one is refused, as two pulls into one destination always are.
+ * Under parts_mu; an entry lives from before its pull opens the
+ * destination until after it closed it (and so let go of its lock). */
+#define STOP_MS 2000
+
+struct part_entry {
+	struct part_entry *next;
+	const struct cpull_ask *a;     /* the part's own, borrowed */
+	struct job *job;               /* its pull's: gone once it is stopping */
+};
+static pthread_mutex_t parts_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t parts_cv;        /* an entry left, or began to stop */
+static pthread_once_t parts_once = PTHREAD_ONCE_INIT;
+static struct part_entry *parts;
+
+static void parts_init(void)
+{
+	mono_cond_init(&parts_cv);
+}
+
+static bool same_dest(const struct cpull_ask *x, const struct cpull_ask *y)
+{
+	return strcmp(x->src, y->src) == 0 &&
+	       (x->dest && y->dest ? strcmp(x->dest, y->dest) == 0 : x->dest == y->dest);
+}
+
+static struct part_entry *parts_find(const struct cpull_ask *a)
+{
+	for (struct part_entry *e = parts; e; e = e->next)
+		if (same_dest(e->a, a))
+			return e;
+	return NULL;
+}
+
+static int parts_enter(struct part_entry *me, char *why, size_t whylen)
+{
+	int64_t start = mono_ms(), end = start + repl_io_ms() + 2 * REPORT_MS;
+	struct part_entry *o;
+	bool said = false, stopping = false;
+
+	pthread_once(&parts_once, parts_init);
+	pthread_mutex_lock(&parts_mu);
+	while ((o = parts_find(me->a)) && !atomic_load(&me->job->gone)) {
+		int64_t now = mono_ms();
+		struct timespec ts;
+
+		if (!stopping && atomic_load(&o->job->gone)) {
+			stopping = true;
+			if (end < now + repl_io_ms() + STOP_MS)
+				end = now + repl_io_ms() + STOP_MS;
+		}
+		if (now >= end)
+			break;
+		if (!said)
+			log_info("cluster pull %s: waiting for cluster pull %s of %s into the same "
+				 "destination to end (%s)", me->a->id, o->a->id, o->a->src,
+				 stopping ? "it is stopping" : "its asker may have given up on it");
+		said = true;
+		ts = mono_timespec((uint64_t)end * 1000000ull);
+		pthread_cond_timedwait(&parts_cv, &parts_mu, &ts);
+	}
+	if (o) {
+		if (atomic_load(&me->job->gone))
+			snprintf(why, whylen, "its asker went while it waited for cluster pull "
+				 "%.8s of %s into the same destination to end", o->a->id, o->a->src);
+		else
+			snprintf(why, whylen, "cluster pull %.8s of %s into the same destination is "
+				 "still running here (waited %lld s for it to end)", o->a->id,
+				 o->a->src, (long long)(mono_ms() - start + 500) / 1000);
+		pthread_mutex_unlock(&parts_mu);
+		return -EBUSY;
+	}
+	if (said)
+		log_info("cluster pull %s: the earlier one ended after %lld ms", me->a->id,
+			 (long long)(mono_ms() - start));
+	me->next = parts;
+	parts = me;
+	pthread_mutex_unlock(&parts_mu);
+	return 0;
+}
+
+/* A part began to stop (its job is gone): who waits for it re-reckons. */
+static void parts_poke(void)
+{
+	pthread_once(&parts_once, parts_init);
+	pthread_mutex_lock(&parts_mu);
+	pthread_cond_broadcast(&parts_cv);
+	pthread_mutex_unlock(&parts_mu);
+}
+
+static void parts_leave(struct part_entry *me)
+{
+	pthread_mutex_lock(&parts_mu);
+	for (struct part_entry **pp = &parts; *pp; pp = &(*pp)->next)
+		if (*pp == me) {
+			*pp = me->next;
+			break;
+		}
+	pthread_cond_broadcast(&parts_cv);
+	pthread_mutex_unlock(&parts_mu);
+}
+
 void cpull_live_read(struct cpull_live *lv, struct cpull_prog *p)
 {
 	pthread_mutex_lock(&lv->mu);
@@ -75,6 +192,15 @@ void cpull_live_read(struct cpull_live *lv, struct cpull_prog *p)
 	}
 	*p = lv->last;
 	pthread_mutex_unlock(&lv->mu);
+}
+
+void cpull_live_stop(struct cpull_live *lv)
+{
+	pthread_mutex_lock(&lv->mu);
+	if (lv->job)
+		atomic_store(&lv->job->gone, true);
+	pthread_mutex_unlock(&lv->mu);
+	parts_poke();
 }
 
 static void live_set(struct cpull_live *lv, struct job *j, struct cfwd *fw)
@@ -94,10 +220,11 @@ static void live_set(struct cpull_live *lv, struct job *j, struct cfwd *fw)
 int cpull_part(const struct cpull_ask *a, struct cpull_live *lv, struct cpull_answer *ans,
 	       char *why, size_t whylen)
 {
+	struct job sub;
+	struct part_entry me = { .a = a, .job = &sub };
 	struct pull_share sh = { .ops = &cfwd_ops };
 	struct cpull_nodes nn = { 0 };
 	struct cfwd *fw = NULL;
-	struct job sub;
 	int rc;
 
 	rc = nodes_take(&nn, a->list, why, whylen);
@@ -112,7 +239,6 @@ int cpull_part(const struct cpull_ask *a, struct cpull_live *lv, struct cpull_an
 		cpull_nodes_free(&nn);
 		return rc;
 	}
-	log_info("cluster pull %s: %s onto %zu nodes", a->id, a->src, nn.n);
 	/* REQ_PROGRESS: the pull counts the tree first, so progress has totals
 	 * (nothing is sent: the job has no client). */
 	job_begin(&sub, -1, (a->flags & REQ_VERIFY) | REQ_PROGRESS, repl.cfg, "pull", a->src);
@@ -121,7 +247,17 @@ int cpull_part(const struct cpull_ask *a, struct cpull_live *lv, struct cpull_an
 	snprintf(sub.result, sizeof(sub.result), "the pull ended without a result");
 	sh.arg = fw;
 	live_set(lv, &sub, fw);
+	if ((rc = parts_enter(&me, why, whylen)) < 0) {
+		live_set(lv, NULL, NULL);
+		job_end(&sub);
+		cfwd_close(fw);
+		cpull_sess_remove(a->id);
+		cpull_nodes_free(&nn);
+		return rc;
+	}
+	log_info("cluster pull %s: %s onto %zu nodes", a->id, a->src, nn.n);
 	pull_run_share(&sub, a->src, a->dest, &sh, &ans->st);
+	parts_leave(&me);
 	cpull_sess_pulled(a->id, sub.code == 0);
 	live_set(lv, NULL, NULL);
 	cfwd_close(fw);
@@ -140,11 +276,14 @@ void cpull_part_end(const char *id)
 
 /* While a part runs for a peer's ask, its progress goes to the asker every
  * REPORT_MS on the ask's connection: the asker shows it, and a node silent
- * for [cluster] peer_timeout is taken for gone. A relay (an ask naming a
- * group) reports for its group too: their progress summed with its own,
- * the slowest of them, and each one's answer as it comes (named). Every send on the
- * connection holds send_mu, so frames never interleave. */
-#define REPORT_MS 250
+ * for [cluster] peer_timeout is taken for gone. The other way round too: an
+ * asker that has taken none of the reports for peer_timeout (sent, never
+ * acknowledged: the link is down, or its host) is taken for gone here, and
+ * the part stops, though no send failed (a send only queues). A relay (an
+ * ask naming a group) reports for its group too: their progress summed
+ * with its own, the slowest of them, and each one's answer as it comes
+ * (named). Every send on the connection holds send_mu, so frames never
+ * interleave. */
 
 struct reporter {
 	struct xport *x;
@@ -155,6 +294,8 @@ struct reporter {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_mutex_t send_mu;
+	int64_t taken_ms;              /* the last report whose bytes were all taken
+					* (nothing queued): the reporter's own */
 };
 
 static int report_send(struct reporter *r, struct msg *m)
@@ -191,11 +332,29 @@ static int forward_answers(struct reporter *r)
 	return rc;
 }
 
+/* The asker has taken nothing sent to it for peer_timeout. A transport
+ * that cannot tell (queued NULL or 0) relies on its sends failing. */
+static bool asker_silent(struct reporter *r)
+{
+	int64_t now = mono_ms();
+
+	if (!r->x->ops->queued || r->x->ops->queued(r->x) == 0)
+		r->taken_ms = now;
+	return now - r->taken_ms >= repl_io_ms();
+}
+
 static int report_once(struct reporter *r, bool own_done)
 {
 	struct cask_slow slow = { .name = "" };
 	struct cpull_prog p;
 	struct msg m;
+
+	if (asker_silent(r)) {
+		log_warn("cluster pull: %s has taken nothing sent to it for %d ms: taken for gone",
+			 r->x->peer, repl_io_ms());
+		r->x->ops->shutdown(r->x);      /* the answer and the wait for END fail at once */
+		return -ETIMEDOUT;
+	}
 
 	cpull_live_read(&r->lv, &p);
 	if (r->group) {
@@ -236,10 +395,7 @@ static void *report_main(void *arg)
 		if (rc < 0) {
 			/* The asker is gone (Ctrl-C, killed): the part stops as a
 			 * pull whose client hung up does, and so do the group's. */
-			pthread_mutex_lock(&r->lv.mu);
-			if (r->lv.job)
-				atomic_store(&r->lv.job->gone, true);
-			pthread_mutex_unlock(&r->lv.mu);
+			cpull_live_stop(&r->lv);
 			if (r->group)
 				cask_cancel(r->group);
 			pthread_mutex_lock(&r->mu);
@@ -255,6 +411,7 @@ static void reporter_start(struct reporter *r, struct xport *x, struct cask *gro
 {
 	r->x = x;
 	r->group = group;
+	r->taken_ms = mono_ms();
 	pthread_mutex_init(&r->lv.mu, NULL);
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_mutex_init(&r->send_mu, NULL);

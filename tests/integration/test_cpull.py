@@ -323,7 +323,11 @@ def test_link_down_mid_pull(netns_pair, shared, make_cluster):
     (the mount at 1 MB/s): within a few timeouts n0 and n1 take n2 for gone,
     read its share, and the pull ends, exit 1 naming n2, the two exact. With
     the link back, the pull run again finishes n2 and every tree is the
-    source's, one root. (The fixtures in this order: the daemons, each in a
+    source's, one root. n2, meanwhile, has taken its asker for gone by
+    itself (its reports not acknowledged for peer_timeout), with the link
+    still down, and its part has stopped: before, it ran on, holding the
+    destination, and the rerun was refused ("another pull into ... is in
+    progress"). (The fixtures in this order: the daemons, each in a
     namespace with its own view of the mount, stop before it is unmounted,
     which otherwise waits 20 s for them.)"""
     na, nb, da, db, aa, ab = netns_pair
@@ -338,6 +342,10 @@ def test_link_down_mid_pull(netns_pair, shared, make_cluster):
     run_cmd("ip", "-n", na, "link", "set", da, "down")
     try:
         assert p.wait(60) == 1, p.out_path.read_text() + p.err_path.read_text()
+        first = re.search(r"cluster pull ([0-9a-f]{32}) asked by n0", nodes[2].log()).group(1)
+        wait_for(lambda: f"cluster pull {first}: over here" in nodes[2].log(), 3 + 10,
+                 "n2's part of the first pull to end with its asker out of reach")
+        assert "has taken nothing sent to it for 3000 ms: taken for gone" in nodes[2].log()
     finally:
         run_cmd("ip", "-n", na, "link", "set", da, "up")
     m.cmd("clear")
@@ -353,6 +361,38 @@ def test_link_down_mid_pull(netns_pair, shared, make_cluster):
     for d in nodes:
         assert_tree_equal(src, d.dest_of(src))
     assert len(set(roots_of(nodes, src).values())) == 1
+
+
+def test_two_pulls_into_one_destination(make_cluster, shared):
+    """A cluster pull from n1 while one from n0 of the same source into the
+    same destinations still runs (the mount slowed): every node's part of the
+    second waits for the first's, at most peer_timeout and two reports (its
+    asker might have given up on it), then refuses, naming it; the second
+    pull exits 1, the first finishes exact. Run again once the first is
+    over, the second succeeds."""
+    m, src, size = shared
+    nodes = cluster_of(make_cluster, shared, 3, cluster_keys={"peer_timeout": 2})
+    m.cmd("rate", 500_000)
+    p = nodes[0].popen("--json", "pull", src, "--cluster")
+    wait_for(lambda: all("cluster pull" in d.log() and "onto 3 nodes" in d.log() for d in nodes),
+             30, "the first pull running on every node")
+    t0 = time.monotonic()
+    cp = nodes[1].run("--json", "pull", src, "--cluster", timeout=60)
+    waited = time.monotonic() - t0
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert waited >= 2, f"refused after {waited:.1f} s, without waiting for the first pull"
+    res, events = json_result(cp.stdout)
+    notes = "\n".join(e.get("text", "") for e in events) + res["text"]
+    for d in nodes:
+        assert re.search(rf"{d.name}: .*cluster pull [0-9a-f]{{8}} of {re.escape(str(src))} into "
+                         r"the same destination is still running here \(waited \d+ s", notes), \
+            (d.name, notes)
+    m.cmd("clear")
+    assert p.wait(60) == 0, p.out_path.read_text() + p.err_path.read_text()
+    for d in nodes:
+        assert_tree_equal(src, d.dest_of(src))
+    cp = nodes[1].run("--json", "pull", src, "--cluster", timeout=60)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
 
 
 def test_a_file_its_reader_cannot_read_is_refused_at_once(make_cluster, shared):
