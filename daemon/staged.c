@@ -31,6 +31,7 @@
 #include "daemon/ctl.h"
 #include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
+#include "daemon/peers/peers.h"
 #include "daemon/repl/repl.h"
 #include "daemon/durable/drain.h"
 #include "daemon/metrics.h"
@@ -169,10 +170,10 @@ static void arm_peer(struct daemon *d)
 {
 	struct io_uring_sqe *sqe;
 
-	if (repl_listen_fd() < 0)
+	if (peers_listen_fd() < 0)
 		return;
 	sqe = io_uring_get_sqe(&d->ring);
-	io_uring_prep_poll_multishot(sqe, repl_listen_fd(), POLLIN);
+	io_uring_prep_poll_multishot(sqe, peers_listen_fd(), POLLIN);
 	io_uring_sqe_set_data64(sqe, EV_PEER);
 }
 
@@ -210,7 +211,7 @@ static int event_loop(struct daemon *d)
 				arm_signal(d);
 			} else if (ev == EV_PEER) {
 				if (res >= 0)
-					repl_accept();
+					peers_accept();
 				if (!(flags & IORING_CQE_F_MORE))
 					arm_peer(d);
 			} else if (ev == EV_ACCEPT) {
@@ -330,16 +331,20 @@ int main(int argc, char **argv)
 		ret = 1;
 		goto out_unlisten;
 	}
-	/* What a holder answers on a peer's connection (daemon/cluster/). */
-	repl_recv_serve(MSG_HOLD_REQ, hold_serve);
-	repl_recv_serve(MSG_FETCH_REQ, repl_fetch_serve);
-	repl_recv_serve(MSG_DOCTOR_ASK, doctor_serve);
-	repl_recv_serve(MSG_RESTORE_ASK, resume_serve);
-	repl_recv_serve(MSG_RESEND_ASK, resume_serve);
-	repl_recv_serve(MSG_RELAY, fanout_serve);
-	repl_recv_serve(MSG_CPULL_ASK, cpull_node_serve);
-	repl_recv_serve(MSG_CPULL_FETCH, cpull_fetch_serve);
-	ret = repl_open(&d.cfg, why, sizeof(why));
+	/* What this node answers on a peer's connection: the requests of the
+	 * cluster features above replication (replication registers its offer
+	 * in repl_open). */
+	peers_serve(MSG_HOLD_REQ, hold_serve, NULL);
+	peers_serve(MSG_FETCH_REQ, repl_fetch_serve, NULL);
+	peers_serve(MSG_DOCTOR_ASK, doctor_serve, NULL);
+	peers_serve(MSG_RESTORE_ASK, resume_serve, NULL);
+	peers_serve(MSG_RESEND_ASK, resume_serve, NULL);
+	peers_serve(MSG_RELAY, fanout_serve, NULL);
+	peers_serve(MSG_CPULL_ASK, cpull_node_serve, NULL);
+	peers_serve(MSG_CPULL_FETCH, cpull_fetch_serve, NULL);
+	ret = peers_open(&d.cfg, why, sizeof(why));
+	if (ret == 0 && (ret = repl_open(&d.cfg, why, sizeof(why))) < 0)
+		peers_close();
 	if (ret < 0) {
 		log_err("%s", why);
 		if (foreground)
@@ -399,7 +404,9 @@ out_stop_durable:
 out_stop_metrics:
 	metrics_stop();
 out_close_repl:
+	peers_stop();
 	repl_close();
+	peers_close();
 out_close_signal:
 	close(d.sig_fd);
 out_unlisten:

@@ -1,7 +1,7 @@
 /* Asking the cluster (daemon/cluster/): what every node holds of a step,
  * verify --cluster (cverify.h), restore, and the holder's side of it. Above
  * replication: it uses the cluster replication knows (repl.h), never the
- * reverse; what a holder serves reaches it through repl_recv_serve.
+ * reverse; what a holder serves reaches it through the peer layer's table (peers_serve).
  */
 #ifndef STAGE_CLUSTER_H
 #define STAGE_CLUSTER_H

@@ -69,12 +69,12 @@ static int members(struct cpull *cp, const char *nodes, char ***names, size_t *n
 		if (rc < 0)
 			return rc;
 	} else {
-		*n = repl.hosts.n;
+		*n = peers.hosts.n;
 		*names = calloc(*n, sizeof(**names));
 		if (!*names)
 			return -ENOMEM;
 		for (size_t i = 0; i < *n; i++)
-			if (!((*names)[i] = strdup(repl.hosts.v[i].name)))
+			if (!((*names)[i] = strdup(peers.hosts.v[i].name)))
 				return -ENOMEM;
 	}
 	for (size_t i = 0; i < *n; i++) {
@@ -230,7 +230,7 @@ static void result(struct job *j, struct cpull *cp)
 	for (size_t i = 0; i < c->n; i++) {
 		const struct cask_node *mb = &c->v[i];
 
-		if (strcmp(mb->name, repl.cfg->name) == 0)
+		if (strcmp(mb->name, peers.cfg->name) == 0)
 			self = mb;
 		read += mb->rbytes;
 		fwd += mb->fbytes;
@@ -286,7 +286,7 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 	size_t n = 0;
 	int rc;
 
-	if (!repl.cluster) {
+	if (!peers.cluster) {
 		job_result(j, 2, NULL, NULL, "pull --cluster needs a cluster: set [cluster] hosts "
 			   "(and key_file) in the config");
 		return;

@@ -231,7 +231,7 @@ static int ask_node(struct cask *c, struct cask_node *nd, struct xport **xp, boo
 
 	/* The node reports its progress every 250 ms while it pulls: silent
 	 * for [cluster] peer_timeout, it is gone (a link down, a node stopped). */
-	rc = repl_dial(nd->host, REPL_CONNECT_MS, repl_io_ms(), &x, why, whylen);
+	rc = peers_dial(nd->host, PEERS_CONNECT_MS, peers_io_ms(), &x, why, whylen);
 	*early = rc < 0;
 	if (rc == 0) {
 		pthread_mutex_lock(&c->mu);
@@ -342,7 +342,7 @@ static void *node_main(void *arg)
 int cask_start(struct cask **out, const struct cpull_ask *a, char *const *names, size_t n,
 	       void (*here)(struct cask_node *nd, void *arg), void *here_arg)
 {
-	size_t width = repl.cfg && repl.cfg->fanout > 1 ? (size_t)repl.cfg->fanout : 32;
+	size_t width = peers.cfg && peers.cfg->fanout > 1 ? (size_t)peers.cfg->fanout : 32;
 	size_t nrem = 0, ngroups;
 	struct cask *c = calloc(1, sizeof(*c));
 
@@ -364,9 +364,9 @@ int cask_start(struct cask **out, const struct cpull_ask *a, char *const *names,
 
 		nd->c = c;
 		nd->name = names[i];
-		nd->host = (size_t)hosts_find(&repl.hosts, names[i]);
+		nd->host = (size_t)hosts_find(&peers.hosts, names[i]);
 		nd->code = 1;
-		nd->here = here && strcmp(names[i], repl.cfg->name) == 0;
+		nd->here = here && strcmp(names[i], peers.cfg->name) == 0;
 		if (!nd->here)
 			c->grp[nrem++] = i;     /* the others, in order */
 	}

@@ -209,7 +209,7 @@ static struct fconn *conn_get(struct cfwd *fw, size_t r, char *why, size_t whyle
 	 * for gone only after DIAL_TRIES, 0.1 to 1.6 s apart, or at once when
 	 * nothing listens there. */
 	for (unsigned t = 0;; t++) {
-		rc = repl_dial(fw->nn->host[r], REPL_CONNECT_MS, repl_io_ms(), &nx, why, whylen);
+		rc = peers_dial(fw->nn->host[r], PEERS_CONNECT_MS, peers_io_ms(), &nx, why, whylen);
 		if (rc == 0 || rc == -ECONNREFUSED || t + 1 == DIAL_TRIES ||
 		    atomic_load(&fw->cancel))
 			break;
@@ -795,7 +795,7 @@ static int fw_begin(void *arg, const char *dst, int dst_fd, int tmp_fd)
 	rc = cpull_sess_begin(fw->id, dst_fd);
 	if (rc < 0)
 		return rc;
-	uint64_t lanes = repl.cfg->memory / LANE_MEM;
+	uint64_t lanes = peers.cfg->memory / LANE_MEM;
 
 	lanes = lanes < 2 ? 2 : lanes > CFWD_LANES ? CFWD_LANES : lanes;
 	for (unsigned i = 0; i < lanes && fw->nn->n > 1; i++) {

@@ -42,12 +42,12 @@ static int nodes_take(struct cpull_nodes *nn, const char *list, char *why, size_
 					 nn->names[i]);
 				return -EINVAL;
 			}
-		nn->host[i] = (size_t)hosts_find(&repl.hosts, nn->names[i]);
-		if (strcmp(nn->names[i], repl.cfg->name) == 0)
+		nn->host[i] = (size_t)hosts_find(&peers.hosts, nn->names[i]);
+		if (strcmp(nn->names[i], peers.cfg->name) == 0)
 			nn->self = i;
 	}
 	if (nn->self == nn->n) {
-		snprintf(why, whylen, "this node (%s) is not one of the pull's nodes", repl.cfg->name);
+		snprintf(why, whylen, "this node (%s) is not one of the pull's nodes", peers.cfg->name);
 		return -EINVAL;
 	}
 	return 0;
@@ -112,7 +112,7 @@ static struct part_entry *parts_find(const struct cpull_ask *a)
 
 static int parts_enter(struct part_entry *me, char *why, size_t whylen)
 {
-	int64_t start = mono_ms(), end = start + repl_io_ms() + 2 * REPORT_MS;
+	int64_t start = mono_ms(), end = start + peers_io_ms() + 2 * REPORT_MS;
 	struct part_entry *o;
 	bool said = false, stopping = false;
 
@@ -124,8 +124,8 @@ static int parts_enter(struct part_entry *me, char *why, size_t whylen)
 
 		if (!stopping && atomic_load(&o->job->gone)) {
 			stopping = true;
-			if (end < now + repl_io_ms() + STOP_MS)
-				end = now + repl_io_ms() + STOP_MS;
+			if (end < now + peers_io_ms() + STOP_MS)
+				end = now + peers_io_ms() + STOP_MS;
 		}
 		if (now >= end)
 			break;
@@ -241,7 +241,7 @@ int cpull_part(const struct cpull_ask *a, struct cpull_live *lv, struct cpull_an
 	}
 	/* REQ_PROGRESS: the pull counts the tree first, so progress has totals
 	 * (nothing is sent: the job has no client). */
-	job_begin(&sub, -1, (a->flags & REQ_VERIFY) | REQ_PROGRESS, repl.cfg, "pull", a->src);
+	job_begin(&sub, -1, (a->flags & REQ_VERIFY) | REQ_PROGRESS, peers.cfg, "pull", a->src);
 	job_set_what(&sub, "cluster pull %.8s: %s", a->id, a->src);
 	sub.code = 1;
 	snprintf(sub.result, sizeof(sub.result), "the pull ended without a result");
@@ -340,7 +340,7 @@ static bool asker_silent(struct reporter *r)
 
 	if (!r->x->ops->queued || r->x->ops->queued(r->x) == 0)
 		r->taken_ms = now;
-	return now - r->taken_ms >= repl_io_ms();
+	return now - r->taken_ms >= peers_io_ms();
 }
 
 static int report_once(struct reporter *r, bool own_done)
@@ -351,7 +351,7 @@ static int report_once(struct reporter *r, bool own_done)
 
 	if (asker_silent(r)) {
 		log_warn("cluster pull: %s has taken nothing sent to it for %d ms: taken for gone",
-			 r->x->peer, repl_io_ms());
+			 r->x->peer, peers_io_ms());
 		r->x->ops->shutdown(r->x);      /* the answer and the wait for END fail at once */
 		return -ETIMEDOUT;
 	}
@@ -359,7 +359,7 @@ static int report_once(struct reporter *r, bool own_done)
 	cpull_live_read(&r->lv, &p);
 	if (r->group) {
 		if (!own_done)
-			cask_slow_offer(&slow, repl.cfg->name, p.bytes_done, p.bytes_total);
+			cask_slow_offer(&slow, peers.cfg->name, p.bytes_done, p.bytes_total);
 		cask_sum(r->group, &p, &slow);
 	}
 	msg_init(&m, MSG_PROGRESS);
@@ -477,8 +477,8 @@ static int group_take(const struct msg *req, const char *list, char ***names, si
 			in_list = strlen(all[i]) == len && memcmp(all[i], p, len) == 0;
 		for (size_t i = 0; i < *n && !twice; i++)
 			twice = strlen(v[i]) == len && memcmp(v[i], p, len) == 0;
-		if (!in_list || twice || (strlen(repl.cfg->name) == len &&
-					  memcmp(repl.cfg->name, p, len) == 0)) {
+		if (!in_list || twice || (strlen(peers.cfg->name) == len &&
+					  memcmp(peers.cfg->name, p, len) == 0)) {
 			snprintf(why, whylen, "a group naming '%.*s', %s", (int)(len < 64 ? len : 64),
 				 (const char *)p, !in_list ? "not a node of the pull" : twice ?
 				 "twice" : "this node itself");
@@ -504,7 +504,7 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	struct reporter rep = { 0 };
 	struct cpull_ask a = { 0 };
 	struct cpull_answer *ans = calloc(1, sizeof(*ans));
-	struct cask_node me = { .name = repl.cfg->name };
+	struct cask_node me = { .name = peers.cfg->name };
 	char *id = NULL, *src = NULL, *dest = NULL, *list = NULL, why[1024] = "", **group = NULL;
 	struct cask *c = NULL;
 	uint64_t flags = 0;
@@ -515,14 +515,14 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	int drc = msg_get_str(req, K_DEST, &dest);
 
 	if (!ans) {
-		peer_send_error(x, ENOMEM, "%s: out of memory", repl.cfg->name);
+		peer_send_error(x, ENOMEM, "%s: out of memory", peers.cfg->name);
 		rc = -ENOMEM;
 		goto out;
 	}
 	if (msg_get_str(req, K_JOB, &id) < 0 || !cpull_id_ok(id) || msg_get_str(req, K_PATH, &src) < 0 ||
 	    src[0] != '/' || msg_get_str(req, K_NODES, &list) < 0 || (drc < 0 && drc != -ENOENT)) {
 		log_warn("a cluster pull asked by %s refused: malformed", peer);
-		peer_send_error(x, EBADMSG, "%s: a malformed cluster pull", repl.cfg->name);
+		peer_send_error(x, EBADMSG, "%s: a malformed cluster pull", peers.cfg->name);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -530,7 +530,7 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	if (rc < 0) {
 		log_warn("a cluster pull asked by %s refused: %s", peer, rc == -ENOMEM ?
 			 "out of memory" : why);
-		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, rc == -ENOMEM ?
+		peer_send_error(x, -rc, "%s: %s", peers.cfg->name, rc == -ENOMEM ?
 				"out of memory" : why);
 		goto out;
 	}
@@ -543,20 +543,20 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	else
 		log_info("cluster pull %s asked by %s", id, peer);
 	if (ngroup && cask_start(&c, &a, group, ngroup, NULL, NULL) < 0) {
-		peer_send_error(x, ENOMEM, "%s: out of memory", repl.cfg->name);
+		peer_send_error(x, ENOMEM, "%s: out of memory", peers.cfg->name);
 		rc = -ENOMEM;
 		goto out;
 	}
 	/* The reports are sends on a connection whose timeout is 0 between
 	 * requests: an asker gone without a reset must not hold them. */
-	x->ops->set_timeout(x, repl_io_ms());
+	x->ops->set_timeout(x, peers_io_ms());
 	reporter_start(&rep, x, c);
 	rc = cpull_part(&a, &rep.lv, ans, why, sizeof(why));
 	reporter_own_done(&rep);
 	if (rc < 0 && !c) {
 		reporter_stop(&rep);
 		log_warn("a cluster pull asked by %s refused: %s", peer, why);
-		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
+		peer_send_error(x, -rc, "%s: %s", peers.cfg->name, why);
 		goto out;
 	}
 	/* A relay answers for itself like for its group (named), a refusal
@@ -564,7 +564,7 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	if (rc == 0)
 		cask_take_part(&me, ans);
 	else
-		snprintf(me.text, sizeof(me.text), "%s refused: %s", repl.cfg->name, why);
+		snprintf(me.text, sizeof(me.text), "%s refused: %s", peers.cfg->name, why);
 	if (rc < 0)
 		me.code = 1;
 	cask_put_answer(&m, &me, c != NULL);

@@ -259,7 +259,7 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 		s = find_locked(id);
 		if (!s && (ended_locked(id) || mono_ns() >= found_by)) {
 			snprintf(why, whylen, "%s does not serve cluster pull %.8s (%s)",
-				 repl.cfg->name, id, ended_locked(id) ? "it ended here" :
+				 peers.cfg->name, id, ended_locked(id) ? "it ended here" :
 				 "no such pull here");
 			return -ESHUTDOWN;
 		}
@@ -273,7 +273,7 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 			}
 			if (fd == -ESHUTDOWN) {
 				snprintf(why, whylen, "%s does not serve cluster pull %.8s (its part "
-					 "failed)", repl.cfg->name, id);
+					 "failed)", peers.cfg->name, id);
 				return fd;
 			}
 			/* A probe waits for the part to open DEST (its first moments,
@@ -325,7 +325,7 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 	    !treeops_rel_ok(rel) || msg_get_u64(req, K_SIZE, &size) < 0 ||
 	    msg_get_u64(req, K_MTIME, &mtime) < 0) {
 		log_warn("a cluster pull's fetch from %s refused: malformed", peer);
-		peer_send_error(x, EBADMSG, "%s: a malformed fetch of a cluster pull", repl.cfg->name);
+		peer_send_error(x, EBADMSG, "%s: a malformed fetch of a cluster pull", peers.cfg->name);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -340,10 +340,10 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 	}
 	if (fd < 0) {
 		rc = fd;
-		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
+		peer_send_error(x, -rc, "%s: %s", peers.cfg->name, why);
 		goto out;
 	}
-	x->ops->set_timeout(x, repl_io_ms());
+	x->ops->set_timeout(x, peers_io_ms());
 	rc = repl_fetch_send_shared(x, peer, fd, size, 0, size, CPULL_WAIT_MS, rel, why,
 				    sizeof(why));
 	close(fd);
@@ -351,7 +351,7 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		rc = send_not_yet(x);        /* every sender busy */
 	} else if (rc < 0 && *why) {
 		log_warn("cluster pull %s: %s for %s: %s", id, rel, peer, why);
-		peer_send_error(x, -rc, "%s: %s: %s", repl.cfg->name, rel, why);
+		peer_send_error(x, -rc, "%s: %s: %s", peers.cfg->name, rel, why);
 	}
 	pthread_mutex_lock(&ss.mu);
 	s->users--;

@@ -55,7 +55,7 @@ struct fanout {
 
 static const char *name_of(size_t host)
 {
-	return repl.hosts.v[host].name;
+	return peers.hosts.v[host].name;
 }
 
 /* What a relay may spend of the time left: the rest is for its answers to
@@ -92,7 +92,7 @@ static int dial(struct fanout *f, struct fan_answer *a, struct xport **x)
 		snprintf(a->why, sizeof(a->why), "%s: not asked: no time was left", name_of(a->host));
 		return -ETIMEDOUT;
 	}
-	return repl_dial(a->host, left < REPL_CONNECT_MS ? (int)left : REPL_CONNECT_MS, (int)left,
+	return peers_dial(a->host, left < PEERS_CONNECT_MS ? (int)left : PEERS_CONNECT_MS, (int)left,
 			 x, a->why, sizeof(a->why));
 }
 
@@ -266,7 +266,7 @@ static void *worker(void *arg)
 int fanout_start(struct fanout **out, const struct msg *q, struct fan_answer *a, size_t n,
 		 int timeout_ms)
 {
-	size_t width = repl.cfg && repl.cfg->fanout > 1 ? (size_t)repl.cfg->fanout : 32;
+	size_t width = peers.cfg && peers.cfg->fanout > 1 ? (size_t)peers.cfg->fanout : 32;
 	struct fanout *f = calloc(1, sizeof(*f));
 	int rc;
 
@@ -358,8 +358,8 @@ static int send_answer(struct xport *x, const char *node, int err, const char *w
  * network, through a connection that keeps what it is sent. */
 static int answer_here(struct xport *x, const char *peer, const struct msg *q)
 {
-	repl_serve_fn *serve = repl_recv_served(q->type);
-	const char *me = repl.cfg->name;
+	peers_serve_fn *serve = peers_served(q->type);
+	const char *me = peers.cfg->name;
 	struct xport *cx;
 	struct msg a;
 	int rc;
@@ -392,7 +392,7 @@ static int relay_nodes(const struct msg *req, struct fan_answer **out, size_t *n
 	size_t off = 0, len, count = 0;
 	const uint8_t *p;
 	uint16_t key;
-	bool *seen = calloc(repl.hosts.n + 1, sizeof(*seen));
+	bool *seen = calloc(peers.hosts.n + 1, sizeof(*seen));
 	struct fan_answer *a;
 
 	*out = NULL;
@@ -401,10 +401,10 @@ static int relay_nodes(const struct msg *req, struct fan_answer **out, size_t *n
 		return -ENOMEM;
 	while (msg_next_field(req, &off, &key, &p, &len) == 1)
 		count += key == K_NAME;
-	if (count >= repl.hosts.n) {
+	if (count >= peers.hosts.n) {
 		/* each node once, the relay not among them */
 		snprintf(why, whylen, "%zu nodes named, the hosts file has %zu", count,
-			 repl.hosts.n);
+			 peers.hosts.n);
 		free(seen);
 		return -EINVAL;
 	}
@@ -425,10 +425,10 @@ static int relay_nodes(const struct msg *req, struct fan_answer **out, size_t *n
 			goto bad;
 		}
 		peer_safe_text(name, sizeof(name), p, len);
-		h = hosts_find(&repl.hosts, name);
-		if (h < 0 || (size_t)h == repl.self || seen[h]) {
+		h = hosts_find(&peers.hosts, name);
+		if (h < 0 || (size_t)h == peers.self || seen[h]) {
 			snprintf(why, whylen, "node '%.64s' %s", name, h < 0 ?
-				 "is not in the hosts file" : (size_t)h == repl.self ?
+				 "is not in the hosts file" : (size_t)h == peers.self ?
 				 "is the relay itself" : "is named twice");
 			goto bad;
 		}
@@ -461,7 +461,7 @@ int fanout_serve(struct xport *x, const char *peer, const struct msg *req)
 	    msg_get_u64(req, K_TYPE, &type) < 0 || msg_get_bytes(req, K_DATA, &p, &plen) < 0 ||
 	    proto_check_payload(p, plen) < 0) {
 		log_warn("relay from %s refused: a malformed request", peer);
-		peer_send_error(x, EBADMSG, "%s: a malformed relay request", repl.cfg->name);
+		peer_send_error(x, EBADMSG, "%s: a malformed relay request", peers.cfg->name);
 		return -EBADMSG;
 	}
 	for (size_t i = 0; i < sizeof(relayable) / sizeof(relayable[0]); i++)
@@ -470,13 +470,13 @@ int fanout_serve(struct xport *x, const char *peer, const struct msg *req)
 		log_warn("relay from %s refused: frame type %llu is not relayed", peer,
 			 (unsigned long long)type);
 		peer_send_error(x, EPROTONOSUPPORT, "%s: frame type %llu is not relayed",
-				repl.cfg->name, (unsigned long long)type);
+				peers.cfg->name, (unsigned long long)type);
 		return -EPROTONOSUPPORT;
 	}
 	rc = relay_nodes(req, &a, &n, why, sizeof(why));
 	if (rc < 0) {
 		log_warn("relay from %s refused: %s", peer, rc == -EINVAL ? why : strerror(-rc));
-		peer_send_error(x, -rc, "%s: relay refused: %s", repl.cfg->name,
+		peer_send_error(x, -rc, "%s: relay refused: %s", peers.cfg->name,
 				rc == -EINVAL ? why : strerror(-rc));
 		return rc;
 	}

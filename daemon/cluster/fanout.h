@@ -43,7 +43,7 @@ int fanout_start(struct fanout **f, const struct msg *q, struct fan_answer *a, s
 /* Waits until every answer is settled, and frees f. */
 void fanout_wait(struct fanout *f);
 
-/* MSG_RELAY from a peer (repl_recv_serve): answers for this node in place,
+/* MSG_RELAY from a peer (peers_serve): answers for this node in place,
  * asks the nodes named, and sends their answers back. 0 to go on, -errno
  * to close the connection (a refusal has been sent). */
 int fanout_serve(struct xport *x, const char *peer, const struct msg *req);

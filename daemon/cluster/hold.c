@@ -279,26 +279,26 @@ int hold_serve(struct xport *x, const char *peer, const struct msg *req)
 	 * keep a node reading for hours. */
 	if ((flags & REQ_ALLSTEPS) && (flags & REQ_DEEP)) {
 		log_warn("question from %s refused: every step, deep", peer);
-		peer_send_error(x, EINVAL, "%s: a deep survey is of one step", repl.cfg->name);
+		peer_send_error(x, EINVAL, "%s: a deep survey is of one step", peers.cfg->name);
 		return -EINVAL;
 	}
 	if (ckpt_get_name(req, K_JOB, job) < 0 ||
 	    (!(flags & REQ_ALLSTEPS) && ckpt_get_name(req, K_STEP, step) < 0)) {
 		log_warn("question from %s refused: no valid job or step name", peer);
-		peer_send_error(x, EBADMSG, "%s: a malformed question", repl.cfg->name);
+		peer_send_error(x, EBADMSG, "%s: a malformed question", peers.cfg->name);
 		return -EBADMSG;
 	}
 	log_info("%s asks what this node holds of %s/%s%s", peer, job,
 		 flags & REQ_ALLSTEPS ? "*" : step, flags & REQ_DEEP ? " (deep)" : "");
 	msg_init(&m, MSG_HOLD);
-	rc = hold_survey(repl.cfg, repl.cfg->name, job, flags & REQ_ALLSTEPS ? NULL : step,
+	rc = hold_survey(peers.cfg, peers.cfg->name, job, flags & REQ_ALLSTEPS ? NULL : step,
 			 flags & REQ_DEEP, &m);
 	if (rc == 0) {
 		rc = x->ops->send(x, &m);
 	} else {
 		log_warn("question from %s about %s/%s not answered: %s", peer, job, step,
 			 strerror(-rc));
-		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, strerror(-rc));
+		peer_send_error(x, -rc, "%s: %s", peers.cfg->name, strerror(-rc));
 	}
 	msg_free(&m);
 	return rc;

@@ -40,7 +40,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 int hold_survey_durable(const struct stage_config *cfg, const char *job, const char *step,
 			struct msg *m);
 
-/* MSG_HOLD_REQ from a peer (repl_recv_serve): answered with MSG_HOLD on its
+/* MSG_HOLD_REQ from a peer (peers_serve): answered with MSG_HOLD on its
  * connection, which stays open. 0 to go on, -errno to close it (a refusal
  * has been sent). */
 int hold_serve(struct xport *x, const char *peer, const struct msg *req);

@@ -42,7 +42,7 @@ static size_t count_groups(const struct msg *m)
  * why there are none. */
 static void take_answer(struct fan_answer *f, bool allsteps, struct repl_answer *ans)
 {
-	const char *name = repl.hosts.v[f->host].name;
+	const char *name = peers.hosts.v[f->host].name;
 	struct msg *m = &f->m;
 	size_t groups;
 	int rc = f->err;
@@ -52,13 +52,13 @@ static void take_answer(struct fan_answer *f, bool allsteps, struct repl_answer 
 	} else if (m->type == MSG_ERROR) {
 		rc = peer_refused(m, name, ans->why, sizeof(ans->why));
 	} else if (m->type == MSG_HOLD && (groups = count_groups(m)) >
-		   (!allsteps ? (size_t)HOSTS_MAX_NODES : HOLD_STEPS_MAX * repl.hosts.n)) {
+		   (!allsteps ? (size_t)HOSTS_MAX_NODES : HOLD_STEPS_MAX * peers.hosts.n)) {
 		/* One group per origin held, and origins are node names: more
 		 * than a hosts file can name is a lie. Refused before parsing:
 		 * cverify's decision costs origins x nodes x cells (44,000 in
 		 * one frame kept a verify busy for 38 s). */
 		snprintf(ans->why, sizeof(ans->why), "%s: an answer of %zu copy groups (at most %d)",
-			 name, groups, !allsteps ? HOSTS_MAX_NODES : (int)(HOLD_STEPS_MAX * repl.hosts.n));
+			 name, groups, !allsteps ? HOSTS_MAX_NODES : (int)(HOLD_STEPS_MAX * peers.hosts.n));
 		rc = -EBADMSG;
 	} else if (m->type != MSG_HOLD || hold_parse(m, name, &ans->cells, &ans->ncells) < 0) {
 		snprintf(ans->why, sizeof(ans->why), "%s: a malformed answer", name);
@@ -78,7 +78,7 @@ static void ask_durable(const char *job, const char *step, struct repl_answer *a
 	a->node = HOLD_DURABLE;
 	/* On shared storage that may hang: the asking thread is not staked
 	 * on it (fsprobe.h), the tier is named as not answering instead. */
-	a->err = fsprobe_answers(repl.cfg->durable_root, FSPROBE_WAIT_MS, NULL, NULL, a->why,
+	a->err = fsprobe_answers(peers.cfg->durable_root, FSPROBE_WAIT_MS, NULL, NULL, a->why,
 				 sizeof(a->why));
 	if (a->err < 0) {
 		char why[sizeof(a->why)];
@@ -88,11 +88,11 @@ static void ask_durable(const char *job, const char *step, struct repl_answer *a
 		return;
 	}
 	msg_init(&m, MSG_HOLD);
-	a->err = hold_survey_durable(repl.cfg, job, step, &m);
+	a->err = hold_survey_durable(peers.cfg, job, step, &m);
 	if (a->err == 0)
 		a->err = hold_parse(&m, HOLD_DURABLE, &a->cells, &a->ncells);
 	if (a->err < 0)
-		snprintf(a->why, sizeof(a->why), "the durable tier %s: %s", repl.cfg->durable_root,
+		snprintf(a->why, sizeof(a->why), "the durable tier %s: %s", peers.cfg->durable_root,
 			 strerror(-a->err));
 	msg_free(&m);
 }
@@ -100,11 +100,11 @@ static void ask_durable(const char *job, const char *step, struct repl_answer *a
 int repl_survey(const char *job, const char *step, bool deep, const char *only,
 		struct repl_answer **out, size_t *n)
 {
-	size_t nodes = repl.cluster ? repl.hosts.n : 1, nasked = 0;
-	bool durable = durable_on(repl.cfg);
+	size_t nodes = peers.cluster ? peers.hosts.n : 1, nasked = 0;
+	bool durable = durable_on(peers.cfg);
 	struct repl_answer *ans = calloc(nodes + durable, sizeof(*ans));
 	struct fan_answer *asked = calloc(nodes, sizeof(*asked));
-	size_t self = repl.cluster ? repl.self : 0;
+	size_t self = peers.cluster ? peers.self : 0;
 	struct fanout *f = NULL;
 	struct msg q;
 
@@ -121,14 +121,14 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 		*n = 1;
 		return 0;
 	}
-	if (only && (repl.cluster ? hosts_find(&repl.hosts, only) < 0 :
-		     strcmp(only, repl.cfg->name) != 0)) {
+	if (only && (peers.cluster ? hosts_find(&peers.hosts, only) < 0 :
+		     strcmp(only, peers.cfg->name) != 0)) {
 		free(ans);
 		free(asked);
 		return -ENOENT;
 	}
 	for (size_t i = 0; i < nodes; i++) {
-		ans[i].node = repl.cluster ? repl.hosts.v[i].name : repl.cfg->name;
+		ans[i].node = peers.cluster ? peers.hosts.v[i].name : peers.cfg->name;
 		ans[i].err = -ECANCELED;
 		snprintf(ans[i].why, sizeof(ans[i].why), "not asked");
 		if (i != self && !(only && strcmp(only, ans[i].node) != 0))
@@ -157,7 +157,7 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 
 		/* This node answers in place, while the others work. */
 		msg_init(&m, MSG_HOLD);
-		ans[self].err = hold_survey(repl.cfg, ans[self].node, job, step, deep, &m);
+		ans[self].err = hold_survey(peers.cfg, ans[self].node, job, step, deep, &m);
 		if (ans[self].err == 0)
 			ans[self].err = hold_parse(&m, ans[self].node, &ans[self].cells,
 						   &ans[self].ncells);
@@ -242,10 +242,10 @@ int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t why
 		return rc == -ENOMEM ? rc : -EINVAL;
 	}
 	for (size_t i = 0; i < *n; i++)
-		if (repl.cluster ? hosts_find(&repl.hosts, (*names)[i]) < 0 :
-		    strcmp((*names)[i], repl.cfg->name) != 0) {
+		if (peers.cluster ? hosts_find(&peers.hosts, (*names)[i]) < 0 :
+		    strcmp((*names)[i], peers.cfg->name) != 0) {
 			snprintf(why, whylen, "--nodes: unknown node '%s' (not in the hosts file %s)",
-				 (*names)[i], repl.cfg->hosts);
+				 (*names)[i], peers.cfg->hosts);
 			hostlist_free(*names, *n);
 			*names = NULL;
 			*n = 0;
@@ -256,15 +256,15 @@ int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t why
 
 size_t repl_placement(const char *origin, const char **holders, size_t cap)
 {
-	ssize_t o = repl.cluster ? hosts_find(&repl.hosts, origin) : -1;
+	ssize_t o = peers.cluster ? hosts_find(&peers.hosts, origin) : -1;
 	size_t *idx;
 	int n;
 
-	if (o < 0 || repl.hosts.n < 2 || !(idx = calloc(repl.hosts.n, sizeof(*idx))))
+	if (o < 0 || peers.hosts.n < 2 || !(idx = calloc(peers.hosts.n, sizeof(*idx))))
 		return 0;
-	n = hosts_partners(&repl.hosts, (size_t)o, repl.cfg->replicas, idx, repl.hosts.n - 1);
+	n = hosts_partners(&peers.hosts, (size_t)o, peers.cfg->replicas, idx, peers.hosts.n - 1);
 	for (int i = 0; i < n && (size_t)i < cap; i++)
-		holders[i] = repl.hosts.v[idx[i]].name;
+		holders[i] = peers.hosts.v[idx[i]].name;
 	free(idx);
 	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap;
 }

@@ -144,7 +144,7 @@ static int pace_slot(const char *origin)
 	}
 	if (free_slot >= 0) {
 		snprintf(paces[free_slot].origin, sizeof(paces[free_slot].origin), "%s", origin);
-		pace_init(&paces[free_slot].pace, repl.cfg->rate);
+		pace_init(&paces[free_slot].pace, peers.cfg->rate);
 		paces[free_slot].users = 1;
 	}
 	pthread_mutex_unlock(&paces_mu);
@@ -194,12 +194,12 @@ static int thread_psend(const char *origin, struct psend **out)
 		f = malloc(sizeof(*f));
 		if (!f)
 			return -ENOMEM;
-		rc = psend_open(&f->ps, repl.cfg->rate);
+		rc = psend_open(&f->ps, peers.cfg->rate);
 		if (rc < 0) {
 			free(f);
 			return rc;
 		}
-		f->slot = repl.cfg->rate ? pace_slot(origin) : -1;
+		f->slot = peers.cfg->rate ? pace_slot(origin) : -1;
 		if (f->slot >= 0)
 			f->ps.cap = &paces[f->slot].pace;
 		rc = -pthread_setspecific(ps_key, f);
@@ -217,8 +217,8 @@ static int thread_psend(const char *origin, struct psend **out)
  * counts). */
 static const struct codec_ops *fetch_codec(void *arg)
 {
-	return repl.cfg->compress == CFG_COMPRESS_ZSTD ? &codec_zstd_ops :
-	       repl.cfg->compress == CFG_COMPRESS_FLOAT ? &codec_float_ops : &codec_none_ops;
+	return peers.cfg->compress == CFG_COMPRESS_ZSTD ? &codec_zstd_ops :
+	       peers.cfg->compress == CFG_COMPRESS_FLOAT ? &codec_float_ops : &codec_none_ops;
 }
 
 /* Bytes [off, off + size) of fd through ps, then MSG_END: both senders'. */
@@ -275,7 +275,7 @@ int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t f
 			   size_t whylen)
 {
 	struct timespec by;
-	uint64_t n = repl.cfg->memory / ((uint64_t)PSEND_DEPTH * PSEND_PIECE);
+	uint64_t n = peers.cfg->memory / ((uint64_t)PSEND_DEPTH * PSEND_PIECE);
 	struct psend *ps;
 	int i = -1, slot, rc = 0;
 
@@ -305,14 +305,14 @@ int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t f
 	pthread_mutex_unlock(&sps.mu);
 	ps = &sps.ps[i];
 	if (!sps.open[i]) {
-		rc = psend_open(ps, repl.cfg->rate);
+		rc = psend_open(ps, peers.cfg->rate);
 		sps.open[i] = rc == 0;
 	}
 	if (rc < 0) {
 		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
 		goto out;
 	}
-	slot = repl.cfg->rate ? pace_slot(peer) : -1;
+	slot = peers.cfg->rate ? pace_slot(peer) : -1;
 	ps->cap = slot >= 0 ? &paces[slot].pace : &ps->pace;
 	rc = send_through(ps, x, fd, fsize, off, size, name, why, whylen);
 	pace_slot_put(slot);
@@ -377,7 +377,7 @@ int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 	if (bad) {
 		free(path);
 		log_warn("fetch from %s refused: %s", peer, bad);
-		peer_send_error(x, EBADMSG, "%s: a malformed fetch: %s", repl.cfg->name, bad);
+		peer_send_error(x, EBADMSG, "%s: a malformed fetch: %s", peers.cfg->name, bad);
 		return -EBADMSG;
 	}
 	if (strcmp(origin, peer) != 0) {
@@ -385,28 +385,28 @@ int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		log_warn("fetch from %s refused: it may fetch only its own checkpoints, not %s's",
 			 peer, origin);
 		peer_send_error(x, EACCES, "%s: node %s may fetch only its own checkpoints, not %s's",
-				repl.cfg->name, peer, origin);
+				peers.cfg->name, peer, origin);
 		return -EACCES;
 	}
 	snprintf(rel, sizeof(rel), "%s/%s/%s", origin, job, step);
-	step_fd = treeops_open_beneath_path(repl.cfg->replica_root, rel);
+	step_fd = treeops_open_beneath_path(peers.cfg->replica_root, rel);
 	rc = step_fd < 0 ? step_fd : copy_root(step_fd, &have);
 	if (rc == 0 && !digest_eq(have, want))
 		rc = -ESTALE;
 	if (rc < 0) {
-		snprintf(why, sizeof(why), "%s/%s: %s", repl.cfg->replica_root, rel,
+		snprintf(why, sizeof(why), "%s/%s: %s", peers.cfg->replica_root, rel,
 			 rc == -ESTALE ? "holds another commit of this step" :
 			 rc == -ENOENT ? "no copy here" : strerror(-rc));
 		log_warn("fetch from %s refused: %s", peer, why);
-		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
+		peer_send_error(x, -rc, "%s: %s", peers.cfg->name, why);
 		goto out;
 	}
-	x->ops->set_timeout(x, repl_io_ms());
+	x->ops->set_timeout(x, peers_io_ms());
 	rc = path ? send_range(x, origin, step_fd, path, off, size, why, sizeof(why))
 		  : send_manifest(x, step_fd, why, sizeof(why));
 	if (rc < 0 && *why) {
 		log_warn("restore of %s for %s: %s", rel, peer, why);
-		peer_send_error(x, -rc, "%s: %s/%s: %s", repl.cfg->name, repl.cfg->replica_root, rel,
+		peer_send_error(x, -rc, "%s: %s/%s: %s", peers.cfg->name, peers.cfg->replica_root, rel,
 				why);
 	}
 out:

@@ -365,9 +365,9 @@ static void clear_tmp(struct restore *r)
 static int open_dirs(struct restore *r)
 {
 	char rel[2 * CKPT_NAME_MAX + 2];
-	int root = -1, rc = roots_mkdirs(repl.cfg->ckpt_root, 0755);  /* the admin's */
+	int root = -1, rc = roots_mkdirs(peers.cfg->ckpt_root, 0755);  /* the admin's */
 
-	if (rc == 0 && (root = open(repl.cfg->ckpt_root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+	if (rc == 0 && (root = open(peers.cfg->ckpt_root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		rc = -errno;
 	snprintf(rel, sizeof(rel), "%s/%s", r->job, r->step);
 	if (rc == 0 && (r->step_fd = treeops_mkdirs_beneath(root, rel, 0755)) < 0)
@@ -409,7 +409,7 @@ static bool placed(const struct restore *r, const char *node)
 static bool copy_of(const struct restore *r, const struct hold_cell *h, const digest_t *root,
 		    bool any_state)
 {
-	return strcmp(h->origin, repl.cfg->name) == 0 && strcmp(h->holder, repl.cfg->name) != 0 &&
+	return strcmp(h->origin, peers.cfg->name) == 0 && strcmp(h->holder, peers.cfg->name) != 0 &&
 	       (any_state || strcmp(h->state, "ok") == 0) && h->has_root && h->step &&
 	       strcmp(h->step, r->step) == 0 && (!root || digest_eq(h->root, *root));
 }
@@ -453,14 +453,14 @@ static void set_sources(struct restore *r, const struct hold_cell *best,
  * job's memory budget. Fewer when one cannot be set up. */
 static void lanes_add(struct restore *r)
 {
-	uint64_t want = (uint64_t)repl.cfg->restore_streams, files = 0;
+	uint64_t want = (uint64_t)peers.cfg->restore_streams, files = 0;
 
 	for (size_t i = 0; i < r->nbad; i++)
 		files += !r->bad[i].unexpected;
 	if (want > files)
 		want = files;
-	if (want > repl.cfg->memory / LANE_MEM)
-		want = repl.cfg->memory / LANE_MEM;
+	if (want > peers.cfg->memory / LANE_MEM)
+		want = peers.cfg->memory / LANE_MEM;
 	if (want > RLANES_MAX)
 		want = RLANES_MAX;
 	while (r->nlanes < want) {
@@ -477,7 +477,7 @@ static void lanes_add(struct restore *r)
 static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t nans,
 		      bool have_local, digest_t local_root, bool forced)
 {
-	const char *self = repl.cfg->name;
+	const char *self = peers.cfg->name;
 	const struct hold_cell *best = NULL, *other = NULL;
 	size_t o = 0;
 
@@ -516,7 +516,7 @@ static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t n
 		return -1;
 	}
 	o = (size_t)snprintf(r->why, sizeof(r->why), "no other node%s holds an intact copy of "
-			     "%s/%s from %s", durable_on(repl.cfg) ? " nor the durable tier" : "",
+			     "%s/%s from %s", durable_on(peers.cfg) ? " nor the durable tier" : "",
 			     r->job, r->step, self);
 	bool unasked = false;
 
@@ -636,7 +636,7 @@ static void run(struct restore *r, const char *from)
 	}
 	if (rc == -ENOENT) {
 		job_result(r->j, 2, NULL, NULL, "--from %s: not a node of the hosts file %s, nor "
-			   "\"%s\"", from, repl.cfg->hosts, HOLD_DURABLE);
+			   "\"%s\"", from, peers.cfg->hosts, HOLD_DURABLE);
 		return;
 	}
 	if (rc < 0 || (rc = open_dirs(r)) < 0) {
@@ -815,19 +815,19 @@ static void restore(struct job *j, const char *path, const char *from, const dig
 		job_result(j, 2, NULL, NULL, "restore: %s", r.why);
 		return;
 	}
-	if (from && strcmp(from, repl.cfg->name) == 0) {
+	if (from && strcmp(from, peers.cfg->name) == 0) {
 		job_result(j, 2, NULL, NULL, "--from %s names this node: restore fetches from "
 			   "another node's replica", from);
 		return;
 	}
-	if (!repl.cluster && !durable_on(repl.cfg)) {
+	if (!peers.cluster && !durable_on(peers.cfg)) {
 		job_result(j, 1, NULL, NULL, "cannot restore %s/%s/%s: a single node (no hosts "
-			   "file %s) holds no replicas", repl.cfg->ckpt_root, job, step,
-			   repl.cfg->hosts);
+			   "file %s) holds no replicas", peers.cfg->ckpt_root, job, step,
+			   peers.cfg->hosts);
 		return;
 	}
-	snprintf(r.path, sizeof(r.path), "%s/%s/%s", repl.cfg->ckpt_root, job, step);
-	snprintf(r.dlabel, sizeof(r.dlabel), "%s/%s/%s", repl.cfg->durable_root, job, step);
+	snprintf(r.path, sizeof(r.path), "%s/%s/%s", peers.cfg->ckpt_root, job, step);
+	snprintf(r.dlabel, sizeof(r.dlabel), "%s/%s/%s", peers.cfg->durable_root, job, step);
 	job_set_what(j, "%s", r.path);
 	rc = repl_restore_begin(job, step);
 	if (rc < 0) {

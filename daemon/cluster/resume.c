@@ -52,8 +52,8 @@ static void do_here(struct repair *r)
 		return;
 	}
 	/* The same restore a client asks for, as work of this node's own. */
-	snprintf(path, sizeof(path), "%s/%s/%s", repl.cfg->ckpt_root, r->job, r->step);
-	job_begin(&sub, -1, 0, repl.cfg, "restore", path);
+	snprintf(path, sizeof(path), "%s/%s/%s", peers.cfg->ckpt_root, r->job, r->step);
+	job_begin(&sub, -1, 0, peers.cfg, "restore", path);
 	sub.code = 1;
 	snprintf(sub.result, sizeof(sub.result), "the restore ended without a result");
 	repl_restore_pinned(&sub, path, r->other, &r->root);
@@ -64,7 +64,7 @@ static void do_here(struct repair *r)
 
 static void do_there(struct repair *r)
 {
-	ssize_t h = hosts_find(&repl.hosts, r->node);
+	ssize_t h = hosts_find(&peers.hosts, r->node);
 	uint64_t code = 1;
 	struct xport *x;
 	struct msg m;
@@ -76,7 +76,7 @@ static void do_there(struct repair *r)
 		snprintf(r->text, sizeof(r->text), "not in the hosts file");
 		return;
 	}
-	rc = repl_dial((size_t)h, REPL_CONNECT_MS, RESTORE_ASK_MS, &x, r->text, sizeof(r->text));
+	rc = peers_dial((size_t)h, PEERS_CONNECT_MS, RESTORE_ASK_MS, &x, r->text, sizeof(r->text));
 	if (rc < 0)
 		return;
 	msg_init(&m, r->type);
@@ -116,7 +116,7 @@ static void *repair_main(void *arg)
 {
 	struct repair *r = arg;
 
-	if (strcmp(r->node, repl.cfg->name) == 0)
+	if (strcmp(r->node, peers.cfg->name) == 0)
 		do_here(r);
 	else
 		do_there(r);
@@ -208,14 +208,14 @@ static bool has_ok(const struct hold_cell *cells, size_t n, const char *origin,
 void resume_holdings(struct job *j, const char *job, const char *step,
 		     const struct hold_cell *cells, size_t ncells)
 {
-	const char *self = repl.cfg->name;
-	struct repair *r = calloc(repl.hosts.n ? repl.hosts.n : 1, sizeof(*r));
+	const char *self = peers.cfg->name;
+	struct repair *r = calloc(peers.hosts.n ? peers.hosts.n : 1, sizeof(*r));
 	size_t n = 0;
 
 	if (!r)
 		return;
-	for (size_t h = 0; h < repl.hosts.n; h++) {
-		const char *o = repl.hosts.v[h].name, *place[64];
+	for (size_t h = 0; h < peers.hosts.n; h++) {
+		const char *o = peers.hosts.v[h].name, *place[64];
 		size_t np = repl_placement(o, place, 64);
 		bool placed = false;
 
@@ -344,7 +344,7 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 			   out.norigins == 1 ? "" : "s");
 		goto out;
 	}
-	snprintf(path, sizeof(path), "%s/%s/%s", repl.cfg->ckpt_root, job, out.step);
+	snprintf(path, sizeof(path), "%s/%s/%s", peers.cfg->ckpt_root, job, out.step);
 	if (dry) {
 		for (size_t i = 0; i < out.nfix; i++)
 			job_note(j, LOG_INFO, NULL, NULL, "would restore %s/%s on %s from %s", job,
@@ -383,7 +383,7 @@ out:
 int resume_serve(struct xport *x, const char *peer, const struct msg *req)
 {
 	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], other[CKPT_NAME_MAX + 1];
-	struct repair r = { .type = req->type, .node = repl.cfg->name, .other = other,
+	struct repair r = { .type = req->type, .node = peers.cfg->name, .other = other,
 			    .job = job, .step = step };
 	bool restore = req->type == MSG_RESTORE_ASK;
 	struct msg m;
@@ -398,7 +398,7 @@ int resume_serve(struct xport *x, const char *peer, const struct msg *req)
 		free(hex);
 		log_warn("%s asked by %s refused: no valid job, step or node name",
 			 restore ? "a restore" : "a resend", peer);
-		peer_send_error(x, EBADMSG, "%s: a malformed request", repl.cfg->name);
+		peer_send_error(x, EBADMSG, "%s: a malformed request", peers.cfg->name);
 		return -EBADMSG;
 	}
 	free(hex);

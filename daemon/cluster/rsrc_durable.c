@@ -22,7 +22,7 @@ static int d_open(struct rsrc *s)
 	char rel[2 * 256 + 2];
 
 	snprintf(rel, sizeof(rel), "%s/%s", s->job, s->step);
-	s->stepfd = durable_open(repl.cfg, rel);
+	s->stepfd = durable_open(peers.cfg, rel);
 	if (s->stepfd < 0) {
 		snprintf(s->why, s->whylen, "%s: %s", s->label, s->stepfd == -ENOTSUP ?
 			 "this node has no [durable] root" : strerror(-s->stepfd));
@@ -58,7 +58,7 @@ static int d_manifest(struct rsrc *s, int out)
 	ssize_t n;
 	int fd, rc = 0;
 
-	durable_mf_name(repl_self_name(), mf);
+	durable_mf_name(peers_self_name(), mf);
 	snprintf(rel, sizeof(rel), ".stage/%s", mf);
 	fd = open_file(s, rel, 0);
 	if (fd < 0)

@@ -21,7 +21,7 @@ static void fetch_req(struct rsrc *s, struct msg *m)
 
 	digest_to_hex(s->root, hex);
 	msg_init(m, MSG_FETCH_REQ);
-	msg_put_str(m, K_ORIGIN, repl_self_name());
+	msg_put_str(m, K_ORIGIN, peers_self_name());
 	msg_put_str(m, K_JOB, s->job);
 	msg_put_str(m, K_STEP, s->step);
 	msg_put_str(m, K_ROOT, hex);
@@ -58,13 +58,13 @@ static int next_frame(struct rsrc *s, struct msg *m, uint16_t type, uint64_t *en
 
 static int peer_open(struct rsrc *s)
 {
-	ssize_t h = hosts_find(&repl.hosts, s->name);
+	ssize_t h = hosts_find(&peers.hosts, s->name);
 
 	if (h < 0) {
 		snprintf(s->why, s->whylen, "%s is not in the hosts file", s->name);
 		return -ENOENT;
 	}
-	return repl_dial((size_t)h, REPL_CONNECT_MS, repl_io_ms(), &s->x, s->why, s->whylen);
+	return peers_dial((size_t)h, PEERS_CONNECT_MS, peers_io_ms(), &s->x, s->why, s->whylen);
 }
 
 static int peer_manifest(struct rsrc *s, int fd)

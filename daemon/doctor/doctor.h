@@ -20,7 +20,7 @@
  * ports: --nodes and --ports as given, or NULL. */
 void doctor_run(struct job *j, const char *nodes, const char *ports);
 
-/* MSG_DOCTOR_ASK from a peer (repl_recv_serve). 0 to go on, -errno to
+/* MSG_DOCTOR_ASK from a peer (peers_serve). 0 to go on, -errno to
  * close the connection (a refusal has been sent). */
 int doctor_serve(struct xport *x, const char *peer, const struct msg *req);
 

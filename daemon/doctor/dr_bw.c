@@ -109,13 +109,13 @@ static void pace(uint64_t start_ns, uint64_t sent, uint64_t rate)
 
 static int run_stream(struct stream *s)
 {
-	const char *node = repl.hosts.v[s->host].name;
+	const char *node = peers.hosts.v[s->host].name;
 	struct xport *x;
 	struct msg m, ans;
 	uint64_t start, sent = 0;
 	int rc;
 
-	rc = repl_dial(s->host, REPL_CONNECT_MS, (int)s->dur_ms + 10000, &x, s->why,
+	rc = peers_dial(s->host, PEERS_CONNECT_MS, (int)s->dur_ms + 10000, &x, s->why,
 		       sizeof(s->why));
 	if (rc < 0)
 		return rc;
@@ -217,8 +217,8 @@ int dr_bw(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *
 	if (!rate || rate > c->cfg->doctor_rate)
 		rate = c->cfg->doctor_rate;
 	if (msg_get_str(ask, K_HOLDER, &node) < 0 || msg_get_str(ask, K_JOB, &session) < 0 ||
-	    (h = repl.cluster ? hosts_find(&repl.hosts, node) : -1) < 0 ||
-	    (size_t)h == repl.self) {
+	    (h = peers.cluster ? hosts_find(&peers.hosts, node) : -1) < 0 ||
+	    (size_t)h == peers.self) {
 		snprintf(why, whylen, "bandwidth to '%s': not another node of this hosts file",
 			 node ? node : "");
 		free(node);
@@ -280,7 +280,7 @@ int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char
 	}
 	/* The receiver serves requests without a timeout; a sender that stops
 	 * without MSG_END must not hold this thread, nor one that never stops. */
-	x->ops->set_timeout(x, repl_io_ms());
+	x->ops->set_timeout(x, peers_io_ms());
 	deadline = mono_ns() + (2 * (uint64_t)c->cfg->doctor_duration_ms + 20000) * 1000000u;
 	/* Ready: the sender may start. */
 	msg_init(&reply, MSG_DOCTOR_ANS);

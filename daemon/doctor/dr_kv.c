@@ -63,7 +63,7 @@ size_t dr_holders(const struct msg *ask, struct dr_holder *out, size_t cap)
 			continue;
 		memcpy(out[n].name, p, len);
 		out[n].name[len] = '\0';
-		out[n].host = repl.cluster ? hosts_find(&repl.hosts, out[n].name) : -1;
+		out[n].host = peers.cluster ? hosts_find(&peers.hosts, out[n].name) : -1;
 		for (size_t i = 0; i < n; i++)
 			dup |= strcmp(out[i].name, out[n].name) == 0;
 		n += !dup;

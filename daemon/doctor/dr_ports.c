@@ -329,7 +329,7 @@ int dr_dial(const struct msg *ask, struct msg *ans, char *why, size_t whylen)
 		ssize_t h = holders[j].host;
 
 		/* Resolved once per node, whatever the ports. */
-		if (h >= 0 && getaddrinfo(repl.hosts.v[h].host, NULL, &hints, &ai) != 0)
+		if (h >= 0 && getaddrinfo(peers.hosts.v[h].host, NULL, &hints, &ai) != 0)
 			ai = NULL;
 		for (size_t i = 0; i < np; i++) {
 			struct dial *x = &d[nd++];

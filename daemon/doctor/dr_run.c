@@ -76,7 +76,7 @@ static int ask(const struct run *r, const struct dr_node *n, const struct msg *q
 	}
 	msg_free(ans);
 	if (!x) {
-		rc = repl_dial(n->host, REPL_CONNECT_MS, io_ms, &x, why, whylen);
+		rc = peers_dial(n->host, PEERS_CONNECT_MS, io_ms, &x, why, whylen);
 		if (rc < 0)
 			return rc;
 	}
@@ -190,13 +190,13 @@ static void facts_and_clock(struct run *r, size_t i)
 	double best_delay = 1e18;
 	struct msg q, a;
 
-	size_t *peers = calloc(r->in.nnodes, sizeof(*peers)), np;
+	size_t *mates = calloc(r->in.nnodes, sizeof(*mates)), np;
 
 	ask_init(&q, r, "facts");
-	np = peers ? dr_peers(i, r->in.nnodes, r->in.pairs_max, peers) : 0;
+	np = mates ? dr_peers(i, r->in.nnodes, r->in.pairs_max, mates) : 0;
 	for (size_t k = 0; k < np; k++)
-		msg_put_str(&q, K_HOLDER, r->in.nodes[peers[k]].name);
-	free(peers);
+		msg_put_str(&q, K_HOLDER, r->in.nodes[mates[k]].name);
+	free(mates);
 	n->up = ask(r, n, &q, &n->facts, n->self ? NULL : &x, ASK_IO_MS, n->why,
 		    sizeof(n->why)) == 0;
 	msg_free(&q);
@@ -277,20 +277,20 @@ static void ports_listen(struct run *r, size_t i)
 static void ports_dial(struct run *r, size_t i)
 {
 	struct dr_node *n = &r->in.nodes[i];
-	size_t *peers = calloc(r->in.nnodes, sizeof(*peers)), np;
+	size_t *mates = calloc(r->in.nnodes, sizeof(*mates)), np;
 	struct msg q;
 
 	ask_init(&q, r, "dial");
 	msg_put_str(&q, K_PORTS, r->portlist);
 	msg_put_u64(&q, K_SIZE, r->quick ? 500 : 1500);
-	np = peers ? dr_peers(i, r->in.nnodes, r->in.pairs_max, peers) : 0;
+	np = mates ? dr_peers(i, r->in.nnodes, r->in.pairs_max, mates) : 0;
 	for (size_t j = 0; j < np; j++) {
-		size_t k = peers[j];
+		size_t k = mates[j];
 
 		if (r->in.nodes[k].up && r->in.nodes[k].twin == k && k != n->twin)
 			msg_put_str(&q, K_HOLDER, r->in.nodes[k].name);
 	}
-	free(peers);
+	free(mates);
 	ask_kept(r, n, &q, &n->dial, ASK_IO_MS);
 	msg_free(&q);
 }
@@ -502,16 +502,16 @@ static int pick_nodes(struct run *r, const char *list, char *why, size_t whylen)
 	char **names = NULL;
 	size_t n = 0;
 
-	if (!repl.cluster) {
-		if (list && strcmp(list, repl.cfg->name) != 0) {
+	if (!peers.cluster) {
+		if (list && strcmp(list, peers.cfg->name) != 0) {
 			snprintf(why, whylen, "--nodes: this node (%s) has no hosts file, so it "
-				 "can check only itself", repl.cfg->name);
+				 "can check only itself", peers.cfg->name);
 			return -EINVAL;
 		}
 		r->in.nodes = calloc(1, sizeof(*r->in.nodes));
 		if (!r->in.nodes)
 			return -ENOMEM;
-		r->in.nodes[0] = (struct dr_node){ .name = repl.cfg->name, .self = true, .up = true };
+		r->in.nodes[0] = (struct dr_node){ .name = peers.cfg->name, .self = true, .up = true };
 		r->in.nnodes = 1;
 		return 0;
 	}
@@ -521,7 +521,7 @@ static int pick_nodes(struct run *r, const char *list, char *why, size_t whylen)
 		if (rc < 0)
 			return rc;
 	} else {
-		n = repl.hosts.n;
+		n = peers.hosts.n;
 	}
 	r->in.nodes = calloc(n, sizeof(*r->in.nodes));
 	if (!r->in.nodes) {
@@ -529,7 +529,7 @@ static int pick_nodes(struct run *r, const char *list, char *why, size_t whylen)
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
-		size_t h = names ? (size_t)hosts_find(&repl.hosts, names[i]) : i;
+		size_t h = names ? (size_t)hosts_find(&peers.hosts, names[i]) : i;
 		bool dup = false;
 
 		for (size_t k = 0; k < r->in.nnodes; k++)
@@ -537,10 +537,10 @@ static int pick_nodes(struct run *r, const char *list, char *why, size_t whylen)
 		if (dup)
 			continue;
 		r->in.nodes[r->in.nnodes] = (struct dr_node){
-			.name = repl.hosts.v[h].name, .host = h, .self = h == repl.self, .up = true,
+			.name = peers.hosts.v[h].name, .host = h, .self = h == peers.self, .up = true,
 			.twin = r->in.nnodes };
 		for (size_t k = 0; k < r->in.nnodes; k++)
-			if (strcasecmp(repl.hosts.v[r->in.nodes[k].host].host, repl.hosts.v[h].host) == 0) {
+			if (strcasecmp(peers.hosts.v[r->in.nodes[k].host].host, peers.hosts.v[h].host) == 0) {
 				r->in.nodes[r->in.nnodes].twin = k;
 				break;
 			}
@@ -610,7 +610,7 @@ static void phase(struct run *r, const char *what)
 	char why[256];
 
 	/* This node's own lease, between questions it may not answer itself. */
-	dr_session_take(r->session, repl_self_name(), 0, why, sizeof(why));
+	dr_session_take(r->session, peers_self_name(), 0, why, sizeof(why));
 	atomic_store(&r->j->phase, what);
 	job_set_what(r->j, "of %zu node%s (%s)", r->in.nnodes, r->in.nnodes == 1 ? "" : "s", what);
 	job_progress(r->j, true);
@@ -645,7 +645,7 @@ void doctor_run(struct job *j, const char *nodes, const char *ports)
 	r.in.sampled = r.in.nnodes > r.in.pairs_max;
 	r.in.streams = (unsigned)r.cfg->doctor_streams;
 	/* This node first: a doctor already running here is the usual clash. */
-	if (dr_session_take(r.session, repl_self_name(), 0, why, sizeof(why)) < 0) {
+	if (dr_session_take(r.session, peers_self_name(), 0, why, sizeof(why)) < 0) {
 		job_result(j, 1, NULL, NULL, "%s", why);
 		run_free(&r);
 		return;

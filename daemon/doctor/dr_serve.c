@@ -50,7 +50,7 @@ int dr_session_take(const char *session, const char *asker, int64_t busy_ms, cha
 	stale = lock.session[0] && strcmp(lock.session, session) != 0 && now >= lock.until_ms;
 	if (lock.session[0] && strcmp(lock.session, session) != 0 && !stale) {
 		snprintf(why, whylen, "a doctor is already running on %s (asked by %s); try again "
-			 "when it ends", repl_self_name(), lock.asker);
+			 "when it ends", peers_self_name(), lock.asker);
 		rc = -EBUSY;
 	} else {
 		if (strcmp(lock.session, session) != 0) {
@@ -114,7 +114,7 @@ static int answer_facts(const struct dr_ctx *c, const struct msg *ask, struct ms
 		snprintf(name, sizeof(name), "route.%.255s", h->name);
 		if (h->host < 0)
 			msg_put_pairf(ans, name, "!%s is not in this node's hosts file", h->name);
-		else if (dr_route(repl.hosts.v[h->host].host, repl.hosts.v[h->host].port, &r, why,
+		else if (dr_route(peers.hosts.v[h->host].host, peers.hosts.v[h->host].port, &r, why,
 				  sizeof(why)) < 0)
 			msg_put_pairf(ans, name, "!%s", why);
 		else
@@ -308,7 +308,7 @@ out:
 
 int doctor_serve(struct xport *x, const char *peer, const struct msg *req)
 {
-	struct dr_ctx c = { .cfg = repl.cfg, .asker = peer, .x = x };
+	struct dr_ctx c = { .cfg = peers.cfg, .asker = peer, .x = x };
 	char why[512] = "";
 	struct msg ans;
 	int rc;

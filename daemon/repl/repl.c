@@ -271,43 +271,21 @@ static void *watcher_main(void *arg)
 	return NULL;
 }
 
-static int open_cluster(const struct stage_config *cfg, char *why, size_t whylen)
+/* This node's partners (a cluster of more than one node). */
+static int open_partners(const struct stage_config *cfg)
 {
 	size_t *idx;
-	ssize_t self;
-	int n, rc;
+	int n;
 
-	if (access(cfg->hosts, F_OK) < 0 && errno == ENOENT) {
-		log_info("no hosts file at %s: a single node, nothing to replicate", cfg->hosts);
+	if (!peers.cluster || peers.hosts.n == 1)
 		return 0;
-	}
-	rc = hosts_load(&repl.hosts, cfg->hosts, why, whylen);
-	if (rc < 0)
-		return rc;
-	self = hosts_find(&repl.hosts, cfg->name);
-	if (self < 0) {
-		snprintf(why, whylen, "%s: this node, '%s' (node.name), is not in it", cfg->hosts,
-			 cfg->name);
-		rc = -EINVAL;
-		goto out_free_hosts;
-	}
-	repl.self = (size_t)self;
-	repl.cluster = true;
-	if (repl.hosts.n == 1)
-		return 0;
-	rc = auth_key_load(&repl.key, cfg->key_file, why, whylen);
-	if (rc < 0)
-		goto out_free_hosts;
-	idx = calloc(repl.hosts.n, sizeof(*idx));
-	if (!idx) {
-		rc = -ENOMEM;
-		goto out_free_key;
-	}
-	n = hosts_partners(&repl.hosts, repl.self, cfg->replicas, idx, repl.hosts.n);
+	idx = calloc(peers.hosts.n, sizeof(*idx));
+	if (!idx)
+		return -ENOMEM;
+	n = hosts_partners(&peers.hosts, peers.self, cfg->replicas, idx, peers.hosts.n);
 	if (n < 0) {
-		rc = n;
 		free(idx);
-		goto out_free_key;
+		return n;
 	}
 	if (cfg->replicas != CFG_REPLICAS_ALL && n < cfg->replicas)
 		log_warn("replicas = %d, but only %d node(s) outside this node's domain: "
@@ -315,33 +293,21 @@ static int open_cluster(const struct stage_config *cfg, char *why, size_t whylen
 	repl.partners = calloc((size_t)n + 1, sizeof(*repl.partners));
 	if (!repl.partners) {
 		free(idx);
-		rc = -ENOMEM;
-		goto out_free_key;
+		return -ENOMEM;
 	}
 	for (int i = 0; i < n; i++)
 		repl.partners[i].host = idx[i];
 	repl.npartners = (size_t)n;
 	free(idx);
 	return 0;
-out_free_key:
-	auth_key_free(&repl.key);
-out_free_hosts:
-	hosts_free(&repl.hosts);
-	repl.cluster = false;
-	return rc;
 }
 
-/* The mirror of open_cluster. */
-static void close_cluster(void)
+/* The mirror of open_partners. */
+static void close_partners(void)
 {
 	free(repl.partners);
 	repl.partners = NULL;
 	repl.npartners = 0;
-	if (repl.cluster) {
-		auth_key_free(&repl.key);
-		hosts_free(&repl.hosts);
-	}
-	repl.cluster = false;
 }
 
 int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
@@ -351,20 +317,21 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 
 	repl_state_init();
 	repl.cfg = cfg;
-	rc = open_cluster(cfg, why, whylen);
-	if (rc < 0)
+	rc = open_partners(cfg);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot place this node's copies: %s", strerror(-rc));
 		return rc;
+	}
+	if ((rc = peers_serve(MSG_OFFER, repl_recv_offer, repl_recv_end)) < 0) {
+		snprintf(why, whylen, "cannot serve offers: %s", strerror(-rc));
+		goto out_close_partners;
+	}
 	if ((rc = roots_mkdirs(cfg->ckpt_root, 0755)) < 0 ||
 	    (rc = roots_mkdirs(cfg->replica_root, 0755)) < 0) {
 		snprintf(why, whylen, "cannot create %s: %s", access(cfg->ckpt_root, F_OK) ?
 			 cfg->ckpt_root : cfg->replica_root, strerror(-rc));
-		goto out_close_cluster;
+		goto out_close_partners;
 	}
-	/* Every node checks its transport (transport = rdma without a device
-	 * is an error even alone); only a node with peers listens. */
-	rc = net_open(cfg, repl.cluster && repl.hosts.n > 1, why, whylen);
-	if (rc < 0)
-		goto out_close_cluster;
 	repl_rec_load_all();
 	if (cfg->watch) {
 		struct watch_opts wo = {
@@ -374,7 +341,7 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 
 		rc = watch_open(&w, cfg->ckpt_root, &wo, why, whylen);
 		if (rc < 0)
-			goto out_unlisten;
+			goto out_close_partners;
 		repl.stop_fd = eventfd(0, EFD_CLOEXEC);
 		if (repl.stop_fd < 0) {
 			rc = -errno;
@@ -398,16 +365,16 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 		if (pthread_create(&repl.partners[i].thread, NULL, repl_send_main,
 				   &repl.partners[i]) != 0)
 			log_err("cannot start the sender to %s",
-				repl.hosts.v[repl.partners[i].host].name);
-	if (repl.cluster) {
+				peers.hosts.v[repl.partners[i].host].name);
+	if (peers.cluster) {
 		char list[1024] = "";
 		size_t o = 0;
 
 		for (size_t i = 0; i < repl.npartners && o < sizeof(list); i++)
 			o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", i ? ", " : "",
-					      repl.hosts.v[repl.partners[i].host].name);
-		log_info("cluster of %zu nodes; partners: %s; peers on %s", repl.hosts.n,
-			 o ? list : "none", net_listen_fd() >= 0 ? cfg->listen : "(none)");
+					      peers.hosts.v[repl.partners[i].host].name);
+		log_info("cluster of %zu nodes; partners: %s; peers on %s", peers.hosts.n,
+			 o ? list : "none", peers_listen_fd() >= 0 ? cfg->listen : "(none)");
 	}
 	return 0;
 out_stop_watcher:
@@ -427,10 +394,8 @@ out_close_stop:
 out_close_watch:
 	if (w)
 		watch_close(w);
-out_unlisten:
-	net_close();
-out_close_cluster:
-	close_cluster();
+out_close_partners:
+	close_partners();
 	return rc;
 }
 
@@ -456,20 +421,18 @@ void repl_close(void)
 	}
 	if (repl.stop_fd >= 0)
 		close(repl.stop_fd);
-	net_close();
-	repl_recv_wait();
 	while (repl.records) {
 		struct record *r = repl.records;
 
 		repl.records = r->next;
 		repl_rec_free(r);
 	}
-	close_cluster();
+	close_partners();
 }
 
 static const char *node_name(size_t partner)
 {
-	return repl.hosts.v[repl.partners[partner].host].name;
+	return peers.hosts.v[repl.partners[partner].host].name;
 }
 
 /* --wait: until every copy is confirmed or failed. Under lock. */
@@ -547,7 +510,7 @@ int repl_resend(const char *job, const char *step, const char *holder, char *why
 
 	pthread_mutex_lock(&repl.lock);
 	for (i = 0; i < repl.npartners; i++)
-		if (strcmp(repl.hosts.v[repl.partners[i].host].name, holder) == 0)
+		if (strcmp(peers.hosts.v[repl.partners[i].host].name, holder) == 0)
 			break;
 	r = repl_rec_find(job, step);
 	if (i == repl.npartners) {
@@ -629,7 +592,7 @@ void repl_commit_run(struct job *j, const char *path_arg)
 			   step, repl.npartners, repl.npartners == 1 ? "y" : "ies");
 		goto out_free;
 	}
-	if (!repl.npartners && repl.cluster)
+	if (!repl.npartners && peers.cluster)
 		job_note(j, LOG_WARN, NULL, NULL, "this node has no partners (replicas, domains): "
 			 "no copies are made");
 	else if (!repl.npartners)
@@ -657,16 +620,16 @@ void repl_status(struct msg *m)
 	unsigned lag_copies = 0;
 
 	pthread_mutex_lock(&repl.lock);
-	if (!repl.cluster) {
+	if (!peers.cluster) {
 		msg_put_str(m, K_NAME, "peers");
 		msg_put_str(m, K_VALUE, "none (a single node: no hosts file)");
 	}
-	for (size_t h = 0; repl.cluster && h < repl.hosts.n; h++) {
-		const struct host *hp = &repl.hosts.v[h];
+	for (size_t h = 0; peers.cluster && h < peers.hosts.n; h++) {
+		const struct host *hp = &peers.hosts.v[h];
 		struct partner *p = NULL;
 		uint64_t now = mono_ns();
 
-		if (h == repl.self)
+		if (h == peers.self)
 			continue;
 		for (size_t i = 0; i < repl.npartners; i++)
 			if (repl.partners[i].host == h)
@@ -692,8 +655,8 @@ void repl_status(struct msg *m)
 		msg_put_str(m, K_NAME, "peer");
 		msg_put_str(m, K_VALUE, v);
 	}
-	if (repl.cluster) {
-		if (repl.hosts.n > 1)
+	if (peers.cluster) {
+		if (peers.hosts.n > 1)
 			net_status(m);
 		else {
 			msg_put_str(m, K_NAME, "transport");
@@ -716,7 +679,7 @@ void repl_status(struct msg *m)
 				msg_put_str(m, K_VALUE, v);
 			}
 		}
-	if (repl.cluster) {
+	if (peers.cluster) {
 		snprintf(v, sizeof(v), "%u cop%s, %llu bytes not yet confirmed", lag_copies,
 			 lag_copies == 1 ? "y" : "ies", (unsigned long long)lag_bytes);
 		msg_put_str(m, K_NAME, "replication lag");
@@ -802,14 +765,4 @@ void repl_ls(struct msg *m)
 	}
 	pthread_mutex_unlock(&repl.lock);
 	ls_held(m);
-}
-
-int repl_listen_fd(void)
-{
-	return net_listen_fd();
-}
-
-void repl_accept(void)
-{
-	net_accept(repl_recv_spawn);
 }

@@ -19,27 +19,14 @@
 #include "common/xport.h"
 #include "daemon/job/job.h"
 
-/* Loads the hosts file and key (a missing hosts file at the configured
- * path means a single node), reloads the commit records in state_dir,
- * binds the peer listener, starts the senders, the committer and (watch =
- * on) the watcher. 0, or -errno with why (a start-up error: bad hosts file,
- * key file, this node missing from the hosts file, listen address busy). */
+/* After peers_open (the membership, the listener): finds this node's
+ * partners, registers the offer in the peer layer's table, reloads the
+ * commit records in state_dir, starts the senders, the committer and
+ * (watch = on) the watcher. 0, or -errno with why (a start-up error). */
 int repl_open(const struct stage_config *cfg, char *why, size_t whylen);
-/* Stops every thread, closing connections; committed records stay. */
+/* Stops every thread, closing its connections; committed records stay.
+ * After peers_stop: no peer's request is served any more. */
 void repl_close(void);
-/* The peer listener's fd for the event loop (-1: none), and what to call
- * when it is readable. */
-int repl_listen_fd(void);
-void repl_accept(void);
-
-/* A request a peer may send on its connection between offers (MSG_HOLD_REQ,
- * MSG_FETCH_REQ), and who serves it: set before repl_open. The server
- * returns 0 to go on, -errno to close the connection (a refusal sent). */
-typedef int repl_serve_fn(struct xport *x, const char *peer, const struct msg *req);
-int repl_recv_serve(uint16_t type, repl_serve_fn *serve);
-/* Who serves a request type (NULL: nobody): a relay answers a question in
- * place with the same function (daemon/cluster/fanout.c). */
-repl_serve_fn *repl_recv_served(uint16_t type);
 
 /* Serves MSG_COMMIT_REQ (sends the result). */
 void repl_commit_run(struct job *j, const char *path);
@@ -62,8 +49,6 @@ void repl_metrics(struct prom *p);
  * the step is whole again; no commit of the step is made while it is there. */
 #define RESTORE_MARK "restoring"
 
-/* This node's name in the cluster. */
-const char *repl_self_name(void);
 /* A restored step of this node: its record says committed with this root,
  * and the partners are offered it again (those holding it answer "have it"). */
 void repl_restored(const char *job, const char *step, digest_t root, uint64_t files,

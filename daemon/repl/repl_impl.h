@@ -32,13 +32,12 @@
 #include "daemon/engine/psend.h"
 #include "common/xport.h"
 #include "daemon/net/net.h"
+#include "daemon/peers/peers.h"
 
 #define REPL_PIECE PSEND_PIECE         /* raw bytes per MSG_DATA */
 #define REPL_MAX_TRIES 5
 #define REPL_MF_SLICE (256u << 10)     /* manifest bytes per MSG_MANIFEST */
 #define REPL_MF_MAX (256ull << 20)     /* largest manifest a receiver accepts */
-#define REPL_HANDSHAKE_MS 10000
-#define REPL_CONNECT_MS 3000           /* a question or a restore dials within this */
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
 
 /* The mode an entry gets when another node's manifest says it: without
@@ -76,7 +75,7 @@ enum pstate { PEER_IDLE, PEER_UP, PEER_DOWN };
 enum pfail { PFAIL_CONNECT, PFAIL_LOST, PFAIL_REFUSED, PFAIL_CHANGED, PFAIL__N };
 
 struct partner {
-	size_t host;               /* index in repl.hosts */
+	size_t host;               /* index in peers.hosts */
 	pthread_t thread;
 	enum pstate state;         /* under repl.lock */
 	char why[1024];            /* PEER_DOWN: the last error */
@@ -90,11 +89,7 @@ struct partner {
 };
 
 struct repl {
-	const struct stage_config *cfg;   /* borrowed, immutable */
-	bool cluster;                     /* a hosts file with this node in it */
-	struct hosts hosts;
-	struct auth_key key;
-	size_t self;                      /* this node's index in hosts */
+	const struct stage_config *cfg;   /* borrowed, immutable (peers.cfg) */
 	struct partner *partners;         /* npartners, placement order */
 	size_t npartners;
 	pthread_mutex_t lock;             /* records, copies, partner states */
@@ -104,10 +99,7 @@ struct repl {
 	bool committer_started, watcher_started;
 	pthread_t committer, watcher;
 	int stop_fd;                      /* eventfd: wakes the watcher */
-	unsigned receivers;               /* threads serving peers, under lock */
-	unsigned handshaking;             /* of which not yet authenticated */
 	struct rx_slot *rx;               /* transfers being received, under lock */
-	struct rx_link *rx_conns;         /* every authenticated receiver connection */
 	struct restoring *restoring;      /* steps being restored, under lock */
 };
 
@@ -119,26 +111,15 @@ struct restoring {                    /* the watcher leaves these steps alone */
 int repl_restore_begin(const char *job, const char *step);
 void repl_restore_end(const char *job, const char *step);
 
-/* repl_state.c: the state, dialing, the threads' priority. */
+/* repl_state.c: the state, the threads' priority. */
 extern struct repl repl;
 
-/* How long a peer that should be talking (a transfer, a node of a cluster
- * pull reporting) may be silent before it is taken for gone: [cluster]
- * peer_timeout, in ms. */
-static inline int repl_io_ms(void)
-{
-	return repl.cfg ? repl.cfg->peer_timeout * 1000 : 60000;
-}
 /* repl.cond on the monotonic clock: first thing in repl_open, before any
  * thread of replication runs. */
 void repl_state_init(void);
 /* Under repl.lock: waits on repl.cond until woken or until deadline_ns
  * (mono_ns, common/clock.h). 0 woken (maybe spuriously), or ETIMEDOUT. */
 int repl_wait_until(uint64_t deadline_ns);
-/* Connects to node `host` (within connect_ms) and authenticates; io_ms is
- * the connection's timeout afterwards. 0 or -errno with why. */
-int repl_dial(size_t host, int connect_ms, int io_ms, struct xport **x, char *why,
-	      size_t whylen);
 /* With priority = low, the calling thread's CPU and I/O priority lowered
  * (what names the thread for the log if that fails). */
 void repl_background(const char *what);
@@ -154,12 +135,12 @@ void repl_rec_retain(const char *job);
 
 /* The sender thread of one partner (repl_send.c). */
 void *repl_send_main(void *arg);
-/* Serves one accepted peer connection on its own thread (repl_recv.c). */
-int repl_recv_spawn(struct xport *x);
+/* repl_recv.c: an offer on a peer's connection (MSG_OFFER, in the peer
+ * layer's table), and what it kept on the connection, at its end. */
+int repl_recv_offer(struct xport *x, const char *peer, const struct msg *req);
+void repl_recv_end(void *state);
 /* Lines for `stage status` about transfers being received. Under lock. */
 void repl_recv_status(struct msg *m);
-/* Waits for every receiver to end (after the listener is closed). */
-void repl_recv_wait(void);
 
 
 

@@ -48,7 +48,7 @@ static void lags_count(struct lag *l)
 
 static const char *peer_of(size_t i)
 {
-	return repl.hosts.v[repl.partners[i].host].name;
+	return peers.hosts.v[repl.partners[i].host].name;
 }
 
 /* One family, one sample per partner, of what get says. */
@@ -117,7 +117,7 @@ void repl_metrics(struct prom *p)
 	lags = l;
 	prom_family(p, "stage_peer_connections", "gauge",
 		    "Peer connections this node serves (receiving, answering, fetching).");
-	prom_u64(p, NULL, repl.receivers);
+	prom_u64(p, NULL, peers_serving());
 	per_partner_by(p, "stage_partner_state", "gauge",
 		       "1 for the state each replication partner is in: up, down (see stage status), "
 		       "idle.", "state", pstate_names, sizeof(pstate_names) / sizeof(pstate_names[0]),

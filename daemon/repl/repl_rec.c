@@ -97,7 +97,7 @@ int repl_rec_save(const struct record *r)
 	}
 	for (size_t i = 0; i < repl.npartners; i++)
 		if (r->copies[i].state == C_CONFIRMED)
-			fprintf(f, "copy %s confirmed\n", repl.hosts.v[repl.partners[i].host].name);
+			fprintf(f, "copy %s confirmed\n", peers.hosts.v[repl.partners[i].host].name);
 	if (fflush(f) != 0 || fsync(fileno(f)) < 0)
 		rc = -errno;
 	if (fclose(f) != 0 && !rc)
@@ -172,7 +172,7 @@ static int load_one(const char *job, const char *step, const char *path)
 			r->bytes = b;
 		} else if (sscanf(line, "copy %299s confirmed", name) == 1) {
 			for (size_t i = 0; i < repl.npartners; i++)
-				if (strcmp(repl.hosts.v[repl.partners[i].host].name, name) == 0)
+				if (strcmp(peers.hosts.v[repl.partners[i].host].name, name) == 0)
 					r->copies[i].state = C_CONFIRMED;
 		}
 	}

@@ -1,7 +1,7 @@
-/* The receiver: serves one authenticated peer connection, building the
- * copies it offers under replica_root. This file is the connection
- * (admission, the handshake, offer after offer, status); repl_build.c
- * builds the copy (repl_rx.h holds what they share).
+/* The receiver: serves the offers of an authenticated peer connection,
+ * building the copies under replica_root. This file is the offer, from
+ * MSG_OFFER to MSG_DONE, and status; repl_build.c builds the copy
+ * (repl_rx.h holds what they share).
  *
  * Layout (docs/ARCHITECTURE.md):
  *   replica_root/ORIGIN/JOB/STEP/             a complete copy, manifest last
@@ -28,9 +28,12 @@
  * (exchanged with an older copy of the same step, which is then removed),
  * old steps beyond `keep` are removed, and DONE is sent.
  *
- * The same connection also carries requests between offers: questions
- * (MSG_HOLD_REQ) and restores' fetches (MSG_FETCH_REQ), served by whoever
- * registered for them (repl_recv_serve; the daemon's main does).
+ * The offer is one row of the peer layer's request table (daemon/peers/):
+ * the connection, its admission and handshake are the peer layer's, and
+ * the same connection may carry other requests between offers. What a
+ * connection that offers needs across its offers (struct rx: replica_root
+ * open, the builder) is made at its first offer and kept as the
+ * connection's state, released by repl_recv_end when it ends.
  *
  * Anything wrong (a bad digest, a frame out of order, a full disk) is a
  * MSG_ERROR and the end of the connection; the journal keeps the last
@@ -52,29 +55,6 @@
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 #include "daemon/obs/obs.h"
-
-/* Requests other than offers, by frame type: set before the listener opens
- * (repl_recv_serve), read-only afterwards. */
-static struct { uint16_t type; repl_serve_fn *serve; } requests[16];
-
-int repl_recv_serve(uint16_t type, repl_serve_fn *serve)
-{
-	for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]); i++)
-		if (!requests[i].serve || requests[i].type == type) {
-			requests[i].type = type;
-			requests[i].serve = serve;
-			return 0;
-		}
-	return -ENOSPC;
-}
-
-repl_serve_fn *repl_recv_served(uint16_t type)
-{
-	for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]) && requests[i].serve; i++)
-		if (requests[i].type == type)
-			return requests[i].serve;
-	return NULL;
-}
 
 static void rx_register(struct rx *r)
 {
@@ -196,7 +176,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	r->slot.x = r->x;
 	r->slot.got = r->slot.local = 0;
 	rx_register(r);
-	r->x->ops->set_timeout(r->x, repl_io_ms());
+	r->x->ops->set_timeout(r->x, peers_io_ms());
 	rc = rx_take_offer(r, size);
 	if (rc < 0)
 		goto out;
@@ -269,161 +249,70 @@ out:
 	return rc;
 }
 
-static void *rx_main(void *arg)
+/* What a connection keeps from its first offer on. 0 or -errno. */
+static int rx_new(struct xport *x, const char *peer, struct rx **out)
 {
-	struct rx *r = arg;
-	char why[512];
-	int rc;
+	struct rx *r = calloc(1, sizeof(*r));
 
-	rc = peer_handshake(&r->x, &repl.key, repl.cfg->name, &repl.hosts, NULL, REPL_HANDSHAKE_MS,
-			    r->peer, sizeof(r->peer), why, sizeof(why));
-	pthread_mutex_lock(&repl.lock);
-	repl.handshaking--;
-	pthread_mutex_unlock(&repl.lock);
-	if (rc < 0) {
-		log_warn("peer %s refused: %s", r->x->peer, why);
-		goto out;
-	}
-	pthread_mutex_lock(&repl.lock);
-	r->link.x = r->x;
-	r->link.next = repl.rx_conns;
-	repl.rx_conns = &r->link;
-	if (repl.stopping)
-		r->x->ops->shutdown(r->x);
-	pthread_mutex_unlock(&repl.lock);
-	log_info("peer %s (%s): connected", r->peer, r->x->peer);
-	for (;;) {
-		repl_serve_fn *serve;
-		struct msg m;
+	if (!r)
+		return -ENOMEM;
+	r->x = x;
+	snprintf(r->peer, sizeof(r->peer), "%s", peer);
+	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
+	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (r->rr_fd < 0) {
+		int rc = -errno;
 
-		/* Between offers a sender may idle for long: keepalive, not a
-		 * timeout, tells a dead one. */
-		r->x->ops->set_timeout(r->x, 0);
-		rc = r->x->ops->recv(r->x, &m);
-		if (rc == -EBADMSG)     /* news; a close or a stop between offers is not */
-			log_warn("peer %s (%s): a frame failed its seal or is malformed (altered "
-				 "on the way?); closing", r->peer, r->x->peer);
-		if (rc < 0)
-			break;
-		if ((serve = repl_recv_served(m.type)) != NULL) {
-			rc = serve(r->x, r->peer, &m);
-			msg_free(&m);
-			if (rc < 0)
-				break;
-			continue;
-		}
-		if (m.type != MSG_OFFER) {
-			log_warn("peer %s: frame type %u where an offer, a question or a fetch is "
-				 "due; closing", r->peer, (unsigned)m.type);
-			msg_free(&m);
-			peer_send_error(r->x, EPROTO, "expected an offer, a question or a fetch");
-			break;
-		}
-		r->why[0] = '\0';
-		rc = serve_offer(r, &m);
-		msg_free(&m);
-		if (rc == -ENOSPC) {
-			/* Keeping the partial copy for a resume would keep the disk
-			 * full for every other transfer too. */
-			log_warn("%s: replica_root is full: dropping the partial copy",
-				 r->slot.key);
-			rx_drop_incoming(r);
-		}
-		if (rc < 0) {
-			obs_add(OBS_REPLICA_FAILURES, 1);
-			log_warn("from %s: %s", r->peer, r->why);
-			if (rc == -ENOSPC || rc == -EDQUOT)
-				peer_send_error(r->x, -rc, "%s: its replica_root %s is full (%s); free "
-						"space there, or keep fewer steps ([cluster] keep)",
-						repl.cfg->name, repl.cfg->replica_root, r->why);
-			else
-				peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
-			break;
-		}
+		free(r);
+		return rc;
 	}
-	pthread_mutex_lock(&repl.lock);
-	for (struct rx_link **pp = &repl.rx_conns; *pp; pp = &(*pp)->next)
-		if (*pp == &r->link) {
-			*pp = r->link.next;
-			break;
-		}
-	pthread_mutex_unlock(&repl.lock);
-out:
-	r->x->ops->close(r->x);
+	*out = r;
+	return 0;
+}
+
+void repl_recv_end(void *state)
+{
+	struct rx *r = state;
+
 	cbuild_close(&r->cb);
 	close(r->rr_fd);
 	free(r);
-	codec_thread_end();
-	pthread_mutex_lock(&repl.lock);
-	repl.receivers--;
-	pthread_cond_broadcast(&repl.cond);
-	pthread_mutex_unlock(&repl.lock);
-	return NULL;
 }
 
-/* Connections that have not proven the key cost a thread and buffers for up
- * to REPL_HANDSHAKE_MS each: without a cap, anyone who can reach the port
- * could make the daemon allocate without end. Proven peers are few (a
- * sender, and a question or restore now and then, per node). */
-static bool rx_admit(const struct xport *x)
+int repl_recv_offer(struct xport *x, const char *peer, const struct msg *req)
 {
-	static uint64_t said_ns;
-	unsigned most = 4 * (unsigned)repl.hosts.n + 16;
-	bool ok;
+	struct rx *r = peers_conn_state(MSG_OFFER);
+	int rc;
 
-	pthread_mutex_lock(&repl.lock);
-	ok = repl.handshaking < RX_MAX_HANDSHAKING && repl.receivers < most && !repl.stopping;
-	if (ok) {
-		repl.handshaking++;
-		repl.receivers++;
+	if (!r) {
+		rc = rx_new(x, peer, &r);
+		if (rc == 0 && (rc = peers_conn_set_state(MSG_OFFER, r)) < 0)
+			repl_recv_end(r);
+		if (rc < 0) {
+			log_warn("from %s: cannot take an offer: %s", peer, strerror(-rc));
+			peer_send_error(x, -rc, "%s: cannot take an offer: %s", repl.cfg->name,
+					strerror(-rc));
+			return rc;
+		}
 	}
-	pthread_mutex_unlock(&repl.lock);
-	if (!ok && !repl.stopping && mono_ns() - said_ns > 1000000000ull) {
-		said_ns = mono_ns();
-		log_warn("refusing a peer connection from %s: %s", x->peer,
-			 repl.receivers >= most ? "too many peer connections" :
-			 "too many connections still proving the cluster key");
+	r->why[0] = '\0';
+	rc = serve_offer(r, req);
+	if (rc == -ENOSPC) {
+		/* Keeping the partial copy for a resume would keep the disk
+		 * full for every other transfer too. */
+		log_warn("%s: replica_root is full: dropping the partial copy", r->slot.key);
+		rx_drop_incoming(r);
 	}
-	return ok;
-}
-
-int repl_recv_spawn(struct xport *x)
-{
-	struct rx *r = calloc(1, sizeof(*r));
-	pthread_attr_t attr;
-	pthread_t t;
-	int rc = -ENOMEM;
-
-	if (!r)
-		goto out_close;
-	if (!rx_admit(x)) {
-		free(r);
-		x->ops->close(x);
-		return -EBUSY;
+	if (rc < 0) {
+		obs_add(OBS_REPLICA_FAILURES, 1);
+		log_warn("from %s: %s", r->peer, r->why);
+		if (rc == -ENOSPC || rc == -EDQUOT)
+			peer_send_error(r->x, -rc, "%s: its replica_root %s is full (%s); free "
+					"space there, or keep fewer steps ([cluster] keep)",
+					repl.cfg->name, repl.cfg->replica_root, r->why);
+		else
+			peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
 	}
-	r->x = x;
-	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
-	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (r->rr_fd < 0)
-		goto out_free;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = -pthread_create(&t, &attr, rx_main, r);
-	pthread_attr_destroy(&attr);
-	if (rc == 0)
-		return 0;
-out_free:
-	if (r->rr_fd >= 0)
-		close(r->rr_fd);
-	free(r);
-	pthread_mutex_lock(&repl.lock);
-	repl.handshaking--;
-	repl.receivers--;
-	pthread_cond_broadcast(&repl.cond);
-	pthread_mutex_unlock(&repl.lock);
-out_close:
-	x->ops->close(x);
-	log_warn("cannot serve a peer: %s", strerror(-rc));
 	return rc;
 }
 
@@ -437,17 +326,4 @@ void repl_recv_status(struct msg *m)
 		msg_put_str(m, K_NAME, "receiving");
 		msg_put_str(m, K_VALUE, v);
 	}
-}
-
-void repl_recv_wait(void)
-{
-	pthread_mutex_lock(&repl.lock);
-	while (repl.receivers) {
-		/* Idle connections too: a receiver waits for offers forever. A
-		 * thread still in its handshake times out within 10 s. */
-		for (struct rx_link *l = repl.rx_conns; l; l = l->next)
-			l->x->ops->shutdown(l->x);
-		repl_wait_until(mono_ns() + 1000000000ull);
-	}
-	pthread_mutex_unlock(&repl.lock);
 }

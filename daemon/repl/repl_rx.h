@@ -1,5 +1,5 @@
 /* The receiver's private parts, shared by its two files: repl_recv.c (the
- * connection: admission, the handshake, offers one after another, status)
+ * offer, from MSG_OFFER to MSG_DONE, and status)
  * and repl_build.c (the copy being built: the cursor over the offer,
  * writes, held chunks, the journal, publication). The design is in
  * repl_recv.c's opening comment. */
@@ -19,7 +19,6 @@
 _Static_assert(WQ_BUF == REPL_PIECE, "a write buffer holds one piece");
 #define SYNC_EVERY (64ull << 20)   /* a big file is journaled this often */
 #define INCOMING ".incoming"
-#define RX_MAX_HANDSHAKING 16      /* connections not yet authenticated, at once */
 
 struct rx_slot {                   /* a transfer in progress, in repl.rx */
 	char key[3 * (CKPT_NAME_MAX + 1)];   /* ORIGIN/JOB/STEP */
@@ -28,18 +27,12 @@ struct rx_slot {                   /* a transfer in progress, in repl.rx */
 	struct rx_slot *next;
 };
 
-struct rx_link {                   /* every receiver connection, in repl.rx_conns */
-	struct xport *x;
-	struct rx_link *next;
-};
-
 struct rx {
 	struct xport *x;
 	char peer[AUTH_NAME_MAX + 1];  /* proven name of the sender */
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	digest_t root;
 	struct rx_slot slot;
-	struct rx_link link;
 	struct cbuild cb;              /* the file being built (engine/cbuild.h); opened at the
 				* connection's first offer (cb.whole NULL until then) */
 	int rr_fd;                     /* replica_root */

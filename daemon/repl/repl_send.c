@@ -167,7 +167,7 @@ static void piece_before(void *arg)
 		/* The receiver copies the held bytes before it reads this
 		 * piece: the send may wait that long, and the window that
 		 * spans it measures the receiver's disk, not the path. */
-		c->s->x->ops->set_timeout(c->s->x, held_ms(c->o->gap, repl_io_ms()));
+		c->s->x->ops->set_timeout(c->s->x, held_ms(c->o->gap, peers_io_ms()));
 		zp_gap(&c->s->z);
 	}
 }
@@ -177,7 +177,7 @@ static void piece_after(void *arg, int rc)
 	struct piece_ctx *c = arg;
 
 	if (c->o->gap) {
-		c->s->x->ops->set_timeout(c->s->x, repl_io_ms());
+		c->s->x->ops->set_timeout(c->s->x, peers_io_ms());
 		c->o->gap = 0;
 	}
 }
@@ -346,7 +346,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		o.nbits = hn;
 	}
 	msg_free(&m);
-	s->x->ops->set_timeout(s->x, repl_io_ms());
+	s->x->ops->set_timeout(s->x, peers_io_ms());
 	if (code == 1) {
 		rc = 0;         /* it already holds this very checkpoint */
 		goto out_close_mf;
@@ -395,7 +395,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	}
 	s->x->ops->set_timeout(s->x, held_ms(o.gap, REPL_FINISH_MS));
 	rc = expect(s->x, &m, MSG_DONE, why, whylen);
-	s->x->ops->set_timeout(s->x, repl_io_ms());
+	s->x->ops->set_timeout(s->x, peers_io_ms());
 	if (rc == 0) {
 		code = 1;
 		msg_get_u64(&m, K_CODE, &code);
@@ -444,7 +444,7 @@ static int connect_peer(struct sender *s)
 	struct xport *x;
 	int rc;
 
-	rc = repl_dial(s->p->host, REPL_HANDSHAKE_MS, repl_io_ms(), &x, why, sizeof(why));
+	rc = peers_dial(s->p->host, PEERS_HANDSHAKE_MS, peers_io_ms(), &x, why, sizeof(why));
 	pthread_mutex_lock(&repl.lock);
 	if (rc == 0) {
 		s->x = x;
@@ -507,7 +507,7 @@ void *repl_send_main(void *arg)
 {
 	struct partner *p = arg;
 	size_t i = (size_t)(p - repl.partners);
-	struct sender s = { .p = p, .h = &repl.hosts.v[p->host] };
+	struct sender s = { .p = p, .h = &peers.hosts.v[p->host] };
 	int rc, crc;
 
 	repl_background("a sender");

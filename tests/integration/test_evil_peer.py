@@ -191,9 +191,9 @@ def test_frames_out_of_place_refused(trio):
     cp = t.evil("offer_unknown_keys")
     assert cp.returncode == 0, cp.stdout
     run_refusals(t, [
-        ("frame_unknown_first", "peer n2: frame type 999 where an offer, a question or a fetch is due"),
-        ("frame_data_first", "peer n2: frame type 37 where an offer"),
-        ("frame_hello_again", "peer n2: frame type 32 where an offer"),
+        ("frame_unknown_first", "peer n2: frame type 999 where a request is due"),
+        ("frame_data_first", "peer n2: frame type 37 where a request is due"),
+        ("frame_hello_again", "peer n2: frame type 32 where a request is due"),
         ("frame_oversized", r"peer n2 \(\S+\): a frame failed its seal or is malformed"),
         ("frame_reserved", r"peer n2 \(\S+\): a frame failed its seal or is malformed"),
         ("frame_unsealed", r"peer n2 \(\S+\): a frame failed its seal or is malformed"),
