@@ -23,8 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "common/digest.h"
+
+/* A stat's mtime as manifests keep it: ns since the epoch. */
+static inline int64_t mf_mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
 
 #define MF_VERSION 1
 #define MF_DIRNAME ".stage"         /* beneath the tree's top directory */

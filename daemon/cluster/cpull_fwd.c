@@ -34,7 +34,8 @@
  * like a node gone.
  */
 #include "daemon/cluster/cpull_impl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +51,7 @@
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/manifest.h"
+#include "daemon/engine/prio.h"
 #include "daemon/engine/wq.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/net/peer.h"
@@ -659,7 +661,7 @@ static void *lane_main(void *arg)
 	struct lane *l = arg;
 	struct cfwd *fw = l->fw;
 
-	repl_background("a cluster pull's lane");
+	prio_background(peers.cfg->priority, "a cluster pull's lane");
 	pthread_mutex_lock(&fw->mu);
 	for (;;) {
 		struct fitem *it = fw->q_head;

@@ -7,7 +7,8 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/cpull.h"
 #include "daemon/cluster/cpull_impl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <pthread.h>

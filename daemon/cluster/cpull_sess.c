@@ -19,7 +19,8 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/cpull.h"
 #include "daemon/cluster/cpull_impl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +33,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/manifest.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/net/peer.h"
 
@@ -234,7 +236,7 @@ static int file_open(struct sess *s, const char *rel, uint64_t size, int64_t mti
 		return s->state == S_STARTING ? -EAGAIN : -ESHUTDOWN;
 	fd = treeops_open_file_beneath(s->dst_fd, rel);
 	if (fd >= 0 && fstat(fd, st) == 0 && (uint64_t)st->st_size == size &&
-	    treeops_mtime_ns(st) == mtime_ns)
+	    mf_mtime_ns(st) == mtime_ns)
 		return fd;
 	if (fd >= 0)
 		close(fd);

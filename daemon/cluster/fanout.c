@@ -32,7 +32,7 @@
 #include "daemon/net/peer.h"
 #include "daemon/net/xport_capture.h"
 #include "daemon/repl/repl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 #define RELAY_TIMEOUT_MAX_MS (24ll * 3600 * 1000)
 #define RELAY_SEND_MS 30000          /* an asker that takes no answers for this long is gone */

@@ -20,7 +20,8 @@
 #include "daemon/fs/treeops.h"
 #include "daemon/net/peer.h"
 #include "daemon/pull/verify.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 struct texts {
 	struct hold_cell *c;

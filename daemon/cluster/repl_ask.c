@@ -7,7 +7,7 @@
  * question goes to every node (not only partners), and must not wait
  * behind a checkpoint being sent. */
 #include "daemon/cluster/cluster.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 #include <errno.h>
 #include <stdio.h>

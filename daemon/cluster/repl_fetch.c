@@ -10,7 +10,8 @@
  * no symlink on the way and never inside .stage.
  */
 #include "daemon/cluster/cluster.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,8 +26,9 @@
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/manifest.h"
-#include "daemon/net/peer.h"
+#include "daemon/ckpt/ckpt.h"
 #include "daemon/engine/psend.h"
+#include "daemon/net/peer.h"
 #include "daemon/fs/treeops.h"
 
 /* The root of the copy at step_fd. A restore asks for thousands of ranges of

@@ -30,7 +30,7 @@
  */
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/restore_impl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -17,8 +17,10 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/rsrc.h"
 #include "daemon/engine/cbuild.h"
+#include "daemon/engine/psend.h"
 #include "daemon/job/job.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #define TMP_DIR "tmp"
 /* The copy chosen and its fall-backs: with replicas = 2 and the durable
@@ -29,7 +31,7 @@
  * connection, a ring, a piece buffer and a write queue (about 5 MiB here,
  * 8 MiB of read-ahead on its holder). */
 #define RLANES_MAX 4
-#define LANE_MEM (REPL_PIECE + WQ_DEPTH * WQ_BUF)
+#define LANE_MEM (PSEND_PIECE + WQ_DEPTH * WQ_BUF)
 
 struct bad {                       /* a finding of the local verify */
 	char *rel;
@@ -54,7 +56,7 @@ struct rlane {
 	size_t nsrcs;
 	struct rsrc *src;              /* the one in use */
 	struct io_uring ring;
-	uint8_t *buf;                  /* REPL_PIECE: local chunks being judged */
+	uint8_t *buf;                  /* PSEND_PIECE: local chunks being judged */
 	struct cbuild cb;              /* the file being rebuilt */
 	bool ready;                    /* ring, buf and cb are set up */
 	pthread_t thread;

@@ -107,7 +107,7 @@ static bool local_intact(struct rlane *l, int lfd, uint64_t off, uint64_t len, d
 	if (ok)
 		XXH3_128bits_reset(st);
 	for (uint64_t o = off; ok && o < off + len;) {
-		size_t n = off + len - o < REPL_PIECE ? (size_t)(off + len - o) : REPL_PIECE;
+		size_t n = off + len - o < PSEND_PIECE ? (size_t)(off + len - o) : PSEND_PIECE;
 
 		ok = uio_pread(&l->ring, lfd, l->buf, n, o) == (ssize_t)n;
 		if (ok)
@@ -443,7 +443,7 @@ int rlane_setup(struct restore *r, struct rlane *l, unsigned id)
 	int rc;
 
 	*l = (struct rlane){ .r = r, .id = id };
-	l->buf = malloc(REPL_PIECE);
+	l->buf = malloc(PSEND_PIECE);
 	if (!l->buf)
 		return -ENOMEM;
 	rc = uio_init(&l->ring);

@@ -18,7 +18,7 @@
 #include "daemon/cluster/hold.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 #define RESTORE_ASK_MS (6 * 3600 * 1000)   /* a restore of a big step takes its time */
 

@@ -15,7 +15,7 @@
 #include "daemon/engine/uio.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/repl/repl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 static int d_open(struct rsrc *s)
 {

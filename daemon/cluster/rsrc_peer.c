@@ -13,7 +13,7 @@
 #include "daemon/engine/uio.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 static void fetch_req(struct rsrc *s, struct msg *m)
 {

@@ -24,7 +24,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon/net/peer.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #define STREAMS_MAX 16
 

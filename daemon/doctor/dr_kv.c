@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 bool dr_get(const struct msg *m, const char *name, char *out, size_t cap)
 {

@@ -34,7 +34,8 @@
 #include "common/log.h"
 #include "common/portlist.h"
 #include "daemon/doctor/dr_local.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #define DIAL_MAX (DR_NODES_MAX * PORTLIST_MAX)   /* sockets of one question, all at once */
 

@@ -36,7 +36,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 #define ASK_IO_MS 30000
 

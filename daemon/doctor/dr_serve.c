@@ -28,7 +28,7 @@
 #include "daemon/fs/fsprobe.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
-#include "daemon/repl/repl_impl.h"
+#include "daemon/peers/peers.h"
 
 /* ------------------------------------------------------------ the session lock */
 
@@ -139,24 +139,6 @@ static bool stopping(void *arg)
 	return atomic_load(&stage_stopping);
 }
 
-/* The newest checkpoint this node committed: the space the next needs. */
-static uint64_t newest_bytes(char *what, size_t len)
-{
-	const struct record *best = NULL;
-	uint64_t bytes = 0;
-
-	pthread_mutex_lock(&repl.lock);
-	for (const struct record *r = repl.records; r; r = r->next)
-		if (r->state == R_READY && (!best || r->seq > best->seq))
-			best = r;
-	if (best) {
-		bytes = best->bytes;
-		snprintf(what, len, "%s/%s", best->job, best->step);
-	}
-	pthread_mutex_unlock(&repl.lock);
-	return bytes;
-}
-
 static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg *ans)
 {
 	const struct { const char *name, *path; } roots[] = {
@@ -210,7 +192,7 @@ static int answer_disk(const struct dr_ctx *c, const struct msg *ask, struct msg
 		dr_put_at(ans, "disk", i, "direct", "%d", d.direct);
 		dr_put_at(ans, "disk", i, "free", "%llu", (unsigned long long)d.free_bytes);
 	}
-	newest = newest_bytes(what, sizeof(what));
+	newest = repl_newest_committed(what, sizeof(what));
 	msg_put_pairf(ans, "newest", "%llu", (unsigned long long)newest);
 	msg_put_pairf(ans, "newest.step", "%s", what);
 	for (int i = 0; i < c->cfg->n_source_roots; i++) {

@@ -663,9 +663,9 @@ static bool recommitted(int jobfd, const char *job, const char *step, int64_t *m
 	bool again;
 
 	snprintf(p, sizeof(p), "%s/%s", step, MF_NAME);
-	if (fstatat(jobfd, p, &sb, AT_SYMLINK_NOFOLLOW) < 0 || treeops_mtime_ns(&sb) == *mf_mtime)
+	if (fstatat(jobfd, p, &sb, AT_SYMLINK_NOFOLLOW) < 0 || mf_mtime_ns(&sb) == *mf_mtime)
 		return false;
-	*mf_mtime = treeops_mtime_ns(&sb);
+	*mf_mtime = mf_mtime_ns(&sb);
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
 	src = treeops_open_beneath(jobfd, step);
 	dst = treeops_open_beneath_path(dr.cfg->durable_root, rel);

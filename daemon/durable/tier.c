@@ -107,7 +107,7 @@ static const char *entry_wrong(int stepfd, const struct mf_entry *e, char *buf, 
 		snprintf(buf, n, "size %lld, manifest says %llu", (long long)sb.st_size,
 			 (unsigned long long)e->size);
 		wrong = buf;
-	} else if (e->type == MF_FILE && treeops_mtime_ns(&sb) != e->mtime_ns) {
+	} else if (e->type == MF_FILE && mf_mtime_ns(&sb) != e->mtime_ns) {
 		wrong = "mtime differs from the manifest";
 	}
 	close(pfd);

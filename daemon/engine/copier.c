@@ -32,8 +32,8 @@
 #include <xxhash.h>
 
 #include "common/log.h"
+#include "common/manifest.h"
 #include "daemon/engine/bufpool.h"
-#include "daemon/fs/treeops.h"
 
 #define ALIGN 4096u
 #define RING_SQ 512u
@@ -271,7 +271,7 @@ static void complete(struct copier *c, struct cp_file *f)
 		 * we hashed may be a mix of two versions. */
 		if (fstat(f->src_fd, &st) < 0)
 			fail(f, -errno, "stat", false);
-		else if ((uint64_t)st.st_size != f->size || treeops_mtime_ns(&st) != f->mtime_ns)
+		else if ((uint64_t)st.st_size != f->size || mf_mtime_ns(&st) != f->mtime_ns)
 			fail(f, -ESTALE, "changed while being copied", false);
 	}
 	if (!f->err) {

@@ -8,12 +8,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-/* A stat's mtime as manifests keep it: ns since the epoch. */
-static inline int64_t treeops_mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-}
-
 /* Whether a peer's path names an entry a manifest could hold: relative, no
  * empty, "." or ".." component, not under .stage. */
 bool treeops_rel_ok(const char *p);

@@ -359,7 +359,7 @@ static bool landed(const struct walk_ent *w, struct stat *d)
 {
 	if (w->other_type != 'f' || fstatat(w->other_dirfd, w->name, d, AT_SYMLINK_NOFOLLOW) < 0)
 		return false;
-	return d->st_size == w->st.st_size && treeops_mtime_ns(d) == w->mtime_ns;
+	return d->st_size == w->st.st_size && mf_mtime_ns(d) == w->mtime_ns;
 }
 
 /* An earlier manifest recorded this very source version (size and mtime)
@@ -465,7 +465,7 @@ static void do_link(struct pull *p, const struct walk_ent *w)
 		m = readlinkat(w->other_dirfd, w->name, old, sizeof(old) - 1);
 		if (m == n && memcmp(old, target, (size_t)n) == 0 &&
 		    fstatat(w->other_dirfd, w->name, &d, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    treeops_mtime_ns(&d) == pe->e.mtime_ns) {
+		    mf_mtime_ns(&d) == pe->e.mtime_ns) {
 			pe->st = P_READY;
 			return;
 		}
@@ -861,7 +861,7 @@ static int finish(struct pull *p, digest_t *root)
 	dirstack_close_until(&p->dirs, NULL);
 	if (fstat(p->src_fd, &st) == 0) {
 		ret = treeops_set_meta(p->dst_fd, p->as_root, st.st_uid, st.st_gid,
-				       st.st_mode & 07777, treeops_mtime_ns(&st), &what);
+				       st.st_mode & 07777, mf_mtime_ns(&st), &what);
 		if (ret < 0)
 			warn_meta(p, "", what, ret);
 	}

@@ -766,3 +766,20 @@ void repl_ls(struct msg *m)
 	pthread_mutex_unlock(&repl.lock);
 	ls_held(m);
 }
+
+uint64_t repl_newest_committed(char *what, size_t len)
+{
+	const struct record *best = NULL;
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&repl.lock);
+	for (const struct record *r = repl.records; r; r = r->next)
+		if (r->state == R_READY && (!best || r->seq > best->seq))
+			best = r;
+	if (best) {
+		bytes = best->bytes;
+		snprintf(what, len, "%s/%s", best->job, best->step);
+	}
+	pthread_mutex_unlock(&repl.lock);
+	return bytes;
+}

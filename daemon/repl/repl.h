@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "common/config.h"
 #include "common/digest.h"
@@ -48,6 +49,25 @@ void repl_metrics(struct prom *p);
 /* A restore under way (or interrupted) leaves DIR/.stage/RESTORE_MARK until
  * the step is whole again; no commit of the step is made while it is there. */
 #define RESTORE_MARK "restoring"
+/* Marks JOB/STEP as being restored (the watcher leaves it alone): 0, or
+ * -EBUSY if it already is. */
+int repl_restore_begin(const char *job, const char *step);
+void repl_restore_end(const char *job, const char *step);
+
+/* A checkpoint's manifest goes to a peer in slices of REPL_MF_SLICE bytes;
+ * none larger than REPL_MF_MAX is taken. */
+#define REPL_MF_SLICE (256u << 10)
+#define REPL_MF_MAX (256ull << 20)
+/* The mode an entry gets when another node's manifest says it: without
+ * set-id bits. Receiver and restore create files and directories as
+ * themselves (root, usually), so a set-id bit taken on a peer's word would
+ * let any holder of the cluster key plant a set-uid-root program, or a
+ * set-gid-root directory, on its partners. The sticky bit is kept. */
+#define PEER_MODE(m) ((m) & 01777)
+
+/* The newest checkpoint this node committed: its bytes (0: none) and, in
+ * what, its JOB/STEP. */
+uint64_t repl_newest_committed(char *what, size_t len);
 
 /* A restored step of this node: its record says committed with this root,
  * and the partners are offered it again (those holding it answer "have it"). */

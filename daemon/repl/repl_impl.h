@@ -1,5 +1,6 @@
-/* Inside the replication service: what repl.c, repl_rec.c, repl_send.c and
- * repl_recv.c share. Not for the rest of the daemon (it uses repl.h).
+/* Inside the replication service: what repl.c, repl_rec.c, repl_send.c,
+ * repl_recv.c and repl_build.c share. Not for the rest of the daemon (it
+ * uses repl.h); tools/check-calls holds every *_impl.h to its folder.
  *
  * A record is one committed checkpoint of this node (origin side):
  *
@@ -33,19 +34,12 @@
 #include "common/xport.h"
 #include "daemon/net/net.h"
 #include "daemon/peers/peers.h"
+#include "daemon/repl/repl.h"
 
 #define REPL_PIECE PSEND_PIECE         /* raw bytes per MSG_DATA */
 #define REPL_MAX_TRIES 5
-#define REPL_MF_SLICE (256u << 10)     /* manifest bytes per MSG_MANIFEST */
-#define REPL_MF_MAX (256ull << 20)     /* largest manifest a receiver accepts */
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
 
-/* The mode an entry gets when another node's manifest says it: without
- * set-id bits. Receiver and restore create files and directories as
- * themselves (root, usually), so a set-id bit taken on a peer's word would
- * let any holder of the cluster key plant a set-uid-root program, or a
- * set-gid-root directory, on its partners. The sticky bit is kept. */
-#define PEER_MODE(m) ((m) & 01777)
 
 enum rstate { R_HASHING, R_READY, R_FAILED };
 enum cstate { C_PENDING, C_SENDING, C_CONFIRMED, C_FAILED };
@@ -107,9 +101,6 @@ struct restoring {                    /* the watcher leaves these steps alone */
 	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	struct restoring *next;
 };
-/* repl.c: marks JOB/STEP as being restored: 0, or -EBUSY if it already is. */
-int repl_restore_begin(const char *job, const char *step);
-void repl_restore_end(const char *job, const char *step);
 
 /* repl_state.c: the state, the threads' priority. */
 extern struct repl repl;

@@ -5,7 +5,7 @@ test_replicate.py), the veth taken down and up again while checkpoints are
 being replicated, and while a restore fetches a damaged shard back.
 
 What an outage does depends on timeouts that are compiled in, not config
-keys (daemon/net/xport_tcp.c, daemon/repl/repl_impl.h, docs/PROTOCOL.md "Timeouts"):
+keys (daemon/net/xport_tcp.c, daemon/peers/peers.h, docs/PROTOCOL.md "Timeouts"):
 TCP_USER_TIMEOUT 30 s (data unacknowledged that long ends the connection),
 keepalive 10 s idle then probes 5 s apart (ended by the same 30 s), 60 s for
 a frame mid-transfer (REPL_IO_MS), 10 s for a connect and handshake
