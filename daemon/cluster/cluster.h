@@ -69,17 +69,5 @@ void repl_restore_pinned(struct job *j, const char *path, const char *from, cons
  * the copy this node holds of the peer's own checkpoint. 0 to go on, -errno
  * to close the connection (a refusal has been sent). */
 int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req);
-/* Bytes [off, off + size) of fd (a file of fsize bytes, called name in
- * messages) to peer as MSG_DATA pieces, then MSG_END, through this
- * thread's piece sender (read ahead; peer's connections share one rate
- * bucket). 0, or -errno with why (empty: the transport's error). */
-int repl_fetch_send(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
-		    uint64_t size, const char *name, char *why, size_t whylen);
-/* The same through one of a few piece senders shared by every thread (a
- * cluster pull's serving: its connections grow with the cluster), waiting
- * at most wait_ms for one: -EAGAIN, nothing sent, when none came free. */
-int repl_fetch_send_shared(struct xport *x, const char *peer, int fd, uint64_t fsize,
-			   uint64_t off, uint64_t size, int wait_ms, const char *name, char *why,
-			   size_t whylen);
 
 #endif

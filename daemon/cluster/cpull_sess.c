@@ -346,7 +346,7 @@ int cpull_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 		goto out;
 	}
 	x->ops->set_timeout(x, peers_io_ms());
-	rc = repl_fetch_send_shared(x, peer, fd, size, 0, size, CPULL_WAIT_MS, rel, why,
+	rc = peers_send_range_shared(x, peer, fd, size, 0, size, CPULL_WAIT_MS, rel, why,
 				    sizeof(why));
 	close(fd);
 	if (rc == -EAGAIN) {

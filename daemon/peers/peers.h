@@ -90,6 +90,20 @@ void *peers_conn_state(uint16_t type);
  * 0, or -EINVAL: no connection is served on this thread. */
 int peers_conn_set_state(uint16_t type, void *state);
 
+/* Bytes [off, off + size) of fd (a file of fsize bytes, called name in
+ * messages) to peer (its proven name) as MSG_DATA pieces, then MSG_END,
+ * through this thread's piece sender (read ahead; peer's connections
+ * share one rate bucket), kept for the thread's life (ranges.c). 0, or
+ * -errno with why (empty: the transport's error). */
+int peers_send_range(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
+		     uint64_t size, const char *name, char *why, size_t whylen);
+/* The same through one of a few piece senders shared by every thread (a
+ * cluster pull's serving: its connections grow with the cluster), waiting
+ * at most wait_ms for one: -EAGAIN, nothing sent, when none came free. */
+int peers_send_range_shared(struct xport *x, const char *peer, int fd, uint64_t fsize,
+			    uint64_t off, uint64_t size, int wait_ms, const char *name, char *why,
+			    size_t whylen);
+
 /* Connections being served now (admitted, not yet ended), for metrics. */
 unsigned peers_serving(void);
 
