@@ -1,4 +1,4 @@
-#include "daemon/cluster/cluster.h"
+#include "daemon/restore/restore.h"
 #include "daemon/ctl.h"
 
 #include <errno.h>
@@ -17,9 +17,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
-#include "daemon/cluster/cpull.h"
-#include "daemon/cluster/cverify.h"
-#include "daemon/cluster/resume.h"
+#include "daemon/cpull/cpull.h"
+#include "daemon/survey/cverify.h"
+#include "daemon/restore/resume.h"
 #include "daemon/doctor/doctor.h"
 #include "daemon/fs/fsprobe.h"
 #include "daemon/job/job.h"

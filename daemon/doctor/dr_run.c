@@ -33,7 +33,7 @@
 #include "common/hostlist.h"
 #include "common/log.h"
 #include "common/portlist.h"
-#include "daemon/cluster/cluster.h"
+#include "daemon/survey/survey.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 #include "daemon/peers/peers.h"

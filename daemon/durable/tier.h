@@ -1,6 +1,6 @@
 /* The durable tier as its readers see it: the drainer writes it (drain.h
- * has the layout), verify --cluster and resume survey it (cluster/hold.c),
- * a restore falls back to it (cluster/rsrc_durable.c).
+ * has the layout), verify --cluster and resume survey it (survey/hold.c),
+ * a restore falls back to it (restore/rsrc_durable.c).
  *
  *     ROOT/JOB/STEP/<every origin's files>
  *     ROOT/JOB/STEP/.stage/manifest.ORIGIN    one per origin, written last

@@ -1,6 +1,6 @@
 /* A connection with nobody at the other end: the frames sent on it are kept
  * for the caller. A relay answers a question for itself in place with the
- * very function that answers it over the network (daemon/cluster/fanout.c),
+ * very function that answers it over the network (daemon/survey/fanout.c),
  * so the answer is the same frame, refusals included.
  *
  * recv finds the other end closed (-ENOTCONN); sends beyond the first

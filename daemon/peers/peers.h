@@ -81,7 +81,7 @@ typedef int peers_serve_fn(struct xport *x, const char *peer, const struct msg *
  * 0, or -ENOSPC: the table is full. */
 int peers_serve(uint16_t type, peers_serve_fn *serve, void (*end)(void *state));
 /* Who serves a request type (NULL: nobody): a relay answers a question in
- * place with the same function (daemon/cluster/fanout.c). */
+ * place with the same function (daemon/survey/fanout.c). */
 peers_serve_fn *peers_served(uint16_t type);
 /* What the server of type keeps on the connection being served on this
  * thread (NULL: nothing yet, or no connection is served on this thread). */

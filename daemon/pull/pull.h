@@ -12,7 +12,7 @@
 /* Serves one MSG_PULL_REQ on job j (sends the result itself). */
 void pull_run(struct job *j, const char *src_arg, const char *dest_arg);
 
-/* One node's part of a cluster pull (daemon/cluster/cpull*.c): the same
+/* One node's part of a cluster pull (daemon/cpull/): the same
  * pull, but a file this node is not to read from the source comes from a
  * peer instead. The share writes it whole into a temporary in the pass's
  * tmp/ (with the source's size, mtime, mode and owner), and the pull then

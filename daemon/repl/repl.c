@@ -1,10 +1,11 @@
-/* The replication service: cluster set-up, commits, the committer and
+/* The replication service: its partners, commits, the committer and
  * watcher threads, and what `stage status` and `stage ls` see. The states
  * of a record and its copies are in repl_impl.h.
  *
  * Threads: the committer hashes checkpoints (one at a time, oldest commit
- * first); one sender per partner (repl_send.c); one receiver per accepted
- * peer connection (repl_recv.c); the watcher (watch = on). They meet only
+ * first); one sender per partner (repl_send.c); the offers of a peer's
+ * connection, on the thread the peer layer serves it on (repl_recv.c); the
+ * watcher (watch = on). They meet only
  * in `repl` under repl.lock, and wake each other with repl.cond.
  */
 #include "daemon/repl/repl.h"

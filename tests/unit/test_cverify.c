@@ -1,4 +1,4 @@
-/* daemon/cluster/cverify.c's decision of `stage verify --cluster` (cverify_decide),
+/* daemon/survey/cverify.c's decision of `stage verify --cluster` (cverify_decide),
  * on in-memory cells and a ring placement: no daemon, no network. The wire
  * format of the cells (hold_put, hold_parse) is test_hold.c's; hold_parse
  * appears here only where a failed answer feeds the decision. Every test
@@ -20,8 +20,8 @@
 
 #include "common/digest.h"
 #include "common/proto.h"
-#include "daemon/cluster/cverify.h"
-#include "daemon/cluster/hold.h"
+#include "daemon/survey/cverify.h"
+#include "daemon/survey/hold.h"
 
 #define STEP "step-100"
 

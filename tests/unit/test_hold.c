@@ -1,4 +1,4 @@
-/* daemon/cluster/hold.c's copy groups on the wire: hold_put and hold_parse, as a
+/* daemon/survey/hold.c's copy groups on the wire: hold_put and hold_parse, as a
  * MSG_CELLS (every group names its holder) and as a MSG_HOLD (the sender
  * holds every group), good and malformed, all or nothing, and
  * hold_cells_free. In memory: no daemon, no network. Every test runs by
@@ -18,7 +18,7 @@
 
 #include "common/digest.h"
 #include "common/proto.h"
-#include "daemon/cluster/hold.h"
+#include "daemon/survey/hold.h"
 
 #define STEP "step-100"
 

@@ -1,4 +1,4 @@
-/* daemon/cluster/resume_decide.c: which step a job resumes from and what is
+/* daemon/restore/resume_decide.c: which step a job resumes from and what is
  * repaired, on in-memory cells: the newest step every origin holds intact
  * somewhere, natural step order (step-1000 after step-200), a node not
  * asked, copies of two commits, --nodes naming a node with nothing, steps
@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "common/digest.h"
-#include "daemon/cluster/resume.h"
+#include "daemon/restore/resume.h"
 
 static digest_t R(uint64_t x)
 {

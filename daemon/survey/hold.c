@@ -2,7 +2,7 @@
  * one step are few (this node's own, and one per origin it is a partner of),
  * so they are checked one after the other; each check streams its manifest,
  * so memory does not grow with the checkpoint. */
-#include "daemon/cluster/hold.h"
+#include "daemon/survey/hold.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,7 +21,6 @@
 #include "daemon/net/peer.h"
 #include "daemon/pull/verify.h"
 #include "daemon/peers/peers.h"
-#include "daemon/repl/repl.h"
 
 struct texts {
 	struct hold_cell *c;

@@ -1,7 +1,7 @@
 /* resume_decide: which step the job resumes from, and what to repair
  * (resume.h says the rule). Work: steps x origins x cells, with steps at most
  * HOLD_STEPS_MAX per copy directory. */
-#include "daemon/cluster/resume.h"
+#include "daemon/restore/resume.h"
 
 #include <errno.h>
 #include <stdarg.h>

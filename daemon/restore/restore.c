@@ -19,7 +19,7 @@
  *      the result, and the commit record says committed with this root.
  *
  * Step 4's files are fetched, checked and written by the lanes
- * (restore_lane.c), several at once; this file is the rest.
+ * (lane.c), several at once; this file is the rest.
  *
  * Data safety: nothing half-built is under a final name (rebuilds live in
  * .stage/tmp until whole and checked), and the manifest appears only when
@@ -28,8 +28,8 @@
  * wrong (a file cut off mid-rebuild starts over). While it runs the watcher
  * does not commit the step.
  */
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/restore_impl.h"
+#include "daemon/restore/restore.h"
+#include "daemon/restore/restore_impl.h"
 #include "daemon/peers/peers.h"
 
 #include <dirent.h>
@@ -49,8 +49,8 @@
 #include "daemon/ckpt/ckpt.h"
 #include "daemon/net/peer.h"
 #include "daemon/fs/cursor.h"
-#include "daemon/cluster/hold.h"
-#include "daemon/cluster/rsrc.h"
+#include "daemon/survey/hold.h"
+#include "daemon/restore/rsrc.h"
 #include "daemon/durable/tier.h"
 #include "daemon/repl/repl.h"
 #include "daemon/fs/roots.h"

@@ -13,11 +13,10 @@
  *
  * This node's own part runs in place, on its node's thread of the ask.
  */
-#include "daemon/cluster/cpull.h"
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/cpull_impl.h"
+#include "daemon/cpull/cpull.h"
+#include "daemon/survey/survey.h"
+#include "daemon/cpull/cpull_impl.h"
 #include "daemon/peers/peers.h"
-#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <pthread.h>

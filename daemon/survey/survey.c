@@ -6,7 +6,7 @@
  * A fresh connection rather than a partner's sender connection: the
  * question goes to every node (not only partners), and must not wait
  * behind a checkpoint being sent. */
-#include "daemon/cluster/cluster.h"
+#include "daemon/survey/survey.h"
 #include "daemon/peers/peers.h"
 
 #include <errno.h>
@@ -16,12 +16,11 @@
 
 #include "common/hostlist.h"
 #include "common/log.h"
-#include "daemon/cluster/fanout.h"
-#include "daemon/cluster/hold.h"
+#include "daemon/survey/fanout.h"
+#include "daemon/survey/hold.h"
 #include "daemon/durable/tier.h"
 #include "daemon/fs/fsprobe.h"
 #include "daemon/net/peer.h"
-#include "daemon/repl/repl.h"
 
 #define ASK_FAST_MS 30000          /* a fast survey reads manifests only */
 #define ASK_DEEP_MS (6 * 3600 * 1000)  /* a deep one reads every byte held */

@@ -3,7 +3,7 @@
  * chunk-checked builder, from its own list of sources, falling back along
  * it when one fails; the first failure of any lane stops them all.
  */
-#include "daemon/cluster/restore_impl.h"
+#include "daemon/restore/restore_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 
 #include "common/codec.h"
 #include "common/log.h"
-#include "daemon/cluster/hold.h"
+#include "daemon/survey/hold.h"
 #include "daemon/engine/uio.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/obs/obs.h"

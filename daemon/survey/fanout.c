@@ -16,7 +16,7 @@
  * relay's answers, its failures named, arrive before the asker gives up on
  * it; each level of the tree costs one margin.
  */
-#include "daemon/cluster/fanout.h"
+#include "daemon/survey/fanout.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,7 +31,6 @@
 #include "common/log.h"
 #include "daemon/net/peer.h"
 #include "daemon/net/xport_capture.h"
-#include "daemon/repl/repl.h"
 #include "daemon/peers/peers.h"
 
 #define RELAY_TIMEOUT_MAX_MS (24ll * 3600 * 1000)

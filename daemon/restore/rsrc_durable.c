@@ -2,7 +2,7 @@
  * (durable/tier.h), read from the shared storage beneath [durable] root with
  * no symlink followed on the way, each piece handed to the builder, which
  * checks every chunk against the manifest. */
-#include "daemon/cluster/rsrc.h"
+#include "daemon/restore/rsrc.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,10 +1,11 @@
-/* Asking the cluster (daemon/cluster/): what every node holds of a step,
- * verify --cluster (cverify.h), restore, and the holder's side of it. Above
- * replication: it uses the cluster replication knows (repl.h), never the
- * reverse; what a holder serves reaches it through the peer layer's table (peers_serve).
+/* Asking the cluster (daemon/survey/): what every node holds of a step
+ * (survey.c, through relays past [cluster] fanout: fanout.c), the holder's
+ * answer (hold.h), and verify --cluster's decision (cverify.h). Restore,
+ * resume, the cluster pull and the doctor ask through it. What a holder
+ * serves reaches it through the peer layer's table (peers_serve).
  */
-#ifndef STAGE_CLUSTER_H
-#define STAGE_CLUSTER_H
+#ifndef STAGE_SURVEY_H
+#define STAGE_SURVEY_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,13 +15,13 @@
 #include "common/xport.h"
 #include "daemon/job/job.h"
 
-/* One node's answer in a survey (repl_ask.c). */
+/* One node's answer in a survey (survey.c). */
 struct hold_cell;
 struct repl_answer {
 	const char *node;          /* its name in the hosts file, borrowed */
 	int err;                   /* 0: it answered; else -errno and why */
 	char why[512];
-	struct hold_cell *cells;   /* its copy groups (daemon/cluster/hold.h), holder = node */
+	struct hold_cell *cells;   /* its copy groups (daemon/survey/hold.h), holder = node */
 	size_t ncells;
 };
 /* Asks every node (this one answers in place; with `only`, just that node)
@@ -52,22 +53,5 @@ void repl_flat_free(struct repl_flat *f);
 int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen);
 /* Where placement puts ORIGIN's copies: up to cap node names, in order. */
 size_t repl_placement(const char *origin, const char **holders, size_t cap);
-
-/* What follows a restore that succeeded, with its survey's cells (every
- * answer's): resume_holdings, given by the caller (the restore calls up
- * into nothing). */
-typedef void repl_restored_fn(struct job *j, const char *job, const char *step,
-			      const struct hold_cell *cells, size_t ncells);
-/* Serves MSG_RESTORE_REQ (repl_restore.c; sends the result). from: the
- * node to restore from (--from), or NULL for the best copy; then: NULL or
- * called once it is restored. */
-void repl_restore_run(struct job *j, const char *path, const char *from, repl_restored_fn *then);
-/* The same, restoring only commit *pin (resume's choice): refused when this
- * node's own manifest or the holder's copy is of another commit. */
-void repl_restore_pinned(struct job *j, const char *path, const char *from, const digest_t *pin);
-/* MSG_FETCH_REQ from a peer (repl_fetch.c): the manifest or a byte range of
- * the copy this node holds of the peer's own checkpoint. 0 to go on, -errno
- * to close the connection (a refusal has been sent). */
-int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req);
 
 #endif

@@ -1,7 +1,7 @@
-/* Restore's parts shared by its two files: repl_restore.c (the survey,
+/* Restore's parts shared by its two files: restore.c (the survey,
  * the choice of a copy, the job thread's walk of the findings, the end)
- * and restore_lane.c (the lanes that fetch, check and write the files).
- * Not an interface for anyone else: daemon/cluster/cluster.h is that. */
+ * and lane.c (the lanes that fetch, check and write the files).
+ * Not an interface for anyone else: restore.h is that. */
 #ifndef STAGE_RESTORE_IMPL_H
 #define STAGE_RESTORE_IMPL_H
 
@@ -14,8 +14,8 @@
 
 #include "common/digest.h"
 #include "common/manifest.h"
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/rsrc.h"
+#include "daemon/restore/restore.h"
+#include "daemon/restore/rsrc.h"
 #include "daemon/engine/cbuild.h"
 #include "daemon/engine/psend.h"
 #include "daemon/job/job.h"

@@ -4,11 +4,10 @@
  * and serves its peers (cpull_sess.c) until the asker says every node is
  * done.
  */
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/cpull.h"
-#include "daemon/cluster/cpull_impl.h"
+#include "daemon/survey/survey.h"
+#include "daemon/cpull/cpull.h"
+#include "daemon/cpull/cpull_impl.h"
 #include "daemon/peers/peers.h"
-#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <pthread.h>

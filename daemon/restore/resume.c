@@ -3,7 +3,7 @@
  * at once, each by the restore `stage restore` runs: in place here, over a
  * peer connection elsewhere), and answer with this node's path of the step.
  * resume_serve: the repaired node's side. */
-#include "daemon/cluster/resume.h"
+#include "daemon/restore/resume.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -14,8 +14,8 @@
 #include "common/hostlist.h"
 #include "common/log.h"
 #include "daemon/ckpt/ckpt.h"
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/hold.h"
+#include "daemon/restore/restore.h"
+#include "daemon/survey/hold.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 #include "daemon/peers/peers.h"

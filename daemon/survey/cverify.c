@@ -14,8 +14,8 @@
  * be asked leaves its copies unknown, so the step cannot verify; the result
  * says what the other nodes' copies still allow.
  */
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/cverify.h"
+#include "daemon/survey/survey.h"
+#include "daemon/survey/cverify.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -27,7 +27,6 @@
 #include "common/hosts.h"
 #include "common/log.h"
 #include "daemon/ckpt/ckpt.h"
-#include "daemon/repl/repl.h"
 
 #define PLACE_MAX 64
 

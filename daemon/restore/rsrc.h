@@ -1,4 +1,4 @@
-/* Where a restore takes what it needs (repl_restore.c): a holder's copy,
+/* Where a restore takes what it needs (restore.c): a holder's copy,
  * over a peer connection (rsrc_peer.c), or the durable tier's, read from
  * shared storage (rsrc_durable.c). Either way the bytes go through the
  * restore's chunk-checked builder, so a source is trusted for nothing: a

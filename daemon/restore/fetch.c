@@ -9,7 +9,7 @@
  * never mixes two commits of a step. Paths are opened beneath the copy with
  * no symlink on the way and never inside .stage.
  */
-#include "daemon/cluster/cluster.h"
+#include "daemon/restore/restore.h"
 #include "daemon/peers/peers.h"
 #include "daemon/repl/repl.h"
 

@@ -16,11 +16,10 @@
  * file the pull could not read from the source is refused at once (EIO),
  * and its asker asks the next node of the file's sequence, or reads it.
  */
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/cpull.h"
-#include "daemon/cluster/cpull_impl.h"
+#include "daemon/survey/survey.h"
+#include "daemon/cpull/cpull.h"
+#include "daemon/cpull/cpull_impl.h"
 #include "daemon/peers/peers.h"
-#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <fcntl.h>

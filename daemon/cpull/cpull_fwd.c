@@ -30,12 +30,11 @@
  * nodes, and a connection per file would cost a handshake each; and every
  * node serving at most PEER_CONNS connections from each peer keeps a
  * node's incoming connections within what it admits (4 per node of the
- * hosts file, repl_recv.c), where a connection refused there would look
+ * hosts file, daemon/peers/serve.c), where a connection refused there would look
  * like a node gone.
  */
-#include "daemon/cluster/cpull_impl.h"
+#include "daemon/cpull/cpull_impl.h"
 #include "daemon/peers/peers.h"
-#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "daemon/cluster/cluster.h"
-#include "daemon/cluster/hold.h"
+#include "daemon/survey/survey.h"
+#include "daemon/survey/hold.h"
 #include "daemon/job/job.h"
 
 /* Serves MSG_VERIFY_REQ with REQ_CLUSTER (sends MSG_CELLS, notes, result).

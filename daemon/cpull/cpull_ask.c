@@ -18,9 +18,8 @@
  *
  * Threads: one per direct or relay node; the owner reads under c->mu.
  */
-#include "daemon/cluster/cpull_impl.h"
+#include "daemon/cpull/cpull_impl.h"
 #include "daemon/peers/peers.h"
-#include "daemon/repl/repl.h"
 
 #include <errno.h>
 #include <stdio.h>

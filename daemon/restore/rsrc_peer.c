@@ -1,8 +1,8 @@
 /* A restore's source: the copy a holder keeps of this node's step, fetched
  * over a fresh peer connection (MSG_FETCH_REQ; the holder's side is
- * repl_fetch.c). One request per run of chunks, answered by codec frames,
+ * fetch.c). One request per run of chunks, answered by codec frames,
  * each piece's XXH3-64 checked by its frame and the chunk by the builder. */
-#include "daemon/cluster/rsrc.h"
+#include "daemon/restore/rsrc.h"
 
 #include <errno.h>
 #include <stdio.h>
