@@ -249,7 +249,7 @@ static void serve(const struct stage_config *cfg, int fd)
 		else if (m.type == MSG_RESTORE_REQ)
 			/* A replacement node gets back the replicas it held of
 			 * the step too (resume asks for them itself). */
-			repl_restore_run(&j, path, dest, resume_holdings);
+			restore_run(&j, path, dest, resume_holdings);
 		else if (flags & REQ_CLUSTER)
 			cverify_run(&j, path, dest);
 		else

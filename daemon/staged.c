@@ -335,7 +335,7 @@ int main(int argc, char **argv)
 	 * cluster features above replication (replication registers its offer
 	 * in repl_open). */
 	peers_serve(MSG_HOLD_REQ, hold_serve, NULL);
-	peers_serve(MSG_FETCH_REQ, repl_fetch_serve, NULL);
+	peers_serve(MSG_FETCH_REQ, restore_fetch_serve, NULL);
 	peers_serve(MSG_DOCTOR_ASK, doctor_serve, NULL);
 	peers_serve(MSG_RESTORE_ASK, resume_serve, NULL);
 	peers_serve(MSG_RESEND_ASK, resume_serve, NULL);

@@ -65,7 +65,7 @@ static int members(struct cpull *cp, const char *nodes, char ***names, size_t *n
 	int rc;
 
 	if (nodes) {
-		rc = repl_nodes(nodes, names, n, why, whylen);
+		rc = survey_nodes(nodes, names, n, why, whylen);
 		if (rc < 0)
 			return rc;
 	} else {

@@ -24,7 +24,7 @@
 /* The nodes of an ask, checked against the hosts file; self found. */
 static int nodes_take(struct cpull_nodes *nn, const char *list, char *why, size_t whylen)
 {
-	int rc = repl_nodes(list, &nn->names, &nn->n, why, whylen);
+	int rc = survey_nodes(list, &nn->names, &nn->n, why, whylen);
 
 	if (rc < 0)
 		return rc;
@@ -460,7 +460,7 @@ static int group_take(const struct msg *req, const char *list, char ***names, si
 		k += key == K_NAME;
 	if (k == 0)
 		return 0;
-	rc = repl_nodes(list, &all, &nall, why, whylen);
+	rc = survey_nodes(list, &all, &nall, why, whylen);
 	if (rc < 0)
 		return rc;
 	if (!(v = calloc(k, sizeof(*v)))) {

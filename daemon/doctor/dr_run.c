@@ -516,7 +516,7 @@ static int pick_nodes(struct run *r, const char *list, char *why, size_t whylen)
 		return 0;
 	}
 	if (list) {
-		int rc = repl_nodes(list, &names, &n, why, whylen);
+		int rc = survey_nodes(list, &names, &n, why, whylen);
 
 		if (rc < 0)
 			return rc;

@@ -131,7 +131,7 @@ out:
 	return rc;
 }
 
-int repl_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
+int restore_fetch_serve(struct xport *x, const char *peer, const struct msg *req)
 {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	char rel[3 * (CKPT_NAME_MAX + 1)], why[1024] = "", *hex = NULL, *path = NULL;

@@ -418,7 +418,7 @@ static bool copy_of(const struct restore *r, const struct hold_cell *h, const di
  * the same commit in the order of the answers (placement order first: see
  * choose) and last the durable tier's part of it. */
 static void set_sources(struct restore *r, const struct hold_cell *best,
-			const struct repl_answer *ans, size_t nans)
+			const struct survey_answer *ans, size_t nans)
 {
 	const struct hold_cell *durable = NULL;
 	struct rlane *l = &r->lanes[0];
@@ -474,14 +474,14 @@ static void lanes_add(struct restore *r)
 }
 
 /* The copy to restore from: index into cells, or -1 with r->why. */
-static ssize_t choose(struct restore *r, const struct repl_answer *ans, size_t nans,
+static ssize_t choose(struct restore *r, const struct survey_answer *ans, size_t nans,
 		      bool have_local, digest_t local_root, bool forced)
 {
 	const char *self = peers.cfg->name;
 	const struct hold_cell *best = NULL, *other = NULL;
 	size_t o = 0;
 
-	r->nplace = repl_placement(self, r->place, sizeof(r->place) / sizeof(r->place[0]));
+	r->nplace = survey_placement(self, r->place, sizeof(r->place) / sizeof(r->place[0]));
 	/* Placement order first: those are the copies meant for this. */
 	for (size_t pass = 0; pass < 2 && !best; pass++)
 		for (size_t i = 0; i < nans && !best; i++) {
@@ -619,7 +619,7 @@ static void count_left(const struct verify_finding *f, void *arg)
 
 static void run(struct restore *r, const char *from)
 {
-	struct repl_answer *ans = NULL;
+	struct survey_answer *ans = NULL;
 	struct leftover left = { 0 };
 	char source[RSRC_MAX * (CKPT_NAME_MAX + 64)];
 	size_t nans = 0;
@@ -628,7 +628,7 @@ static void run(struct restore *r, const char *from)
 	bool have_local;
 	int rc;
 
-	rc = repl_survey(r->job, r->step, false, from, &ans, &nans);
+	rc = survey_ask(r->job, r->step, false, from, &ans, &nans);
 	if (rc == -ENOENT && strcmp(from, HOLD_DURABLE) == 0) {
 		job_result(r->j, 2, NULL, NULL, "--from %s: this node has no durable tier ([durable] "
 			   "root in its config)", from);
@@ -749,11 +749,11 @@ static void run(struct restore *r, const char *from)
 	damage_remove(r->stage_fd);     /* what it named is repaired */
 	unmark(r);
 	if (r->then) {
-		struct repl_flat f;
+		struct survey_flat f;
 
-		if (repl_flatten(ans, nans, &f) == 0) {
+		if (survey_flatten(ans, nans, &f) == 0) {
 			r->then(r->j, r->job, r->step, f.cells, f.ncells);
-			repl_flat_free(&f);
+			survey_flat_free(&f);
 		}
 	}
 	sources_said(r, source, sizeof(source));
@@ -787,24 +787,24 @@ static void run(struct restore *r, const char *from)
 			   left.unexpected ? "; entries not in the manifest were left alone" : "");
 	}
 out:
-	repl_answers_free(ans, nans);
+	survey_answers_free(ans, nans);
 }
 
 static void restore(struct job *j, const char *path, const char *from, const digest_t *pin,
-		    repl_restored_fn *then);
+		    restore_then_fn *then);
 
-void repl_restore_run(struct job *j, const char *path, const char *from, repl_restored_fn *then)
+void restore_run(struct job *j, const char *path, const char *from, restore_then_fn *then)
 {
 	restore(j, path, from, NULL, then);
 }
 
-void repl_restore_pinned(struct job *j, const char *path, const char *from, const digest_t *pin)
+void restore_pinned(struct job *j, const char *path, const char *from, const digest_t *pin)
 {
 	restore(j, path, from, pin, NULL);
 }
 
 static void restore(struct job *j, const char *path, const char *from, const digest_t *pin,
-		    repl_restored_fn *then)
+		    restore_then_fn *then)
 {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	struct restore r = { .j = j, .job = job, .step = step, .pin = pin, .then = then, .step_fd = -1,

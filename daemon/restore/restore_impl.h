@@ -78,7 +78,7 @@ struct restore {
 	const char *job, *step;
 	const char *holder;            /* the chosen copy's holder */
 	const digest_t *pin;           /* resume: the only commit to restore, or NULL */
-	repl_restored_fn *then;        /* after success, or NULL */
+	restore_then_fn *then;        /* after success, or NULL */
 	digest_t root;                 /* the commit restored */
 	const char *place[64];         /* the nodes this node's copies are placed on */
 	size_t nplace;

@@ -56,7 +56,7 @@ static void do_here(struct repair *r)
 	job_begin(&sub, -1, 0, peers.cfg, "restore", path);
 	sub.code = 1;
 	snprintf(sub.result, sizeof(sub.result), "the restore ended without a result");
-	repl_restore_pinned(&sub, path, r->other, &r->root);
+	restore_pinned(&sub, path, r->other, &r->root);
 	r->code = sub.code;
 	snprintf(r->text, sizeof(r->text), "%s", sub.result);
 	job_end(&sub);
@@ -124,7 +124,7 @@ static void *repair_main(void *arg)
 }
 
 /* resume_decide's input from a flattened survey (the arrays stay f's). */
-static void take(struct resume_in *in, const struct repl_flat *f)
+static void take(struct resume_in *in, const struct survey_flat *f)
 {
 	in->names = f->names;
 	in->reached = f->reached;
@@ -216,7 +216,7 @@ void resume_holdings(struct job *j, const char *job, const char *step,
 		return;
 	for (size_t h = 0; h < peers.hosts.n; h++) {
 		const char *o = peers.hosts.v[h].name, *place[64];
-		size_t np = repl_placement(o, place, 64);
+		size_t np = survey_placement(o, place, 64);
 		bool placed = false;
 
 		for (size_t k = 0; k < np; k++)
@@ -237,7 +237,7 @@ void resume_holdings(struct job *j, const char *job, const char *step,
  * deep answers, which the caller frees); on 1 the last fast one, with no
  * step. -errno as resume_decide. */
 static int confirm_deep(struct job *j, const char *job, struct resume_in *in,
-			struct resume_out *out, struct repl_answer **keep, size_t *nkeep)
+			struct resume_out *out, struct survey_answer **keep, size_t *nkeep)
 {
 	char skipped[HOLD_STEPS_MAX][CKPT_NAME_MAX + 1];
 	const char *skip[HOLD_STEPS_MAX];
@@ -247,25 +247,25 @@ static int confirm_deep(struct job *j, const char *job, struct resume_in *in,
 	in->skip = skip;
 	in->nskip = 0;
 	while (out->step && in->nskip < HOLD_STEPS_MAX) {
-		struct repl_answer *dans = NULL;
+		struct survey_answer *dans = NULL;
 		/* The job's nodes as the fast look found them: a node with
 		 * nothing of this step is still one of them. */
 		struct resume_in din = { .origins = out->origins, .norigins = out->norigins,
 					 .placement = in->placement };
 		struct resume_out dout = { 0 };
-		struct repl_flat df = { 0 };
+		struct survey_flat df = { 0 };
 		size_t dn = 0;
 
 		atomic_store(&j->phase, "ask --deep");
 		snprintf(skipped[in->nskip], sizeof(skipped[0]), "%s", out->step);
-		rc = repl_survey(job, skipped[in->nskip], true, NULL, &dans, &dn);
+		rc = survey_ask(job, skipped[in->nskip], true, NULL, &dans, &dn);
 		if (rc == 0)
-			rc = repl_flatten(dans, dn, &df);
+			rc = survey_flatten(dans, dn, &df);
 		if (rc == 0) {
 			take(&din, &df);
 			rc = resume_decide(&din, &dout);
 		}
-		repl_flat_free(&df);
+		survey_flat_free(&df);
 		if (rc == 0) {
 			resume_out_free(out);
 			*out = dout;
@@ -277,7 +277,7 @@ static int confirm_deep(struct job *j, const char *job, struct resume_in *in,
 		for (size_t i = 0; rc == 1 && i < dout.nwhy; i++)
 			job_note(j, LOG_WARN, NULL, NULL, "%s (every byte read)", dout.why[i]);
 		resume_out_free(&dout);
-		repl_answers_free(dans, dn);
+		survey_answers_free(dans, dn);
 		if (rc < 0)
 			break;
 		skip[in->nskip] = skipped[in->nskip];
@@ -296,8 +296,8 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 	bool dry = j->flags & REQ_DRYRUN;
 	struct resume_in in = { 0 };
 	struct resume_out out = { 0 };
-	struct repl_answer *ans = NULL, *deep = NULL;
-	struct repl_flat flat = { 0 };
+	struct survey_answer *ans = NULL, *deep = NULL;
+	struct survey_flat flat = { 0 };
 	char why[1024], path[8192], **names = NULL;
 	size_t nans = 0, nnames = 0, ndeep = 0;
 	const char *w;
@@ -308,7 +308,7 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 			   "the JOB of ckpt_root/JOB/STEP", 200, job, w);
 		return;
 	}
-	rc = repl_nodes(nodes, &names, &nnames, why, sizeof(why));
+	rc = survey_nodes(nodes, &names, &nnames, why, sizeof(why));
 	if (rc < 0) {
 		job_result(j, rc == -EINVAL ? 2 : 1, NULL, NULL, "resume %s: %s", job,
 			   rc == -EINVAL ? why : strerror(-rc));
@@ -316,12 +316,12 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 	}
 	job_set_what(j, "%s on every node", job);
 	atomic_store(&j->phase, "ask");
-	rc = repl_survey(job, NULL, false, NULL, &ans, &nans);
+	rc = survey_ask(job, NULL, false, NULL, &ans, &nans);
 	if (rc == 0)
-		rc = repl_flatten(ans, nans, &flat);
+		rc = survey_flatten(ans, nans, &flat);
 	if (rc == 0) {
 		take(&in, &flat);
-		in.placement = repl_placement;
+		in.placement = survey_placement;
 		in.origins = (const char *const *)names;
 		in.norigins = nnames;
 		rc = resume_decide(&in, &out);
@@ -374,9 +374,9 @@ void resume_run(struct job *j, const char *job, const char *nodes)
 	}
 out:
 	resume_out_free(&out);
-	repl_flat_free(&flat);
-	repl_answers_free(deep, ndeep);
-	repl_answers_free(ans, nans);
+	survey_flat_free(&flat);
+	survey_answers_free(deep, ndeep);
+	survey_answers_free(ans, nans);
 	hostlist_free(names, nnames);
 }
 

@@ -444,8 +444,8 @@ void cverify_run(struct job *j, const char *path, const char *nodes)
 {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	char why[2048];
-	struct repl_answer *ans = NULL;
-	struct repl_flat flat = { 0 };
+	struct survey_answer *ans = NULL;
+	struct survey_flat flat = { 0 };
 	struct cverify_out out;
 	size_t nans = 0, nmembers = 0;
 	char **members = NULL;
@@ -457,24 +457,24 @@ void cverify_run(struct job *j, const char *path, const char *nodes)
 		job_result(j, 2, NULL, NULL, "%s", why);
 		return;
 	}
-	if ((rc = repl_nodes(nodes, &members, &nmembers, why, sizeof(why))) < 0) {
+	if ((rc = survey_nodes(nodes, &members, &nmembers, why, sizeof(why))) < 0) {
 		job_result(j, rc == -EINVAL ? 2 : 1, NULL, NULL, "verify --cluster %s/%s: %s", job,
 			   step, rc == -EINVAL ? why : strerror(-rc));
 		return;
 	}
 	job_set_what(j, "%s/%s on every node", job, step);
 	atomic_store(&j->phase, deep ? "ask --deep" : "ask");
-	rc = repl_survey(job, step, deep, NULL, &ans, &nans);
+	rc = survey_ask(job, step, deep, NULL, &ans, &nans);
 	if (rc < 0) {
 		job_result(j, 1, NULL, NULL, "verify --cluster %s/%s: %s", job, step, strerror(-rc));
 		goto out;
 	}
-	rc = repl_flatten(ans, nans, &flat);
+	rc = survey_flatten(ans, nans, &flat);
 	if (rc == 0) {
 		struct cverify_in in = {
 			.step = step, .nnodes = flat.nnodes, .names = flat.names,
 			.reached = flat.reached, .why = flat.why, .cells = flat.cells,
-			.ncells = flat.ncells, .placement = repl_placement,
+			.ncells = flat.ncells, .placement = survey_placement,
 			.members = (const char *const *)members, .nmembers = nmembers,
 		};
 
@@ -519,7 +519,7 @@ void cverify_run(struct job *j, const char *path, const char *nodes)
 			   "everything");
 	cverify_free(&out);
 out:
-	repl_flat_free(&flat);          /* the strings belong to ans */
-	repl_answers_free(ans, nans);
+	survey_flat_free(&flat);          /* the strings belong to ans */
+	survey_answers_free(ans, nans);
 	hostlist_free(members, nmembers);
 }

@@ -39,7 +39,7 @@ static size_t count_groups(const struct msg *m)
 
 /* A node's answer (fanout.h) into its survey answer: its copy groups, or
  * why there are none. */
-static void take_answer(struct fan_answer *f, bool allsteps, struct repl_answer *ans)
+static void take_answer(struct fan_answer *f, bool allsteps, struct survey_answer *ans)
 {
 	const char *name = peers.hosts.v[f->host].name;
 	struct msg *m = &f->m;
@@ -70,7 +70,7 @@ static void take_answer(struct fan_answer *f, bool allsteps, struct repl_answer 
 }
 
 /* The durable tier's answer, as this node reads it (hold_survey_durable). */
-static void ask_durable(const char *job, const char *step, struct repl_answer *a)
+static void ask_durable(const char *job, const char *step, struct survey_answer *a)
 {
 	struct msg m;
 
@@ -96,12 +96,12 @@ static void ask_durable(const char *job, const char *step, struct repl_answer *a
 	msg_free(&m);
 }
 
-int repl_survey(const char *job, const char *step, bool deep, const char *only,
-		struct repl_answer **out, size_t *n)
+int survey_ask(const char *job, const char *step, bool deep, const char *only,
+	       struct survey_answer **out, size_t *n)
 {
 	size_t nodes = peers.cluster ? peers.hosts.n : 1, nasked = 0;
 	bool durable = durable_on(peers.cfg);
-	struct repl_answer *ans = calloc(nodes + durable, sizeof(*ans));
+	struct survey_answer *ans = calloc(nodes + durable, sizeof(*ans));
 	struct fan_answer *asked = calloc(nodes, sizeof(*asked));
 	size_t self = peers.cluster ? peers.self : 0;
 	struct fanout *f = NULL;
@@ -179,14 +179,14 @@ int repl_survey(const char *job, const char *step, bool deep, const char *only,
 	return 0;
 }
 
-void repl_answers_free(struct repl_answer *a, size_t n)
+void survey_answers_free(struct survey_answer *a, size_t n)
 {
 	for (size_t i = 0; a && i < n; i++)
 		hold_cells_free(a[i].cells, a[i].ncells);
 	free(a);
 }
 
-int repl_flatten(const struct repl_answer *ans, size_t n, struct repl_flat *f)
+int survey_flatten(const struct survey_answer *ans, size_t n, struct survey_flat *f)
 {
 	memset(f, 0, sizeof(*f));
 	f->names = calloc(n ? n : 1, sizeof(*f->names));
@@ -213,11 +213,11 @@ int repl_flatten(const struct repl_answer *ans, size_t n, struct repl_flat *f)
 	f->nnodes = n;
 	return 0;
 fail:
-	repl_flat_free(f);
+	survey_flat_free(f);
 	return -ENOMEM;
 }
 
-void repl_flat_free(struct repl_flat *f)
+void survey_flat_free(struct survey_flat *f)
 {
 	free(f->names);
 	free(f->why);
@@ -226,7 +226,7 @@ void repl_flat_free(struct repl_flat *f)
 	memset(f, 0, sizeof(*f));
 }
 
-int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen)
+int survey_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen)
 {
 	char w[400];
 	int rc;
@@ -253,7 +253,7 @@ int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t why
 	return 0;
 }
 
-size_t repl_placement(const char *origin, const char **holders, size_t cap)
+size_t survey_placement(const char *origin, const char **holders, size_t cap)
 {
 	ssize_t o = peers.cluster ? hosts_find(&peers.hosts, origin) : -1;
 	size_t *idx;

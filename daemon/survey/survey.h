@@ -17,7 +17,7 @@
 
 /* One node's answer in a survey (survey.c). */
 struct hold_cell;
-struct repl_answer {
+struct survey_answer {
 	const char *node;          /* its name in the hosts file, borrowed */
 	int err;                   /* 0: it answered; else -errno and why */
 	char why[512];
@@ -31,27 +31,27 @@ struct repl_answer {
  * (node HOLD_DURABLE, hold_survey_durable); *n of them. only HOLD_DURABLE:
  * the durable tier's alone. 0, -ENOENT (`only` is neither a node of the
  * hosts file nor a durable tier this node has) or -ENOMEM. */
-int repl_survey(const char *job, const char *step, bool deep, const char *only,
-		struct repl_answer **ans, size_t *n);
-void repl_answers_free(struct repl_answer *a, size_t n);
+int survey_ask(const char *job, const char *step, bool deep, const char *only,
+	       struct survey_answer **ans, size_t *n);
+void survey_answers_free(struct survey_answer *a, size_t n);
 /* A survey's answers side by side, as the decisions take them: per node
  * its name, why it was not reached and whether it was; every node's copy
- * groups in one array. The arrays are owned (repl_flat_free), the strings
+ * groups in one array. The arrays are owned (survey_flat_free), the strings
  * stay the answers'. 0 or -ENOMEM. */
-struct repl_flat {
+struct survey_flat {
 	const char **names, **why;
 	bool *reached;
 	size_t nnodes, unreached;
 	struct hold_cell *cells;
 	size_t ncells;
 };
-int repl_flatten(const struct repl_answer *ans, size_t n, struct repl_flat *f);
-void repl_flat_free(struct repl_flat *f);
+int survey_flatten(const struct survey_answer *ans, size_t n, struct survey_flat *f);
+void survey_flat_free(struct survey_flat *f);
 /* --nodes LIST (names or a Slurm hostlist) expanded and checked against the
  * hosts file: 0 and *names (hostlist_free), *n; NULL list: 0 and none.
  * -EINVAL with why naming the bad item or the unknown node, -ENOMEM. */
-int repl_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen);
+int survey_nodes(const char *list, char ***names, size_t *n, char *why, size_t whylen);
 /* Where placement puts ORIGIN's copies: up to cap node names, in order. */
-size_t repl_placement(const char *origin, const char **holders, size_t cap);
+size_t survey_placement(const char *origin, const char **holders, size_t cap);
 
 #endif
