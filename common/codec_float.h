@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Each thread's scratch buffers; codec_thread_end calls these. */
 void codec_float_enc_thread_end(void);
@@ -52,10 +53,31 @@ static inline uint32_t float_get32(const uint8_t *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* A thread's scratch of at least n bytes, kept for its next chunk; NULL if
- * out of memory. One for each direction, so neither depends on the other. */
-uint8_t *codec_float_enc_scratch(size_t n);
-uint8_t *codec_float_dec_scratch(size_t n);
+/* A thread's scratch, kept for its next chunk: one for each direction
+ * (a _Thread_local in each file), so neither depends on the other. */
+struct float_scratch {
+	uint8_t *p;
+	size_t len;
+};
+/* At least n bytes of s; NULL if out of memory. */
+static inline uint8_t *float_scratch_get(struct float_scratch *s, size_t n)
+{
+	if (n > s->len) {
+		uint8_t *p = realloc(s->p, n);
+
+		if (!p)
+			return NULL;
+		s->p = p;
+		s->len = n;
+	}
+	return s->p;
+}
+static inline void float_scratch_free(struct float_scratch *s)
+{
+	free(s->p);
+	s->p = NULL;
+	s->len = 0;
+}
 
 struct codec_params;
 

@@ -17,21 +17,7 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	       "the plane merge writes elements as little-endian integers");
 
-static _Thread_local uint8_t *scratch;
-static _Thread_local size_t scratch_len;
-
-uint8_t *codec_float_dec_scratch(size_t n)
-{
-	if (n > scratch_len) {
-		uint8_t *p = realloc(scratch, n);
-
-		if (!p)
-			return NULL;
-		scratch = p;
-		scratch_len = n;
-	}
-	return scratch;
-}
+static _Thread_local struct float_scratch scratch;
 
 static void merge2(uint8_t *out, size_t ne, const uint8_t *restrict e, const uint8_t *restrict m)
 {
@@ -132,7 +118,7 @@ int codec_float_decompress(const void *in, size_t n, void *out, size_t cap, size
 		return -EBADMSG;
 
 	/* Room for every plane decoded, and for one plane's packed nibbles. */
-	z = codec_float_dec_scratch(es * ne + ne / 2 + 1);
+	z = float_scratch_get(&scratch, es * ne + ne / 2 + 1);
 	if (!z)
 		return -ENOMEM;
 	pk = z + es * ne;
@@ -167,7 +153,5 @@ int codec_float_decompress(const void *in, size_t n, void *out, size_t cap, size
 
 void codec_float_dec_thread_end(void)
 {
-	free(scratch);
-	scratch = NULL;
-	scratch_len = 0;
+	float_scratch_free(&scratch);
 }

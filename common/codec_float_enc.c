@@ -27,21 +27,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define NIB_MAX_ESC_DIV 16
 #define NIB_SAMPLE 8192
 
-static _Thread_local uint8_t *scratch;
-static _Thread_local size_t scratch_len;
-
-uint8_t *codec_float_enc_scratch(size_t n)
-{
-	if (n > scratch_len) {
-		uint8_t *p = realloc(scratch, n);
-
-		if (!p)
-			return NULL;
-		scratch = p;
-		scratch_len = n;
-	}
-	return scratch;
-}
+static _Thread_local struct float_scratch scratch;
 
 /* bf16 and f16 alike: bits 14..7 (bf16's exponent; f16's exponent and top
  * mantissa bits) make plane 0, sign and the low 7 bits plane 1. Written on
@@ -222,7 +208,7 @@ int codec_float_compress(const void *in, size_t n, void *out, size_t cap, size_t
 	if (cap < hdr)
 		return -ENOSPC;
 	/* The planes, then room for the packed nibbles. */
-	planes = codec_float_enc_scratch(n + ne / 2 + 1);
+	planes = float_scratch_get(&scratch, n + ne / 2 + 1);
 	if (!planes)
 		return -ENOMEM;
 	if (es == 2)
@@ -253,7 +239,5 @@ int codec_float_compress(const void *in, size_t n, void *out, size_t cap, size_t
 
 void codec_float_enc_thread_end(void)
 {
-	free(scratch);
-	scratch = NULL;
-	scratch_len = 0;
+	float_scratch_free(&scratch);
 }

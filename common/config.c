@@ -884,8 +884,10 @@ static int parse_section(struct parser *p, char *s)
 	return fail(p, -EINVAL, "section '[%s]': unknown section", name);
 }
 
-static int parse_line(struct parser *p, char *line)
+/* One line of the file (textfile_lines' callback; arg is the parser). */
+static int parse_line(void *arg, char *line)
 {
+	struct parser *p = arg;
 	char why[512];
 	char *s, *eq, *key, *val;
 	size_t i;
@@ -929,14 +931,9 @@ static int parse_line(struct parser *p, char *line)
 	return 0;
 }
 
-static int line_cb(void *arg, char *s)
-{
-	return parse_line(arg, s);
-}
-
 static int parse_text(struct parser *p, char *text, size_t len)
 {
-	int rc = textfile_lines(text, len, &p->line, line_cb, p);
+	int rc = textfile_lines(text, len, &p->line, parse_line, p);
 
 	if (rc == -EILSEQ)
 		return fail(p, -EINVAL, "NUL byte in file");

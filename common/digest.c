@@ -24,17 +24,6 @@ void digest_to_hex(digest_t d, char out[DIGEST_HEX_LEN + 1])
 	out[DIGEST_HEX_LEN] = '\0';
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int digest_from_hex(const char *s, size_t n, digest_t *out)
 {
 	XXH128_canonical_t c;
@@ -42,7 +31,7 @@ int digest_from_hex(const char *s, size_t n, digest_t *out)
 	if (n != DIGEST_HEX_LEN)
 		return -EINVAL;
 	for (int i = 0; i < 16; i++) {
-		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+		int hi = digest_hexval(s[2 * i], true), lo = digest_hexval(s[2 * i + 1], true);
 
 		if (hi < 0 || lo < 0)
 			return -EINVAL;

@@ -209,8 +209,10 @@ static int parse_options(struct parser *p, const char *name, char *s,
 	return 0;
 }
 
-static int parse_line(struct parser *p, char *s)
+/* One line of the file (textfile_lines' callback; arg is the parser). */
+static int parse_line(void *arg, char *s)
 {
+	struct parser *p = arg;
 	char host[256], *name, *addr, *domain = NULL, *rdma = NULL, *key;
 	const char *why;
 	uint16_t port;
@@ -264,14 +266,9 @@ static int parse_line(struct parser *p, char *s)
 	return 0;
 }
 
-static int line_cb(void *arg, char *s)
-{
-	return parse_line(arg, s);
-}
-
 static int parse_text(struct parser *p, char *text, size_t len)
 {
-	int rc = textfile_lines(text, len, &p->line, line_cb, p);
+	int rc = textfile_lines(text, len, &p->line, parse_line, p);
 
 	if (rc == -EILSEQ)
 		return fail(p, -EINVAL, "NUL byte in file");

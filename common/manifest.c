@@ -217,15 +217,6 @@ int mf_escape(const char *raw, size_t n, char *out, size_t cap)
 	return (int)o;
 }
 
-static int hexdigit_upper(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int mf_unescape(char *s, size_t n)
 {
 	size_t o = 0;
@@ -236,8 +227,8 @@ int mf_unescape(char *s, size_t n)
 		unsigned char c = (unsigned char)s[i];
 
 		if (c == '%') {
-			int hi = n - i >= 3 ? hexdigit_upper(s[i + 1]) : -1;
-			int lo = n - i >= 3 ? hexdigit_upper(s[i + 2]) : -1;
+			int hi = n - i >= 3 ? digest_hexval(s[i + 1], false) : -1;
+			int lo = n - i >= 3 ? digest_hexval(s[i + 2], false) : -1;
 
 			if (hi < 0 || lo < 0)
 				return -EINVAL;

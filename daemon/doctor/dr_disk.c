@@ -34,7 +34,6 @@
 #include <limits.h>
 #include <liburing.h>
 #include <linux/openat2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/why.h"
 #include "daemon/engine/wq.h"
 
 #define DR_DEPTH 8u                     /* reads in flight */
@@ -63,18 +63,6 @@ static bool cancelled(bool (*cancel)(void *), void *arg)
 static double rate(uint64_t bytes, uint64_t t0, uint64_t t1)
 {
 	return (double)bytes * 1e9 / (double)(t1 > t0 ? t1 - t0 : 1);
-}
-
-/* Fills why and returns err. */
-__attribute__((format(printf, 4, 5)))
-static int fail(char *why, size_t len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, len, fmt, ap);
-	va_end(ap);
-	return err;
 }
 
 static int set_direct(int fd, bool on)
@@ -288,11 +276,11 @@ static int io_fail(struct probe *p, int err, const char *what)
 	struct dr_disk *o = p->out;
 
 	if (err == -ENOSPC)
-		return fail(o->why, sizeof(o->why), err, "no space left on %s (writing %llu MiB to %s)",
+		return why_fail(o->why, sizeof(o->why), err, "no space left on %s (writing %llu MiB to %s)",
 			    p->dir, (unsigned long long)(p->size >> 20), p->name);
 	if (err == -ECANCELED)
-		return fail(o->why, sizeof(o->why), err, "the probe of %s was cancelled", p->dir);
-	return fail(o->why, sizeof(o->why), err, "cannot %s %s/%s: %s", what, p->dir, p->name,
+		return why_fail(o->why, sizeof(o->why), err, "the probe of %s was cancelled", p->dir);
+	return why_fail(o->why, sizeof(o->why), err, "cannot %s %s/%s: %s", what, p->dir, p->name,
 		    strerror(-err));
 }
 
@@ -305,7 +293,7 @@ static int write_phase(struct probe *p, bool (*cancel)(void *), void *arg, bool 
 
 	rc = wq_open(&q);
 	if (rc < 0)
-		return fail(p->out->why, sizeof(p->out->why), rc,
+		return why_fail(p->out->why, sizeof(p->out->why), rc,
 			    "cannot set up io_uring to probe %s: %s", p->dir, strerror(-rc));
 	wq_begin(&q, p->fd, p->size, true);
 	t0 = mono_ns();
@@ -361,20 +349,20 @@ static int read_phase(struct probe *p, bool (*cancel)(void *), void *arg, bool *
 		posix_fadvise(p->fd, 0, 0, POSIX_FADV_DONTNEED);
 	rc = rd_open(&r);
 	if (rc < 0)
-		return fail(p->out->why, sizeof(p->out->why), rc,
+		return why_fail(p->out->why, sizeof(p->out->why), rc,
 			    "cannot set up io_uring to probe %s: %s", p->dir, strerror(-rc));
 	t0 = mono_ns();
 	rc = rd_file(&r, p->fd, p->size, direct, cancel, arg, check_stamps, p, &got);
 	t1 = mono_ns();
 	rd_close(&r);
 	if (rc == -EILSEQ)
-		return fail(p->out->why, sizeof(p->out->why), -EIO,
+		return why_fail(p->out->why, sizeof(p->out->why), -EIO,
 			    "%s/%s read back other bytes than were written (at offset %llu)",
 			    p->dir, p->name, (unsigned long long)p->bad_off);
 	if (rc < 0)
 		return io_fail(p, rc, "read back");
 	if (got < p->size)
-		return fail(p->out->why, sizeof(p->out->why), -EIO,
+		return why_fail(p->out->why, sizeof(p->out->why), -EIO,
 			    "%s/%s read back %llu of the %llu bytes written", p->dir, p->name,
 			    (unsigned long long)got, (unsigned long long)p->size);
 	p->out->read_Bps = rate(p->size, t0, t1);
@@ -417,10 +405,10 @@ int dr_disk_probe(const char *dir, uint64_t bytes, bool (*cancel)(void *), void 
 	p.size = out->bytes = round_piece(bytes);
 	p.dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (p.dfd < 0)
-		return out->err = fail(out->why, sizeof(out->why), -errno, "cannot open %s: %s",
+		return out->err = why_fail(out->why, sizeof(out->why), -errno, "cannot open %s: %s",
 				       dir, strerror(errno));
 	if (fstat(p.dfd, &st) < 0 || fstatvfs(p.dfd, &vfs) < 0) {
-		rc = fail(out->why, sizeof(out->why), -errno, "cannot stat %s: %s", dir,
+		rc = why_fail(out->why, sizeof(out->why), -errno, "cannot stat %s: %s", dir,
 			  strerror(errno));
 		goto out_close_dir;
 	}
@@ -430,7 +418,7 @@ int dr_disk_probe(const char *dir, uint64_t bytes, bool (*cancel)(void *), void 
 	/* Writing into the last free bytes would fail whatever else writes
 	 * there meanwhile (a trainer's checkpoint): refuse instead. */
 	if (p.size > out->free_bytes) {
-		rc = fail(out->why, sizeof(out->why), -ENOSPC,
+		rc = why_fail(out->why, sizeof(out->why), -ENOSPC,
 			  "no space left on %s for the probe (%llu MiB free, it writes %llu MiB)",
 			  dir, (unsigned long long)(out->free_bytes >> 20),
 			  (unsigned long long)(p.size >> 20));
@@ -443,7 +431,7 @@ int dr_disk_probe(const char *dir, uint64_t bytes, bool (*cancel)(void *), void 
 	snprintf(p.name, sizeof(p.name), ".stage-doctor.%ld.%ld", (long)getpid(), (long)gettid());
 	p.fd = openat(p.dfd, p.name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (p.fd < 0) {
-		rc = fail(out->why, sizeof(out->why), -errno, "cannot create %s/%s: %s", dir,
+		rc = why_fail(out->why, sizeof(out->why), -errno, "cannot create %s/%s: %s", dir,
 			  p.name, strerror(errno));
 		goto out_close_dir;
 	}
@@ -460,7 +448,7 @@ int dr_disk_probe(const char *dir, uint64_t bytes, bool (*cancel)(void *), void 
 	out->direct = rc == 0 && wdirect && rdirect;
 	rm = remove_mine(&p, &mine);
 	if (rm < 0 && rc == 0)
-		rc = fail(out->why, sizeof(out->why), rm, "cannot remove %s/%s: %s", dir, p.name,
+		rc = why_fail(out->why, sizeof(out->why), rm, "cannot remove %s/%s: %s", dir, p.name,
 			  strerror(-rm));
 out_close_file:
 	close(p.fd);
@@ -688,7 +676,7 @@ static int walk(struct walker *w, int rootfd, const char *root, uint32_t max_ent
 	int rc = open_dir(w, rootfd, ".");
 
 	if (rc < 0 || (rc = push(w, rc, 0)) < 0)
-		return fail(o->why, sizeof(o->why), rc, "cannot list %s: %s", root,
+		return why_fail(o->why, sizeof(o->why), rc, "cannot list %s: %s", root,
 			    strerror(-rc));
 	while (w->depth) {
 		struct frame *f = &w->stack[w->depth - 1];
@@ -696,7 +684,7 @@ static int walk(struct walker *w, int rootfd, const char *root, uint32_t max_ent
 		int k;
 
 		if (cancelled(cancel, arg))
-			return fail(o->why, sizeof(o->why), -ECANCELED,
+			return why_fail(o->why, sizeof(o->why), -ECANCELED,
 				    "the probe of %s was cancelled", root);
 		if (max_entries) {
 			if (w->entries >= max_entries)
@@ -713,7 +701,7 @@ static int walk(struct walker *w, int rootfd, const char *root, uint32_t max_ent
 		frame_subs_free(f);
 		k = list_some(w, f, want);
 		if (k < 0 && w->depth == 1)
-			return fail(o->why, sizeof(o->why), k, "cannot list %s: %s", root,
+			return why_fail(o->why, sizeof(o->why), k, "cannot list %s: %s", root,
 				    strerror(-k));
 		if (k <= 0) {
 			pop(w);         /* done, or a directory below ROOT that fails: passed over */
@@ -721,7 +709,7 @@ static int walk(struct walker *w, int rootfd, const char *root, uint32_t max_ent
 		}
 		rc = stat_batch(w, f, (unsigned)k);
 		if (rc < 0)
-			return fail(o->why, sizeof(o->why), rc, "cannot stat the names in %s: %s",
+			return why_fail(o->why, sizeof(o->why), rc, "cannot stat the names in %s: %s",
 				    root, strerror(-rc));
 	}
 	return 0;
@@ -776,7 +764,7 @@ static int read_cands(struct walker *w, int rootfd, const char *root, uint64_t b
 	qsort(w->cand, w->ncand, sizeof(w->cand[0]), cand_cmp);
 	rc = rd_open(&r);
 	if (rc < 0)
-		return fail(o->why, sizeof(o->why), rc, "cannot set up io_uring to probe %s: %s",
+		return why_fail(o->why, sizeof(o->why), rc, "cannot set up io_uring to probe %s: %s",
 			    root, strerror(-rc));
 	t0 = mono_ns();
 	for (unsigned i = 0; i < w->ncand && o->bytes_read < bytes; i++) {
@@ -787,7 +775,7 @@ static int read_cands(struct walker *w, int rootfd, const char *root, uint64_t b
 		int fd;
 
 		if (cancelled(cancel, arg)) {
-			rc = fail(o->why, sizeof(o->why), -ECANCELED, "the probe of %s was cancelled",
+			rc = why_fail(o->why, sizeof(o->why), -ECANCELED, "the probe of %s was cancelled",
 				  root);
 			break;
 		}
@@ -814,11 +802,11 @@ static int read_cands(struct walker *w, int rootfd, const char *root, uint64_t b
 		if (got && !dio)
 			all_direct = false;
 		if (rc == -ECANCELED) {
-			rc = fail(o->why, sizeof(o->why), rc, "the probe of %s was cancelled", root);
+			rc = why_fail(o->why, sizeof(o->why), rc, "the probe of %s was cancelled", root);
 			break;
 		}
 		if (rc < 0) {
-			rc = fail(o->why, sizeof(o->why), rc, "cannot read %s/%s: %s", root, rel,
+			rc = why_fail(o->why, sizeof(o->why), rc, "cannot read %s/%s: %s", root, rel,
 				  strerror(-rc));
 			break;
 		}
@@ -826,7 +814,7 @@ static int read_cands(struct walker *w, int rootfd, const char *root, uint64_t b
 	t1 = mono_ns();
 	rd_close(&r);
 	if (rc == 0 && !opened && first_err)
-		rc = fail(o->why, sizeof(o->why), first_err,
+		rc = why_fail(o->why, sizeof(o->why), first_err,
 			  "cannot read any file under %s (%s: %s)", root, first_rel,
 			  strerror(-first_err));
 	if (o->bytes_read) {
@@ -847,16 +835,16 @@ int dr_source_probe(const char *root, uint64_t bytes, uint32_t max_entries, int 
 	memset(out, 0, sizeof(*out));
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0)
-		return out->err = fail(out->why, sizeof(out->why), -errno,
+		return out->err = why_fail(out->why, sizeof(out->why), -errno,
 				       "cannot open source root %s: %s", root, strerror(errno));
 	if (statx(rootfd, "", AT_EMPTY_PATH, STATX_TYPE, &x) < 0) {
-		rc = fail(out->why, sizeof(out->why), -errno, "cannot stat %s: %s", root,
+		rc = why_fail(out->why, sizeof(out->why), -errno, "cannot stat %s: %s", root,
 			  strerror(errno));
 		goto out_close_root;
 	}
 	w = calloc(1, sizeof(*w));
 	if (!w) {
-		rc = fail(out->why, sizeof(out->why), -ENOMEM, "probe of %s: %s", root,
+		rc = why_fail(out->why, sizeof(out->why), -ENOMEM, "probe of %s: %s", root,
 			  strerror(ENOMEM));
 		goto out_close_root;
 	}
@@ -865,7 +853,7 @@ int dr_source_probe(const char *root, uint64_t bytes, uint32_t max_entries, int 
 	w->noatime = true;
 	rc = io_uring_queue_init(DR_BATCH, &w->ring, 0);
 	if (rc < 0) {
-		rc = fail(out->why, sizeof(out->why), rc, "cannot set up io_uring to probe %s: %s",
+		rc = why_fail(out->why, sizeof(out->why), rc, "cannot set up io_uring to probe %s: %s",
 			  root, strerror(-rc));
 		goto out_free_walker;
 	}
