@@ -242,7 +242,9 @@ static bool wait_for_jobs(void)
 	return false;
 }
 
-int main(int argc, char **argv)
+/* The command line and the configuration: -1 to go on, or the exit status
+ * (d->cfg freed unless going on). */
+static int configure(int argc, char **argv, struct daemon *d, bool *foreground)
 {
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' },
@@ -253,16 +255,14 @@ int main(int argc, char **argv)
 		{ 0 },
 	};
 	const char *config_path = NULL;
-	bool foreground = false, print = false;
-	struct daemon d = { .listen_fd = -1, .sig_fd = -1 };
+	bool print = false;
 	char why[4096];
-	sigset_t mask;
 	int c, ret;
 
 	while ((c = getopt_long(argc, argv, "c:fh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config_path = optarg; break;
-		case 'f': foreground = true; break;
+		case 'f': *foreground = true; break;
 		case 'p': print = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': puts("staged " STAGE_VERSION); return 0;
@@ -274,25 +274,92 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (config_defaults(&d.cfg) < 0) {
+	if (config_defaults(&d->cfg) < 0) {
 		fprintf(stderr, "staged: out of memory\n");
 		return 1;
 	}
-	if (config_path && config_load(&d.cfg, config_path, why, sizeof(why)) < 0) {
+	if (config_path && config_load(&d->cfg, config_path, why, sizeof(why)) < 0) {
 		fprintf(stderr, "staged: %s\n", why);
 		ret = 2;
-		goto out_config;
-	}
-	if (doctor_check_config(&d.cfg, why, sizeof(why)) < 0) {
+	} else if (doctor_check_config(&d->cfg, why, sizeof(why)) < 0) {
 		fprintf(stderr, "staged: %s: %s\n", config_path ? config_path : "the defaults", why);
 		ret = 2;
-		goto out_config;
-	}
-	if (print) {
-		config_print(&d.cfg, stdout);
+	} else if (print) {
+		config_print(&d->cfg, stdout);
 		ret = 0;
-		goto out_config;
+	} else {
+		return -1;
 	}
+	config_free(&d->cfg);
+	return ret;
+}
+
+/* The services behind the control socket, in the order they depend on one
+ * another: the peer layer (with every request a peer may make registered
+ * first), replication, the metrics, the durable tier. 0, or the exit
+ * status with each started one stopped again (stop_services is the
+ * mirror). */
+static int start_services(struct daemon *d, bool foreground)
+{
+	char why[4096];
+	bool metrics;
+	int ret;
+
+	/* What this node answers on a peer's connection: the requests of the
+	 * cluster features above replication (replication registers its offer
+	 * in repl_open). */
+	peers_serve(MSG_HOLD_REQ, hold_serve, NULL);
+	peers_serve(MSG_FETCH_REQ, restore_fetch_serve, NULL);
+	peers_serve(MSG_DOCTOR_ASK, doctor_serve, NULL);
+	peers_serve(MSG_RESTORE_ASK, resume_serve, NULL);
+	peers_serve(MSG_RESEND_ASK, resume_serve, NULL);
+	peers_serve(MSG_RELAY, fanout_serve, NULL);
+	peers_serve(MSG_CPULL_ASK, cpull_node_serve, NULL);
+	peers_serve(MSG_CPULL_FETCH, cpull_fetch_serve, NULL);
+	ret = peers_open(&d->cfg, why, sizeof(why));
+	if (ret == 0 && (ret = repl_open(&d->cfg, why, sizeof(why))) < 0)
+		peers_close();
+	if (ret < 0) {
+		log_err("%s", why);
+		if (foreground)
+			fprintf(stderr, "staged: %s\n", why);
+		started(2, why);
+		return 2;
+	}
+	ret = metrics_start(&d->cfg, why, sizeof(why));
+	metrics = ret == 0;
+	if (ret == 0 && (ret = durable_start(&d->cfg, why, sizeof(why))) == 0)
+		return 0;
+	log_err("%s", why);
+	started(1, why);
+	if (metrics)
+		metrics_stop();
+	peers_stop();
+	repl_close();
+	peers_close();
+	return 1;
+}
+
+static void stop_services(void)
+{
+	durable_stop();
+	metrics_stop();
+	peers_stop();
+	repl_close();
+	peers_close();
+}
+
+int main(int argc, char **argv)
+{
+	bool foreground = false;
+	struct daemon d = { .listen_fd = -1, .sig_fd = -1 };
+	char why[4096];
+	sigset_t mask;
+	int ret;
+
+	ret = configure(argc, argv, &d, &foreground);
+	if (ret >= 0)
+		return ret;
 	log_threshold = (enum log_level)d.cfg.log_level;
 	log_open("staged", STDERR_FILENO);
 	raise_nofile();
@@ -331,42 +398,9 @@ int main(int argc, char **argv)
 		ret = 1;
 		goto out_unlisten;
 	}
-	/* What this node answers on a peer's connection: the requests of the
-	 * cluster features above replication (replication registers its offer
-	 * in repl_open). */
-	peers_serve(MSG_HOLD_REQ, hold_serve, NULL);
-	peers_serve(MSG_FETCH_REQ, restore_fetch_serve, NULL);
-	peers_serve(MSG_DOCTOR_ASK, doctor_serve, NULL);
-	peers_serve(MSG_RESTORE_ASK, resume_serve, NULL);
-	peers_serve(MSG_RESEND_ASK, resume_serve, NULL);
-	peers_serve(MSG_RELAY, fanout_serve, NULL);
-	peers_serve(MSG_CPULL_ASK, cpull_node_serve, NULL);
-	peers_serve(MSG_CPULL_FETCH, cpull_fetch_serve, NULL);
-	ret = peers_open(&d.cfg, why, sizeof(why));
-	if (ret == 0 && (ret = repl_open(&d.cfg, why, sizeof(why))) < 0)
-		peers_close();
-	if (ret < 0) {
-		log_err("%s", why);
-		if (foreground)
-			fprintf(stderr, "staged: %s\n", why);
-		started(2, why);
-		ret = 2;
+	ret = start_services(&d, foreground);
+	if (ret)
 		goto out_close_signal;
-	}
-	ret = metrics_start(&d.cfg, why, sizeof(why));
-	if (ret < 0) {
-		log_err("%s", why);
-		started(1, why);
-		ret = 1;
-		goto out_close_repl;
-	}
-	ret = durable_start(&d.cfg, why, sizeof(why));
-	if (ret < 0) {
-		log_err("%s", why);
-		started(1, why);
-		ret = 1;
-		goto out_stop_metrics;
-	}
 	ret = io_uring_queue_init(64, &d.ring, 0);
 	if (ret < 0) {
 		snprintf(why, sizeof(why), "io_uring: %s (kernel.io_uring_disabled, or the "
@@ -374,7 +408,7 @@ int main(int argc, char **argv)
 		log_err("%s", why);
 		started(1, why);
 		ret = 1;
-		goto out_stop_durable;
+		goto out_stop_services;
 	}
 	log_info("node %s listening on %s (stage_root %s)", d.cfg.name, d.cfg.socket,
 		 d.cfg.stage_root);
@@ -399,14 +433,8 @@ int main(int argc, char **argv)
 	}
 	log_info("stopped");
 	ret = ret < 0 ? 1 : 0;
-out_stop_durable:
-	durable_stop();
-out_stop_metrics:
-	metrics_stop();
-out_close_repl:
-	peers_stop();
-	repl_close();
-	peers_close();
+out_stop_services:
+	stop_services();
 out_close_signal:
 	close(d.sig_fd);
 out_unlisten:

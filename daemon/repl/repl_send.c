@@ -270,17 +270,140 @@ static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct
 
 /* One copy: 0 confirmed; -EREMOTEIO refused (why); -ESTALE the checkpoint
  * changed (why); other -errno: the connection failed (why). */
+/* MSG_OFFER and the manifest (mf_fd, size bytes) in MSG_MANIFEST slices.
+ * 0, or -errno with why (-ESTALE: the manifest could not be read). */
+static int send_offer(struct sender *s, const char *job, const char *step, digest_t root,
+		      int mf_fd, uint64_t mf_size, char *why, size_t whylen)
+{
+	char hex[DIGEST_HEX_LEN + 1];
+	uint8_t *slice;
+	struct msg m;
+	int rc;
+
+	digest_to_hex(root, hex);
+	msg_init(&m, MSG_OFFER);
+	msg_put_str(&m, K_ORIGIN, repl.cfg->name);
+	msg_put_str(&m, K_JOB, job);
+	msg_put_str(&m, K_STEP, step);
+	msg_put_str(&m, K_ROOT, hex);
+	msg_put_u64(&m, K_SIZE, mf_size);
+	rc = s->x->ops->send(s->x, &m);
+	msg_free(&m);
+	slice = malloc(REPL_MF_SLICE);
+	for (uint64_t at = 0; rc == 0 && at < mf_size; ) {
+		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)at) : -1;
+
+		if (n <= 0) {
+			snprintf(why, whylen, "reading the manifest of %s/%s: %s", job, step,
+				 n < 0 ? strerror(errno) : "it shrank");
+			rc = -ESTALE;
+			break;
+		}
+		msg_init(&m, MSG_MANIFEST);
+		msg_put_u64(&m, K_OFFSET, at);
+		rc = s->x->ops->send_tail(s->x, &m, K_DATA, slice, (size_t)n);
+		msg_free(&m);
+		at += (uint64_t)n;
+	}
+	free(slice);
+	if (rc < 0 && rc != -ESTALE)
+		snprintf(why, whylen, "sending the offer: %s", strerror(-rc));
+	return rc;
+}
+
+/* Every file of the manifest from the receiver's resume point on (the
+ * entries before it are counted as sent). 0, or -errno with why. */
+static int send_files(struct sender *s, struct out *o, int step_fd, uint64_t want_idx,
+		      uint64_t want_off, char *why, size_t whylen)
+{
+	struct mf_reader *mr = NULL;
+	uint64_t idx = 0, g = 0;
+	struct mf_entry e;
+	int rc;
+
+	rc = mf_reader_open(&mr, step_fd, MF_NAME, MF_COMPLETE);
+	if (rc < 0) {
+		snprintf(why, whylen, "the manifest of %s/%s: %s", o->job, o->step, strerror(-rc));
+		return -ESTALE;
+	}
+	o->step_fd = step_fd;
+	while ((rc = mf_reader_next(mr, &e)) == 1) {
+		o->chunk = mf_reader_chunk_size(mr);
+		if (idx >= want_idx && e.type == MF_FILE && e.size > 0) {
+			uint64_t off = idx == want_idx ? want_off : 0;
+
+			o->sent += off < e.size ? off : e.size;  /* durable there already */
+			rc = send_file(s, o, idx, &e, g, off, why, whylen);
+		} else if (e.type == MF_FILE) {
+			o->sent += e.size;
+		}
+		if (e.type == MF_FILE && e.size > 0)
+			g += e.nchunks ? e.nchunks : 1;
+		mf_entry_free(&e);
+		idx++;
+		if (rc < 0)
+			break;
+		if (repl.stopping) {
+			rc = -ECANCELED;
+			snprintf(why, whylen, "the daemon is stopping");
+			break;
+		}
+	}
+	if (rc < 0 && rc != -ECANCELED && why[0] == '\0')
+		snprintf(why, whylen, "the manifest of %s/%s: %s", o->job, o->step,
+			 mf_reader_why(mr));
+	mf_reader_close(mr);
+	return rc;
+}
+
+/* MSG_END, and the receiver's MSG_DONE once the copy is durable and
+ * published there. 0, or -errno with why. */
+static int finish(struct sender *s, const struct out *o, char *why, size_t whylen)
+{
+	uint64_t code;
+	struct msg m;
+	int rc;
+
+	zp_pause(&s->z, mono_ns(), queued(s->x));
+	msg_init(&m, MSG_END);
+	rc = s->x->ops->send(s->x, &m);
+	msg_free(&m);
+	if (rc < 0)
+		return send_failed(s, rc, why, whylen);
+	s->x->ops->set_timeout(s->x, held_ms(o->gap, REPL_FINISH_MS));
+	rc = expect(s->x, &m, MSG_DONE, why, whylen);
+	s->x->ops->set_timeout(s->x, peers_io_ms());
+	if (rc == 0) {
+		code = 1;
+		msg_get_u64(&m, K_CODE, &code);
+		if (code != 0) {
+			char text[PEER_TEXT_MAX + 1];
+
+			peer_error_of(&m, text);
+			snprintf(why, whylen, "refused: %s", text);
+			rc = -EREMOTEIO;
+		}
+		msg_free(&m);
+	}
+	if (rc == 0) {
+		log_info("%s/%s to %s: %llu bytes sent, %llu held there already", o->job, o->step,
+			 s->h->name, (unsigned long long)o->raw, (unsigned long long)o->held);
+		pthread_mutex_lock(&repl.lock);
+		s->p->held += o->held;
+		pthread_mutex_unlock(&repl.lock);
+	}
+	return rc;
+}
+
 static int send_copy(struct sender *s, const char *job, const char *step, uint64_t seq,
 		     digest_t root, uint64_t total, char *why, size_t whylen)
 {
-	char rel[2 * CKPT_NAME_MAX + 2], hex[DIGEST_HEX_LEN + 1];
-	struct mf_reader *mr = NULL;
-	struct mf_entry e;
+	char rel[2 * CKPT_NAME_MAX + 2];
 	struct msg m;
-	uint64_t code = 0, want_idx = 0, want_off = 0, idx = 0, g = 0, mf_size;
+	uint64_t code = 0, want_idx = 0, want_off = 0;
 	int root_fd, step_fd, mf_fd, rc;
 	struct stat st;
-	uint8_t *slice, *bits = NULL;
+	uint8_t *bits = NULL;
 	const uint8_t *hb;
 	size_t hn;
 	struct out o = { .job = job, .step = step, .seq = seq, .total = total };
@@ -301,38 +424,9 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		rc = -ESTALE;
 		goto out_close_step;
 	}
-	mf_size = (uint64_t)st.st_size;
-	digest_to_hex(root, hex);
-	msg_init(&m, MSG_OFFER);
-	msg_put_str(&m, K_ORIGIN, repl.cfg->name);
-	msg_put_str(&m, K_JOB, job);
-	msg_put_str(&m, K_STEP, step);
-	msg_put_str(&m, K_ROOT, hex);
-	msg_put_u64(&m, K_SIZE, mf_size);
-	rc = s->x->ops->send(s->x, &m);
-	msg_free(&m);
-	slice = malloc(REPL_MF_SLICE);
-	for (uint64_t at = 0; rc == 0 && at < mf_size; ) {
-		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)at) : -1;
-
-		if (n <= 0) {
-			snprintf(why, whylen, "reading the manifest of %s: %s", rel,
-				 n < 0 ? strerror(errno) : "it shrank");
-			rc = -ESTALE;
-			break;
-		}
-		msg_init(&m, MSG_MANIFEST);
-		msg_put_u64(&m, K_OFFSET, at);
-		rc = s->x->ops->send_tail(s->x, &m, K_DATA, slice, (size_t)n);
-		msg_free(&m);
-		at += (uint64_t)n;
-	}
-	free(slice);
-	if (rc < 0) {
-		if (rc != -ESTALE)
-			snprintf(why, whylen, "sending the offer: %s", strerror(-rc));
+	rc = send_offer(s, job, step, root, mf_fd, (uint64_t)st.st_size, why, whylen);
+	if (rc < 0)
 		goto out_close_mf;
-	}
 	s->x->ops->set_timeout(s->x, REPL_FINISH_MS);
 	rc = expect(s->x, &m, MSG_WANT, why, whylen);
 	if (rc < 0)
@@ -351,70 +445,9 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		rc = 0;         /* it already holds this very checkpoint */
 		goto out_close_mf;
 	}
-	rc = mf_reader_open(&mr, step_fd, MF_NAME, MF_COMPLETE);
-	if (rc < 0) {
-		snprintf(why, whylen, "the manifest of %s: %s", rel, strerror(-rc));
-		rc = -ESTALE;
-		goto out_close_mf;
-	}
-	o.step_fd = step_fd;
-	while ((rc = mf_reader_next(mr, &e)) == 1) {
-		o.chunk = mf_reader_chunk_size(mr);
-		if (idx >= want_idx && e.type == MF_FILE && e.size > 0) {
-			uint64_t off = idx == want_idx ? want_off : 0;
-
-			o.sent += off < e.size ? off : e.size;  /* durable there already */
-			rc = send_file(s, &o, idx, &e, g, off, why, whylen);
-		} else if (e.type == MF_FILE) {
-			o.sent += e.size;
-		}
-		if (e.type == MF_FILE && e.size > 0)
-			g += e.nchunks ? e.nchunks : 1;
-		mf_entry_free(&e);
-		idx++;
-		if (rc < 0)
-			break;
-		if (repl.stopping) {
-			rc = -ECANCELED;
-			snprintf(why, whylen, "the daemon is stopping");
-			break;
-		}
-	}
-	if (rc < 0 && rc != -ECANCELED && why[0] == '\0')
-		snprintf(why, whylen, "the manifest of %s: %s", rel, mf_reader_why(mr));
-	mf_reader_close(mr);
-	if (rc < 0)
-		goto out_close_mf;
-	zp_pause(&s->z, mono_ns(), queued(s->x));
-	msg_init(&m, MSG_END);
-	rc = s->x->ops->send(s->x, &m);
-	msg_free(&m);
-	if (rc < 0) {
-		rc = send_failed(s, rc, why, whylen);
-		goto out_close_mf;
-	}
-	s->x->ops->set_timeout(s->x, held_ms(o.gap, REPL_FINISH_MS));
-	rc = expect(s->x, &m, MSG_DONE, why, whylen);
-	s->x->ops->set_timeout(s->x, peers_io_ms());
-	if (rc == 0) {
-		code = 1;
-		msg_get_u64(&m, K_CODE, &code);
-		if (code != 0) {
-			char text[PEER_TEXT_MAX + 1];
-
-			peer_error_of(&m, text);
-			snprintf(why, whylen, "refused: %s", text);
-			rc = -EREMOTEIO;
-		}
-		msg_free(&m);
-	}
-	if (rc == 0) {
-		log_info("%s/%s to %s: %llu bytes sent, %llu held there already", job, step,
-			 s->h->name, (unsigned long long)o.raw, (unsigned long long)o.held);
-		pthread_mutex_lock(&repl.lock);
-		s->p->held += o.held;
-		pthread_mutex_unlock(&repl.lock);
-	}
+	rc = send_files(s, &o, step_fd, want_idx, want_off, why, whylen);
+	if (rc == 0)
+		rc = finish(s, &o, why, whylen);
 out_close_mf:
 	free(bits);
 	if (mf_fd >= 0)

@@ -617,34 +617,33 @@ static void count_left(const struct verify_finding *f, void *arg)
 		l->other++;
 }
 
-static void run(struct restore *r, const char *from)
+/* The survey, the copy chosen and its manifest fetched (*mf: the
+ * manifest the tree is checked against). 0, or -1 with the job's result
+ * given. */
+static int choose_copy(struct restore *r, const char *from, struct survey_answer **ans,
+		       size_t *nans, const char **mf)
 {
-	struct survey_answer *ans = NULL;
-	struct leftover left = { 0 };
-	char source[RSRC_MAX * (CKPT_NAME_MAX + 64)];
-	size_t nans = 0;
 	digest_t local_root;
-	const char *mf = "manifest";
 	bool have_local;
 	int rc;
 
-	rc = survey_ask(r->job, r->step, false, from, &ans, &nans);
+	rc = survey_ask(r->job, r->step, false, from, ans, nans);
 	if (rc == -ENOENT && strcmp(from, HOLD_DURABLE) == 0) {
 		job_result(r->j, 2, NULL, NULL, "--from %s: this node has no durable tier ([durable] "
 			   "root in its config)", from);
-		return;
+		return -1;
 	}
 	if (rc == -ENOENT) {
 		job_result(r->j, 2, NULL, NULL, "--from %s: not a node of the hosts file %s, nor "
 			   "\"%s\"", from, peers.cfg->hosts, HOLD_DURABLE);
-		return;
+		return -1;
 	}
 	if (rc < 0 || (rc = open_dirs(r)) < 0) {
 		/* A link where JOB or STEP belongs is a refusal, like a path
 		 * outside the roots; anything else a failure. */
 		job_result(r->j, rc == -ELOOP || rc == -ENOTDIR ? 2 : 1, NULL, NULL, "restore: %s",
 			   *r->why ? r->why : strerror(-rc));
-		goto out;
+		return -1;
 	}
 	have_local = ckpt_manifest_root(r->stage_fd, "manifest", &local_root, NULL, NULL, 0) == 0;
 	if (r->pin && have_local && !digest_eq(local_root, *r->pin)) {
@@ -655,21 +654,21 @@ static void run(struct restore *r, const char *from)
 		job_result(r->j, 1, NULL, NULL, "not restoring %s: this node's manifest of it (root "
 			   "%s) is of another commit than the one chosen (root %s); `stage restore "
 			   "%s --from %s` takes that copy whole", r->path, a, b, r->path, from);
-		goto out;
+		return -1;
 	}
 	/* Pinned, the holder's copy must be of that commit too: no forcing. */
-	if (choose(r, ans, nans, have_local, local_root, from != NULL && !r->pin) < 0) {
+	if (choose(r, *ans, *nans, have_local, local_root, from != NULL && !r->pin) < 0) {
 		job_result(r->j, 1, NULL, NULL, "cannot restore %s: %s", r->path, r->why);
-		goto out;
+		return -1;
 	}
 	if (r->pin && !digest_eq(r->root, *r->pin)) {
 		job_result(r->j, 1, NULL, NULL, "not restoring %s: the copy on %s is of another "
 			   "commit than the one chosen (it changed since)", r->path, r->holder);
-		goto out;
+		return -1;
 	}
 	rc = rlane_open(&r->lanes[0]);
 	if (rc == 0 && (!have_local || !digest_eq(local_root, r->root))) {
-		mf = MF_FETCHED;
+		*mf = MF_FETCHED;
 		rc = fetch_manifest(&r->lanes[0]);
 		while (rc < 0 && rlane_fall_back(&r->lanes[0], NULL, rc) == 0)
 			rc = fetch_manifest(&r->lanes[0]);
@@ -677,11 +676,21 @@ static void run(struct restore *r, const char *from)
 	if (rc < 0) {
 		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s", r->path, restore_said(r->holder),
 			   r->lanes[0].why);
-		goto out;
+		return -1;
 	}
 	r->holder = r->lanes[0].src->name;     /* the chosen copy, or the one fallen back to */
 	job_note(r->j, LOG_INFO, NULL, NULL, "restoring %s from the copy on %s", r->path,
 		 restore_said(r->holder));
+	return 0;
+}
+
+/* The step marked, its damage repaired, the whole tree proven against the
+ * manifest, and the manifest put in place last. 0, or -errno with r->why
+ * (the mark stays: a rerun finishes it). */
+static int rebuild(struct restore *r, const char *mf, struct leftover *left)
+{
+	int rc;
+
 	/* From here until it is whole again the step is marked: neither the
 	 * watcher nor `stage commit` may commit it (and replicate half a
 	 * restore over the intact copies), even after a crash. A manifest of
@@ -719,12 +728,12 @@ static void run(struct restore *r, const char *from)
 	if (rc == 0) {
 		/* Proof before the manifest: the tree matches it in every entry. */
 		rc = verify_tree(r->j, r->path, r->step_fd, &(struct verify_opts){
-					 .bad = count_left, .arg = &left, .manifest = mf });
-		if (rc == 1 && !left.other)
+					 .bad = count_left, .arg = left, .manifest = mf });
+		if (rc == 1 && !left->other)
 			rc = 0;         /* only entries not in the manifest: left alone */
 		if (rc != 0) {
 			snprintf(r->why, sizeof(r->why), "it still does not match the manifest "
-				 "afterwards (%llu entries%s%s)", (unsigned long long)left.other,
+				 "afterwards (%llu entries%s%s)", (unsigned long long)left->other,
 				 rc < 0 ? "; " : "", rc < 0 ? strerror(-rc) : "");
 			rc = rc < 0 ? rc : -EIO;
 		}
@@ -738,24 +747,14 @@ static void run(struct restore *r, const char *from)
 				 strerror(errno));
 		}
 	}
-	if (rc < 0) {
-		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s%s", r->path, restore_said(r->holder),
-			   *r->why ? r->why : strerror(-rc),
-			   "; the step stays marked unfinished: run the restore again");
-		goto out;
-	}
-	repl_restored(r->job, r->step, r->root, atomic_load(&r->j->files_total),
-		      atomic_load(&r->j->bytes_total));
-	damage_remove(r->stage_fd);     /* what it named is repaired */
-	unmark(r);
-	if (r->then) {
-		struct survey_flat f;
+	return rc;
+}
 
-		if (survey_flatten(ans, nans, &f) == 0) {
-			r->then(r->j, r->job, r->step, f.cells, f.ncells);
-			survey_flat_free(&f);
-		}
-	}
+/* The result of a restore that succeeded: what was fetched, kept, trusted. */
+static void report(struct restore *r, const struct leftover *left)
+{
+	char source[RSRC_MAX * (CKPT_NAME_MAX + 64)];
+
 	sources_said(r, source, sizeof(source));
 	if (!r->files_fixed && !r->files_patched && !r->nbad) {
 		job_result(r->j, 0, r->path, NULL, "%s is intact (every byte checked against the "
@@ -784,8 +783,40 @@ static void run(struct restore *r, const char *from)
 			   (unsigned long long)r->chunks_fetched, r->chunks_fetched == 1 ? "" : "s",
 			   (unsigned long long)r->bytes_fetched, (unsigned long long)r->chunks_kept,
 			   r->chunks_kept == 1 ? "" : "s", trusted,
-			   left.unexpected ? "; entries not in the manifest were left alone" : "");
+			   left->unexpected ? "; entries not in the manifest were left alone" : "");
 	}
+}
+
+static void run(struct restore *r, const char *from)
+{
+	struct survey_answer *ans = NULL;
+	struct leftover left = { 0 };
+	const char *mf = "manifest";
+	size_t nans = 0;
+	int rc;
+
+	if (choose_copy(r, from, &ans, &nans, &mf) < 0)
+		goto out;
+	rc = rebuild(r, mf, &left);
+	if (rc < 0) {
+		job_result(r->j, 1, NULL, NULL, "restore %s from %s: %s%s", r->path, restore_said(r->holder),
+			   *r->why ? r->why : strerror(-rc),
+			   "; the step stays marked unfinished: run the restore again");
+		goto out;
+	}
+	repl_restored(r->job, r->step, r->root, atomic_load(&r->j->files_total),
+		      atomic_load(&r->j->bytes_total));
+	damage_remove(r->stage_fd);     /* what it named is repaired */
+	unmark(r);
+	if (r->then) {
+		struct survey_flat f;
+
+		if (survey_flatten(ans, nans, &f) == 0) {
+			r->then(r->j, r->job, r->step, f.cells, f.ncells);
+			survey_flat_free(&f);
+		}
+	}
+	report(r, &left);
 out:
 	survey_answers_free(ans, nans);
 }
