@@ -7,25 +7,19 @@
  * trip (no control characters, nothing the INI reader would trim or take for
  * a comment), which is what makes --print-config output parse back equal.
  *
- * config_parse is all or nothing: values are set on a shallow copy and only
- * committed when the whole file is good, so a failed reload leaves the
- * running configuration as it was. A key is set at most once per file
- * (duplicates are errors), so each field of the copy is either shared with
- * the original or freshly owned, never both; that is what commit and
- * rollback rely on.
+ * The file's reader (INI: sections, keys, comments) is config_file.c; it
+ * sets keys through cfg_set, by their index here.
  */
 #include "common/config.h"
 #include "common/hosts.h"
 #include "common/portlist.h"
-#include "common/textfile.h"
+#include "common/config_impl.h"
 
 #include "common/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,7 +30,6 @@
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 
-#define CONFIG_MAX_FILE (1u << 20)
 #define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 enum cfg_type {
@@ -250,26 +243,9 @@ static const struct cfg_entry cfg_table[] = {
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-static bool is_ws(char ch)
-{
-	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n' || ch == '\v' || ch == '\f';
-}
-
 static bool is_ctl(char ch)
 {
 	return (unsigned char)ch < 0x20 || ch == 0x7f;
-}
-
-static char *trim(char *s)
-{
-	size_t n;
-
-	while (is_ws(*s))
-		s++;
-	n = strlen(s);
-	while (n && is_ws(s[n - 1]))
-		s[--n] = '\0';
-	return s;
 }
 
 /* Could the INI reader give back s exactly? It trims white space, and '#' or
@@ -283,12 +259,12 @@ static int check_text(const char *s, const char **why)
 			*why = "control character in value";
 			return -EINVAL;
 		}
-		if ((s[i] == '#' || s[i] == ';') && (i == 0 || is_ws(s[i - 1]))) {
+		if ((s[i] == '#' || s[i] == ';') && (i == 0 || cfg_is_ws(s[i - 1]))) {
 			*why = "'#' or ';' there would start a comment";
 			return -EINVAL;
 		}
 	}
-	if (n && (is_ws(s[0]) || is_ws(s[n - 1]))) {
+	if (n && (cfg_is_ws(s[0]) || cfg_is_ws(s[n - 1]))) {
 		*why = "value starts or ends with white space";
 		return -EINVAL;
 	}
@@ -556,7 +532,7 @@ static int parse_paths(const char *s, char **v, int *count, const char **why)
 	if (!copy)
 		return -ENOMEM;
 	while (rc == 0 && (item = strsep(&rest, ",")) != NULL) {
-		item = trim(item);
+		item = cfg_trim(item);
 		if (!*item) {
 			*why = "empty item in the list";
 			rc = -EINVAL;
@@ -844,155 +820,34 @@ int config_defaults(struct stage_config *c)
 	return 0;
 }
 
-struct parser {
-	struct stage_config next;       /* the values being built; shallow copy at first */
-	unsigned set_on[N_ENTRIES];     /* line each key was set on, 0 if not */
-	const char *section;            /* cfg_table's spelling, NULL before the first */
-	const char *fname;
-	unsigned line;
-	char *err;
-	size_t errlen;
-};
-
-static int fail(struct parser *p, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(struct parser *p, int rc, const char *fmt, ...)
+/* For the file's reader (config_file.c): the key it names, by index. */
+size_t cfg_count(void)
 {
-	va_list ap;
-
-	va_start(ap, fmt);
-	textfile_verr(p->err, p->errlen, p->fname, p->line, fmt, ap);
-	va_end(ap);
-	return rc;
+	return N_ENTRIES;
 }
 
-static int parse_section(struct parser *p, char *s)
+int cfg_find(const char *section, const char *key)
 {
-	size_t n = strlen(s);
-	char *name;
-
-	if (s[n - 1] != ']')
-		return fail(p, -EINVAL, "expected '[section]'");
-	s[n - 1] = '\0';
-	name = trim(s + 1);
-	for (size_t i = 0; i < N_ENTRIES; i++) {
-		if (strcmp(cfg_table[i].section, name) == 0) {
-			p->section = cfg_table[i].section;
-			return 0;
-		}
-	}
-	return fail(p, -EINVAL, "section '[%s]': unknown section", name);
-}
-
-/* One line of the file (textfile_lines' callback; arg is the parser). */
-static int parse_line(void *arg, char *line)
-{
-	struct parser *p = arg;
-	char why[512];
-	char *s, *eq, *key, *val;
-	size_t i;
-	int rc;
-
-	for (i = 0; line[i]; i++) {
-		if ((line[i] == '#' || line[i] == ';') && (i == 0 || is_ws(line[i - 1]))) {
-			line[i] = '\0';
-			break;
-		}
-	}
-	s = trim(line);
-	if (!*s)
-		return 0;
-	if (*s == '[')
-		return parse_section(p, s);
-	eq = strchr(s, '=');
-	if (!eq)
-		return fail(p, -EINVAL, "expected 'key = value'");
-	*eq = '\0';
-	key = trim(s);
-	val = trim(eq + 1);
-	if (!*key)
-		return fail(p, -EINVAL, "expected 'key = value'");
-	if (!p->section)
-		return fail(p, -EINVAL, "key '%s': key before any section", key);
-	for (i = 0; i < N_ENTRIES; i++)
-		if (strcmp(cfg_table[i].section, p->section) == 0 && strcmp(cfg_table[i].key, key) == 0)
-			break;
-	if (i == N_ENTRIES)
-		return fail(p, -EINVAL, "key '%s.%s': unknown key", p->section, key);
-	if (p->set_on[i])
-		return fail(p, -EINVAL, "key '%s.%s': duplicate key (first set on line %u)",
-			    p->section, key, p->set_on[i]);
-	rc = entry_set(&cfg_table[i], &p->next, val, why, sizeof(why));
-	if (rc == -ENOMEM)
-		return fail(p, rc, "key '%s.%s': out of memory", p->section, key);
-	if (rc)
-		return fail(p, rc, "key '%s.%s': %s", p->section, key, why);
-	p->set_on[i] = p->line;
-	return 0;
-}
-
-static int parse_text(struct parser *p, char *text, size_t len)
-{
-	int rc = textfile_lines(text, len, &p->line, parse_line, p);
-
-	if (rc == -EILSEQ)
-		return fail(p, -EINVAL, "NUL byte in file");
-	return rc;
-}
-
-int config_parse(struct stage_config *c, const char *text, size_t len,
-		 const char *fname, char *err, size_t errlen)
-{
-	struct parser p = {
-		.next = *c,
-		.fname = fname ? fname : "<config>",
-		.err = err,
-		.errlen = err ? errlen : 0,
-	};
-	char *buf;
-	int rc;
-
-	if (p.errlen)
-		err[0] = '\0';
-	buf = malloc(len + 1);
-	if (!buf)
-		return fail(&p, -ENOMEM, "out of memory");
-	if (len)
-		memcpy(buf, text, len);
-	buf[len] = '\0';
-
-	rc = parse_text(&p, buf, len);
-	/* Each key set here is owned by p.next; the loser of the two is freed. */
 	for (size_t i = 0; i < N_ENTRIES; i++)
-		if (p.set_on[i])
-			entry_release(&cfg_table[i], rc ? &p.next : c);
-	if (rc == 0)
-		*c = p.next;
-	free(buf);
-	return rc;
+		if (strcmp(cfg_table[i].section, section) == 0 &&
+		    (!key || strcmp(cfg_table[i].key, key) == 0))
+			return (int)i;
+	return -1;
 }
 
-/* Reads at most CONFIG_MAX_FILE bytes; one byte more is -EFBIG. */
-int config_load(struct stage_config *c, const char *path, char *err, size_t errlen)
+const char *cfg_section(size_t i)
 {
-	size_t len = 0;
-	char *text = NULL;
-	int rc;
+	return cfg_table[i].section;
+}
 
-	rc = textfile_read(path, CONFIG_MAX_FILE, &text, &len);
-	if (rc == 0 && len > CONFIG_MAX_FILE) {
-		free(text);
-		rc = -EFBIG;
-	}
-	if (rc) {
-		if (err)
-			snprintf(err, errlen, "configuration %s: %s", path,
-				 rc == -EFBIG ? "too large for a configuration file" : strerror(-rc));
-		return rc;
-	}
-	rc = config_parse(c, text, len, path, err, errlen);
-	free(text);
-	return rc;
+int cfg_set(size_t i, struct stage_config *c, const char *s, char *why, size_t whylen)
+{
+	return entry_set(&cfg_table[i], c, s, why, whylen);
+}
+
+void cfg_release(size_t i, struct stage_config *c)
+{
+	entry_release(&cfg_table[i], c);
 }
 
 static void print_value(const struct cfg_entry *e, const struct stage_config *c, FILE *out)
