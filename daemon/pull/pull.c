@@ -3,7 +3,8 @@
  * One pass over the source tree (walk.c, merged with the destination), one
  * io_uring copier (copier.c) with many files in flight, and a window of
  * pending entries retired strictly in walk order into the manifest journal.
- * DEST/.stage/ and its files are stagedir.c's.
+ * What each entry of the walk becomes is entries.c's; DEST/.stage/ and its
+ * files are stagedir.c's.
  *
  * An entry's life in the window (enum pend_state):
  *   P_WAIT    in the copier (copying into .stage/tmp, or hashing a copy in place)
@@ -27,6 +28,7 @@
  *   pending entries.
  */
 #include "daemon/pull/pull.h"
+#include "daemon/pull/pull_impl.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -51,11 +53,6 @@
 #include "daemon/fs/walk.h"
 #include "daemon/obs/obs.h"
 
-#define WINDOW 8192u
-#define RETRY_MAX 64u
-
-enum pend_state { P_WAIT, P_FWD, P_LANDED, P_READY, P_FAILED };
-
 /* Durability comes in batches: a temporary is made durable before its
  * rename by one syncfs for many files, which costs far less than an
  * fdatasync each (those force every small file's writeback and a journal
@@ -64,7 +61,6 @@ enum pend_state { P_WAIT, P_FWD, P_LANDED, P_READY, P_FAILED };
 #define BATCH_BYTES (256ull << 20)
 #define BATCH_NS 50000000ull
 #define BATCH_SHARE_NS 10000000ull     /* a cluster pull's peers wait for what we settle */
-#define BIG_FILE(p) (2 * (p)->cfg->io_size)   /* also where O_DIRECT starts */
 
 /* Reads in flight per file: as many as the whole budget holds (8 to 32).
  * The buffer pool bounds the memory whatever this says; what it decides is
@@ -80,85 +76,6 @@ static unsigned pull_depth(const struct stage_config *cfg)
 	return d < 8 ? 8 : d > 32 ? 32 : (unsigned)d;
 }
 
-struct pending {
-	struct mf_entry e;       /* what the manifest will say; e.path owned */
-	enum pend_state st;
-	uid_t uid;               /* the source's owner (given when we are root) */
-	gid_t gid;
-	char *tmp;               /* temporary name in .stage/tmp while copying, owned */
-	bool fwd;                /* its temporary came from a peer (a share) */
-	struct cp_file cf;
-};
-
-struct pull {
-	struct job *job;
-	const struct stage_config *cfg;
-	char *src, *dst;             /* resolved absolute paths, owned */
-	int src_fd;                  /* the source tree */
-	int dst_fd;                  /* == sd.dst_fd */
-	struct stagedir sd;          /* the destination and its .stage/ */
-	struct copier *cp;
-	struct mf_writer *mw;
-	struct cursor prev, resume;  /* what earlier pulls knew */
-	struct pending *win;         /* WINDOW slots, a ring */
-	size_t head, count;
-	struct dirstack dirs;        /* directories being filled */
-	bool as_root;
-	uint64_t t_flush_ns;
-	uint64_t tmp_seq;            /* names temporaries in .stage/tmp */
-	struct pending *retry[RETRY_MAX]; /* in-place hashes that failed: copy instead */
-	unsigned nretry;
-	/* results */
-	uint64_t files, bytes, copied, bytes_copied, removed, failed;
-	uint64_t changed;            /* of the failed: written to while copied */
-	uint64_t dropped;            /* staged files verify found bad, removed */
-	uint64_t landed, landed_bytes; /* P_LANDED entries in the window */
-	uint64_t unsynced;           /* ... of which not fdatasync'd on their own */
-	uint64_t t_landed_ns;        /* when the oldest of them landed */
-	int fatal;                   /* -errno of a destination failure */
-	char fatal_why[1024];
-	/* a cluster pull's share (pull.h); NULL: every file from the source */
-	const struct pull_share *sh;
-	struct pull_stats *st;       /* NULL, or filled at the result */
-	uint64_t fwd_files, fwd_bytes;   /* settled from peers (not in copied) */
-	struct pending **parked;     /* forwards done, waiting for room in the copier */
-	size_t nparked;              /* (at most WINDOW: each is a window entry) */
-};
-
-/* The first destination failure stops the pass; its message ends with
- * the error's text. */
-static void note_fatal(struct pull *p, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void note_fatal(struct pull *p, int err, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (p->fatal)
-		return;
-	p->fatal = err;
-	va_start(ap, fmt);
-	n = vsnprintf(p->fatal_why, sizeof(p->fatal_why), fmt, ap);
-	va_end(ap);
-	if (n >= 0 && (size_t)n < sizeof(p->fatal_why))
-		snprintf(p->fatal_why + n, sizeof(p->fatal_why) - (size_t)n, ": %s", strerror(-err));
-}
-
-static void warn_meta(struct pull *p, const char *rel, const char *what, int err)
-{
-	log_warn("pull %s: %s of '%s': %s", p->dst, what, *rel ? rel : ".", strerror(-err));
-}
-
-static struct pending *win_push(struct pull *p)
-{
-	struct pending *pe = &p->win[(p->head + p->count) % WINDOW];
-
-	memset(pe, 0, sizeof(*pe));
-	p->count++;
-	return pe;
-}
-
 /* Retires finished entries from the head of the window, in walk order. */
 static void retire(struct pull *p)
 {
@@ -172,11 +89,11 @@ static void retire(struct pull *p)
 		if (pe->st == P_READY) {
 			ret = mf_writer_add(p->mw, &pe->e);
 			if (ret < 0)
-				note_fatal(p, ret, "%s: writing the manifest journal", p->dst);
+				pull_note_fatal(p, ret, "%s: writing the manifest journal", p->dst);
 			if (pe->e.type == MF_DIR &&
 			    dirstack_push(&p->dirs, pe->e.path, pe->e.mode, pe->e.mtime_ns,
 					  pe->uid, pe->gid) < 0)
-				note_fatal(p, -ENOMEM, "%s", p->dst);
+				pull_note_fatal(p, -ENOMEM, "%s", p->dst);
 			if (pe->e.type == MF_FILE) {
 				atomic_fetch_add(&p->job->files_done, 1);
 				atomic_fetch_add(&p->job->bytes_done, pe->e.size);
@@ -223,7 +140,7 @@ static void on_copied(struct cp_file *cf, void *arg)
 		if (cf->err == -ECANCELED) {
 			/* the job's result says why */
 		} else if (cf->err_dst) {
-			note_fatal(p, cf->err, "%s/%s: %s (its temporary)", p->dst, pe->e.path,
+			pull_note_fatal(p, cf->err, "%s/%s: %s (its temporary)", p->dst, pe->e.path,
 				   cf->err_op);
 		} else if (cf->err == -ESTALE) {
 			/* Someone is still writing it: advice, not an I/O error. */
@@ -275,7 +192,7 @@ static void settle_landed(struct pull *p)
 	if (!p->landed)
 		return;
 	if (!drop && p->unsynced && syncfs(p->dst_fd) < 0) {
-		note_fatal(p, -errno, "%s: syncfs", p->dst);
+		pull_note_fatal(p, -errno, "%s: syncfs", p->dst);
 		drop = true;
 	}
 	/* Window order keeps a directory's files together: one parent fd each. */
@@ -301,7 +218,7 @@ static void settle_landed(struct pull *p)
 			parent = strndup(pe->e.path, plen);
 			pfd = parent ? treeops_open_beneath(p->dst_fd, parent) : -ENOMEM;
 			if (pfd < 0) {
-				note_fatal(p, pfd, "%s/%s: cannot open its directory", p->dst,
+				pull_note_fatal(p, pfd, "%s/%s: cannot open its directory", p->dst,
 					   pe->e.path);
 				drop = true;
 			}
@@ -310,7 +227,7 @@ static void settle_landed(struct pull *p)
 			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
 			pe->st = P_FAILED;
 		} else if (renameat(p->sd.tmp_fd, pe->tmp, pfd, base) < 0) {
-			note_fatal(p, -errno, "%s/%s: rename", p->dst, pe->e.path);
+			pull_note_fatal(p, -errno, "%s/%s: rename", p->dst, pe->e.path);
 			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
 			pe->st = P_FAILED;
 			drop = true;
@@ -339,365 +256,6 @@ static bool batch_due(struct pull *p)
 			     mono_ns() - p->t_landed_ns >= (p->sh ? BATCH_SHARE_NS : BATCH_NS));
 }
 
-static const struct mf_entry *earlier(struct pull *p, const char *rel)
-{
-	const struct mf_entry *a = cursor_find(&p->resume, rel);
-	const struct mf_entry *b = cursor_find(&p->prev, rel);
-
-	if (a && cursor_chunk_size(&p->resume) == p->cfg->chunk_size)
-		return a;
-	if (b && cursor_chunk_size(&p->prev) == p->cfg->chunk_size)
-		return b;
-	return NULL;
-}
-
-/* Whether the destination holds a finished copy of this source file: same
- * size and mtime. Only a complete, durable copy is ever under a final name
- * with the source's mtime (it is set before the rename), so this is the
- * same trust rsync places in size and mtime. *d gets the destination's stat. */
-static bool landed(const struct walk_ent *w, struct stat *d)
-{
-	if (w->other_type != 'f' || fstatat(w->other_dirfd, w->name, d, AT_SYMLINK_NOFOLLOW) < 0)
-		return false;
-	return d->st_size == w->st.st_size && mf_mtime_ns(d) == w->mtime_ns;
-}
-
-/* An earlier manifest recorded this very source version (size and mtime)
- * and the destination still has the name as a file: keep it. After a clean
- * pull the copy itself is not stat'ed: a re-pull answers for the source's
- * changes, and half of a no-change re-pull's time went into that second
- * stat; damage to the staged copy is what `stage verify` finds and `pull
- * --verify` repairs. After a killed pull, a file may have been replaced
- * without its journal line, so the copy must match too. */
-static bool reusable(struct pull *p, const struct walk_ent *w, const struct mf_entry *old)
-{
-	struct stat d;
-
-	if (!old || old->type != MF_FILE || w->other_type != 'f' ||
-	    old->size != (uint64_t)w->st.st_size || old->mtime_ns != w->mtime_ns)
-		return false;
-	return !p->sd.recovering || landed(w, &d);
-}
-
-static int entry_init(struct pending *pe, char type, const struct walk_ent *w)
-{
-	pe->e.type = type;
-	pe->e.path = strdup(w->rel);
-	pe->e.mode = w->st.st_mode & 07777;
-	pe->e.mtime_ns = w->mtime_ns;
-	pe->e.size = type == MF_DIR ? 0 : (uint64_t)w->st.st_size;
-	if (w->lazy)
-		pe->e.size = CP_SIZE_UNKNOWN;   /* the copier reads it from the open file */
-	pe->uid = w->st.st_uid;
-	pe->gid = w->st.st_gid;
-	return pe->e.path ? 0 : -ENOMEM;
-}
-
-/* Temporaries live in .stage/tmp under a counter: never a name the source
- * could have, and one flat directory that each pass empties. */
-static char *tmp_name(struct pull *p)
-{
-	char *t;
-
-	if (asprintf(&t, "%llx", (unsigned long long)++p->tmp_seq) < 0)
-		return NULL;
-	return t;
-}
-
-static void do_dir(struct pull *p, const struct walk_ent *w)
-{
-	struct pending *pe = win_push(p);
-
-	if (entry_init(pe, MF_DIR, w) < 0) {
-		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
-		pe->st = P_FAILED;
-		return;
-	}
-	/* The walk must list it and we must write in it, whatever mode the
-	 * source gives it (0555, even 0): owner-only until its contents are in,
-	 * its real mode at the end. Root needs no such care. */
-	if (w->other_type == 'd' && !p->as_root) {
-		struct stat d;
-
-		if (fstatat(w->other_dirfd, w->name, &d, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    (d.st_mode & 0700) != 0700)
-			fchmodat(w->other_dirfd, w->name, (d.st_mode & 07777) | 0700,
-				 AT_SYMLINK_NOFOLLOW);
-	}
-	if (w->other_type != 'd' && mkdirat(w->other_dirfd, w->name, 0700) < 0) {
-		note_fatal(p, -errno, "%s/%s: mkdir", p->dst, w->rel);
-		pe->st = P_FAILED;
-		return;
-	}
-	pe->st = P_READY;
-}
-
-static void do_link(struct pull *p, const struct walk_ent *w)
-{
-	struct pending *pe = win_push(p);
-	char target[MF_MAX_PATH + 1], old[MF_MAX_PATH + 1];
-	ssize_t n, m = -1;
-	struct stat d;
-	char *tmp;
-
-	pe->st = P_FAILED;
-	if (entry_init(pe, MF_LINK, w) < 0) {
-		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
-		return;
-	}
-	n = readlinkat(w->src_dirfd, w->name, target, sizeof(target) - 1);
-	if (n < 0 || n >= (ssize_t)sizeof(target) - 1) {
-		p->failed++;
-		job_note(p->job, LOG_ERROR, "unreadable", w->rel, "cannot read link %s/%s: %s",
-			 p->src, w->rel, n < 0 ? strerror(errno) : "target too long");
-		return;
-	}
-	target[n] = '\0';
-	pe->e.target = strdup(target);
-	if (!pe->e.target) {
-		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
-		return;
-	}
-	pe->e.size = (uint64_t)n;
-	pe->e.mode = 0777;
-	pe->e.digest = digest_of(target, (size_t)n);
-	if (w->other_type == 'l') {
-		m = readlinkat(w->other_dirfd, w->name, old, sizeof(old) - 1);
-		if (m == n && memcmp(old, target, (size_t)n) == 0 &&
-		    fstatat(w->other_dirfd, w->name, &d, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    mf_mtime_ns(&d) == pe->e.mtime_ns) {
-			pe->st = P_READY;
-			return;
-		}
-	}
-	tmp = tmp_name(p);
-	if (!tmp) {
-		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
-		return;
-	}
-	if (symlinkat(target, p->sd.tmp_fd, tmp) < 0) {
-		note_fatal(p, -errno, "%s/%s: symlink", p->dst, w->rel);
-	} else {
-		const char *what;
-		int ret = treeops_set_meta_at(p->sd.tmp_fd, tmp, true, p->as_root, pe->uid,
-					      pe->gid, 0, pe->e.mtime_ns, &what);
-
-		if (ret < 0)
-			warn_meta(p, w->rel, what, ret);
-		/* Links are made whole in .stage/tmp and renamed in: no link is
-		 * ever seen half-made, and a rename replaces atomically. */
-		if (renameat(p->sd.tmp_fd, tmp, w->other_dirfd, w->name) < 0) {
-			note_fatal(p, -errno, "%s/%s: rename", p->dst, w->rel);
-			unlinkat(p->sd.tmp_fd, tmp, 0);
-		} else {
-			pe->st = P_READY;
-		}
-	}
-	free(tmp);
-}
-
-static void set_mode(struct pull *p, const struct walk_ent *w, uint32_t mode)
-{
-	if (fchmodat(w->other_dirfd, w->name, mode, AT_SYMLINK_NOFOLLOW) < 0)
-		warn_meta(p, w->rel, "chmod", -errno);
-}
-
-/* Hands pe to the copier: copy from the source into a new temporary, or
- * (copy false) hash the destination's copy where it stands. */
-static int start_file(struct pull *p, struct pending *pe, bool copy)
-{
-	int ret;
-
-	pe->cf = (struct cp_file){
-		.src_at = copy ? p->src_fd : p->dst_fd, .src = pe->e.path, .size = pe->e.size,
-		.mtime_ns = pe->e.mtime_ns, .mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid,
-		.chown = p->as_root, .owner = pe,
-	};
-	if (copy) {
-		/* A forwarded temporary that failed its hash goes first. */
-		if (pe->fwd && pe->tmp)
-			unlinkat(p->sd.tmp_fd, pe->tmp, 0);
-		free(pe->tmp);
-		pe->fwd = false;
-		pe->tmp = tmp_name(p);
-		if (!pe->tmp)
-			return -ENOMEM;
-		pe->cf.dst = pe->tmp;
-	}
-	ret = copier_start(p->cp, &pe->cf);
-	if (ret < 0)
-		return ret;
-	pe->st = P_WAIT;
-	return 0;
-}
-
-/* Asks the share for pe: a peer places it under its final name. */
-static int start_fwd(struct pull *p, struct pending *pe)
-{
-	struct pull_fwd f = {
-		.rel = pe->e.path, .size = pe->e.size, .mtime_ns = pe->e.mtime_ns,
-		.mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid, .cookie = pe,
-	};
-	int ret = p->sh->ops->start(p->sh->arg, &f);
-
-	if (ret == 0)
-		pe->st = P_FWD;
-	return ret;
-}
-
-/* A forwarded file whole in its temporary (pe->tmp): hashed there (no
- * copy), then landed like a copy of our own (on_copied: pe->tmp is set). */
-static int start_fwd_hash(struct pull *p, struct pending *pe)
-{
-	int ret;
-
-	pe->cf = (struct cp_file){
-		.src_at = p->sd.tmp_fd, .src = pe->tmp, .size = pe->e.size,
-		.mtime_ns = pe->e.mtime_ns, .mode = pe->e.mode, .uid = pe->uid, .gid = pe->gid,
-		.chown = p->as_root, .owner = pe,
-	};
-	ret = copier_start(p->cp, &pe->cf);
-	if (ret < 0)
-		return ret;
-	pe->st = P_WAIT;
-	return 0;
-}
-
-/* The share's word on a forward (from reap, on the pull's thread). A file
- * that came waits (P_FWD still) for room in the copier, to be hashed in its
- * temporary; one no peer had, to be copied from the source. The copier's
- * bound on files in flight holds for these as for the walk's. */
-static void on_forwarded(void *cookie, int rc, const char *tmp, const char *why, bool dest,
-			 void *arg)
-{
-	struct pending *pe = cookie;
-	struct pull *p = arg;
-
-	if (rc == PULL_FWD_OK || rc == PULL_FWD_READ) {
-		if (rc == PULL_FWD_OK && !(pe->tmp = strdup(tmp))) {
-			pe->st = P_FAILED;
-			note_fatal(p, -ENOMEM, "%s/%s", p->dst, pe->e.path);
-			return;
-		}
-		pe->fwd = rc == PULL_FWD_OK;
-		p->parked[p->nparked++] = pe;
-		return;
-	}
-	pe->st = P_FAILED;
-	if (rc == -ECANCELED && (p->fatal || job_cancelled(p->job)))
-		return;                 /* the job's result says why */
-	if (dest) {
-		/* Our own disk: it stops the pass as a copy's would. */
-		note_fatal(p, rc, "%s/%s: %s", p->dst, pe->e.path, why && *why ? why :
-			   strerror(-rc));
-		return;
-	}
-	p->failed++;
-	job_note(p->job, LOG_ERROR, "unreadable", pe->e.path, "cannot stage %s/%s: %s", p->src,
-		 pe->e.path, why && *why ? why : strerror(-rc));
-}
-
-/* Parked forwards into the copier, while it has room (all of them, failed,
- * when the pass stops). */
-static void start_parked(struct pull *p, bool stop)
-{
-	while (p->nparked && (stop || copier_has_room(p->cp))) {
-		struct pending *pe = p->parked[--p->nparked];
-		int ret = stop ? -ECANCELED : pe->fwd ? start_fwd_hash(p, pe) :
-			  start_file(p, pe, true);
-
-		if (ret < 0) {
-			if (pe->fwd && pe->tmp)
-				unlinkat(p->sd.tmp_fd, pe->tmp, 0);
-			pe->st = P_FAILED;
-			if (!stop)
-				note_fatal(p, ret, "%s/%s", p->dst, pe->e.path);
-		}
-	}
-}
-
-/* Reaps the share's forwards, waiting up to timeout_ms for the first. */
-static void reap_fwd(struct pull *p, int timeout_ms)
-{
-	if (p->sh && p->sh->ops->inflight(p->sh->arg))
-		p->sh->ops->reap(p->sh->arg, timeout_ms, on_forwarded, p);
-}
-
-static void do_file(struct pull *p, const struct walk_ent *w)
-{
-	struct pending *pe = win_push(p);
-	const struct mf_entry *old = earlier(p, w->rel);
-	struct stat d;
-	int ret;
-
-	pe->st = P_FAILED;
-	if (entry_init(pe, MF_FILE, w) < 0) {
-		note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
-		return;
-	}
-	if (reusable(p, w, old)) {
-		if (old->nchunks) {
-			pe->e.chunks = malloc(old->nchunks * sizeof(*old->chunks));
-			if (!pe->e.chunks) {
-				note_fatal(p, -ENOMEM, "%s/%s", p->dst, w->rel);
-				return;
-			}
-			memcpy(pe->e.chunks, old->chunks, old->nchunks * sizeof(*old->chunks));
-		}
-		pe->e.nchunks = old->nchunks;
-		pe->e.digest = old->digest;
-		if (old->mode != pe->e.mode)
-			set_mode(p, w, pe->e.mode);
-		pe->st = P_READY;
-		return;
-	}
-	if (landed(w, &d)) {
-		/* Finished by a pull that died before its journal said so: hash the
-		 * copy in place rather than copy it again. */
-		if ((d.st_mode & 07777) != pe->e.mode)
-			set_mode(p, w, pe->e.mode);
-		ret = start_file(p, pe, false);
-	} else if (p->sh && !p->sh->ops->reads(p->sh->arg, w->rel)) {
-		ret = start_fwd(p, pe);
-	} else {
-		ret = start_file(p, pe, true);
-	}
-	if (ret < 0)
-		note_fatal(p, ret, "%s/%s", p->dst, w->rel);
-}
-
-static void do_entry(struct pull *p, struct walk_ent *w)
-{
-	/* A name only the destination has, or has as another type, goes first. */
-	if (w->side == WALK_OTHER || (w->side == WALK_BOTH && w->other_type != w->type)) {
-		int ret = treeops_remove(w->other_dirfd, w->name, w->other_type == 'd');
-
-		if (ret < 0) {
-			note_fatal(p, ret, "%s/%s: remove", p->dst, w->rel);
-			return;
-		}
-		p->removed++;
-		if (w->side == WALK_OTHER)
-			return;
-		w->other_type = 0;
-	}
-	switch (w->type) {
-	case 'd':
-		do_dir(p, w);
-		break;
-	case 'f':
-		do_file(p, w);
-		break;
-	case 'l':
-		do_link(p, w);
-		break;
-	default:
-		job_note(p->job, LOG_WARN, NULL, w->rel,
-			 "skipped %s/%s: not a regular file, directory or symlink", p->src, w->rel);
-		break;
-	}
-}
-
 static int count_tree(struct pull *p)
 {
 	struct walk *w;
@@ -723,23 +281,6 @@ static int count_tree(struct pull *p)
 	return 0;
 }
 
-/* In-place hashes that failed become copies (outside the copier's
- * callbacks, which may not start files), unless the pass is stopping. */
-static void start_retries(struct pull *p, bool stop)
-{
-	for (unsigned i = 0; i < p->nretry; i++) {
-		struct pending *pe = p->retry[i];
-		int ret = stop ? -ECANCELED : start_file(p, pe, true);
-
-		if (ret < 0) {
-			pe->st = P_FAILED;
-			if (!stop)
-				note_fatal(p, ret, "%s/%s", p->dst, pe->e.path);
-		}
-	}
-	p->nretry = 0;
-}
-
 /* The main loop: feed the copier from the walk while there is room, retire
  * in order, until the walk is done and the window empty. On cancel or a
  * fatal error it stops feeding, cancels what is in flight and drains it. */
@@ -756,13 +297,13 @@ static void copy_tree(struct pull *p)
 	 * the walk: a stat of each is metadata, not the data read once. */
 	ret = walk_open(&w, p->src_fd, p->dst_fd, p->sh ? 0 : WALK_LAZY);
 	if (ret < 0) {
-		note_fatal(p, ret, "%s", p->src);
+		pull_note_fatal(p, ret, "%s", p->src);
 		return;
 	}
 	while (walking || p->count) {
 		bool stop = p->fatal || job_cancelled(p->job);
 
-		start_parked(p, stop);
+		pull_start_parked(p, stop);
 		while (walking && !stop && p->count < WINDOW && copier_has_room(p->cp)) {
 			ret = walk_next(w, &e);
 			if (ret == 0) {
@@ -772,7 +313,7 @@ static void copy_tree(struct pull *p)
 				job_note(p->job, LOG_ERROR, "unreadable", walk_err_path(w), "%s: %s",
 					 p->src, walk_why(w));
 			} else {
-				do_entry(p, &e);
+				pull_do_entry(p, &e);
 			}
 			stop = p->fatal != 0;
 		}
@@ -796,12 +337,12 @@ static void copy_tree(struct pull *p)
 			ret = copier_run(p->cp, fwd ? 5 : 100, on_copied, p);
 		if (ret < 0) {
 			/* The ring itself failed: nothing in flight will finish. */
-			note_fatal(p, ret, "%s: io_uring", p->dst);
+			pull_note_fatal(p, ret, "%s: io_uring", p->dst);
 			break;
 		}
-		reap_fwd(p, copier_inflight(p->cp) || p->nparked ? 0 : 100);
+		pull_reap_fwd(p, copier_inflight(p->cp) || p->nparked ? 0 : 100);
 		if (p->nretry)
-			start_retries(p, stop || p->fatal);
+			pull_start_retries(p, stop || p->fatal);
 		if (batch_due(p) || stop)
 			settle_landed(p);
 		retire(p);
@@ -812,9 +353,9 @@ static void copy_tree(struct pull *p)
 	if (p->sh && p->sh->ops->inflight(p->sh->arg)) {    /* only after a failure */
 		p->sh->ops->cancel(p->sh->arg);
 		while (p->sh->ops->inflight(p->sh->arg))
-			reap_fwd(p, 100);
+			pull_reap_fwd(p, 100);
 	}
-	start_parked(p, true);
+	pull_start_parked(p, true);
 	settle_landed(p);
 	walk_close(w);
 }
@@ -863,7 +404,7 @@ static int finish(struct pull *p, digest_t *root)
 		ret = treeops_set_meta(p->dst_fd, p->as_root, st.st_uid, st.st_gid,
 				       st.st_mode & 07777, mf_mtime_ns(&st), &what);
 		if (ret < 0)
-			warn_meta(p, "", what, ret);
+			pull_warn_meta(p, "", what, ret);
 	}
 	/* Every rename of this pull reaches the disk before the manifest does. */
 	if (syncfs(p->dst_fd) < 0)
