@@ -85,6 +85,11 @@ int dr_bw(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *
 int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char *why,
 	    size_t whylen);
 
+/* dr_facts.c: inserts name into v (n names of width w, sorted bytewise),
+ * keeping at most keep of the smallest; whether a name is "." or "..". */
+void dr_keep_sorted(char *v, size_t w, size_t keep, size_t *n, const char *name);
+bool dr_dot_or_dotdot(const char *s);
+
 #endif
 
 /* ------------------------------------------------------------ the coordinator's findings */
