@@ -90,8 +90,6 @@ int dr_sink(const struct dr_ctx *c, const struct msg *ask, struct msg *ans, char
 void dr_keep_sorted(char *v, size_t w, size_t keep, size_t *n, const char *name);
 bool dr_dot_or_dotdot(const char *s);
 
-#endif
-
 /* ------------------------------------------------------------ the coordinator's findings */
 
 /* What the asking node learned of one node (dr_run.c), and what
@@ -145,3 +143,39 @@ int dr_decide(const struct dr_in *in, struct msg **out, size_t *n, unsigned *pro
  * every node is still looked at from near and far. Their count. */
 size_t dr_peers(size_t i, size_t n, size_t pairs_max, size_t *out);
 void dr_frames_free(struct msg *v, size_t n);
+
+/* The decisions' output (dr_judge.c): the frames made, problems counted. */
+struct dr_out {
+	struct msg *v;
+	size_t n, cap;
+	unsigned problems;
+	int err;
+	struct msg scratch;        /* where the puts go when memory ran out */
+};
+/* A new frame of type (NULL when out of memory: o->err set). */
+struct msg *dr_frame(struct dr_out *o, uint16_t type);
+/* A check line: what, about what, ok or a problem, its figure. */
+struct msg *dr_check(struct dr_out *o, const char *what, const char *subject, bool ok,
+		     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* A problem's one line of advice. */
+void dr_advice(struct msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Figures for --json: a number, a flag, a text attribute. */
+void dr_num(struct msg *m, const char *name, double v);
+void dr_flag(struct msg *m, const char *name, bool v);
+void dr_attr(struct msg *m, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A rate (bytes/s) and a size as text, in buf. */
+const char *dr_fmt_rate(double Bps, char *buf, size_t len);
+const char *dr_fmt_bytes(double b, char *buf, size_t len);
+/* Nodes that answered. */
+size_t dr_nodes_up(const struct dr_in *in);
+/* The median of v[0..n) (sorted in place); 0 when n is 0. */
+double dr_median(double *v, size_t n);
+/* dr_decide_net.c: the network's checks, and the matrices. */
+void dr_decide_bandwidth(const struct dr_in *in, struct dr_out *o);
+void dr_decide_links(const struct dr_in *in, struct dr_out *o);
+void dr_decide_rdma(const struct dr_in *in, struct dr_out *o);
+void dr_decide_ports(const struct dr_in *in, struct dr_out *o);
+void dr_matrices(const struct dr_in *in, struct dr_out *o);
+
+#endif
