@@ -162,13 +162,152 @@ static void reply_error(int fd, int code, const char *text)
 	msg_free(&m);
 }
 
+/* A request of the control socket: its frame m (K_FLAGS read into flags),
+ * answered on fd. One row per type, as the peer side's table. */
+struct ctl_req {
+	const struct stage_config *cfg;
+	int fd;
+	struct msg *m;
+	uint32_t flags;
+};
+
+static void req_status(const struct ctl_req *r)
+{
+	serve_status(r->cfg, r->fd);
+}
+
+static void req_metrics(const struct ctl_req *r)
+{
+	metrics_serve(r->cfg, r->fd);
+}
+
+static void req_resume(const struct ctl_req *r)
+{
+	char *job = NULL, *nodes = NULL;
+	struct job j;
+
+	if (msg_get_str(r->m, K_JOB, &job) < 0 || msg_get_str(r->m, K_NODES, &nodes) == -EINVAL) {
+		reply_error(r->fd, 2, "resume: a request without a job name");
+	} else {
+		job_begin(&j, r->fd, r->flags, r->cfg, "resume", job);
+		resume_run(&j, job, nodes);
+		job_end(&j);
+	}
+	free(job);
+	free(nodes);
+}
+
+static void req_ls(const struct ctl_req *r)
+{
+	struct msg m;
+
+	msg_init(&m, MSG_LS);
+	repl_ls(&m);
+	msg_send(r->fd, &m);
+	msg_free(&m);
+	reply_error(r->fd, 0, "");
+}
+
+static void req_doctor(const struct ctl_req *r)
+{
+	char *nodes = NULL, *ports = NULL;
+	struct job j;
+
+	if (msg_get_str(r->m, K_NODES, &nodes) == -EINVAL ||
+	    msg_get_str(r->m, K_PORTS, &ports) == -EINVAL) {
+		reply_error(r->fd, 2, "malformed node or port list");
+	} else {
+		job_begin(&j, r->fd, r->flags, r->cfg, "doctor", "the cluster");
+		doctor_run(&j, nodes, ports);
+		job_end(&j);
+	}
+	free(nodes);
+	free(ports);
+}
+
+/* A request about a path (pull, commit, verify, restore): its absolute
+ * path, and the key beside it (extra_key: a pull's K_DEST, restore --from's
+ * K_HOLDER, verify --cluster --nodes' K_NODES), run as a job of kind. */
+static void req_path(const struct ctl_req *r, const char *kind, uint16_t extra_key)
+{
+	char *path = NULL, *extra = NULL, *nodes = NULL;
+	struct job j;
+
+	if (msg_get_str(r->m, K_PATH, &path) < 0 || path[0] != '/') {
+		reply_error(r->fd, 2, "request without an absolute path");
+		goto out;
+	}
+	if (msg_get_str(r->m, extra_key, &extra) == -EINVAL) {
+		reply_error(r->fd, 2, "malformed destination or node name");
+		goto out;
+	}
+	job_begin(&j, r->fd, r->flags, r->cfg, kind, path);
+	if (r->m->type == MSG_PULL_REQ && (r->flags & REQ_CLUSTER)) {
+		if (msg_get_str(r->m, K_NODES, &nodes) == -EINVAL)
+			job_result(&j, 2, NULL, NULL, "malformed node list");
+		else
+			cpull_run(&j, path, extra, nodes);
+	} else if (r->m->type == MSG_PULL_REQ) {
+		pull_run(&j, path, extra);
+	} else if (r->m->type == MSG_COMMIT_REQ) {
+		repl_commit_run(&j, path);
+	} else if (r->m->type == MSG_RESTORE_REQ) {
+		/* A replacement node gets back the replicas it held of the
+		 * step too (resume asks for them itself). */
+		restore_run(&j, path, extra, resume_holdings);
+	} else if (r->flags & REQ_CLUSTER) {
+		cverify_run(&j, path, extra);
+	} else {
+		verify_run(&j, path);
+	}
+	job_end(&j);
+out:
+	free(nodes);
+	free(extra);
+	free(path);
+}
+
+static void req_pull(const struct ctl_req *r)
+{
+	req_path(r, "pull", K_DEST);
+}
+
+static void req_commit(const struct ctl_req *r)
+{
+	req_path(r, "commit", K_DEST);
+}
+
+static void req_verify(const struct ctl_req *r)
+{
+	req_path(r, "verify", K_NODES);
+}
+
+static void req_restore(const struct ctl_req *r)
+{
+	req_path(r, "restore", K_HOLDER);
+}
+
+static const struct {
+	uint16_t type;
+	void (*serve)(const struct ctl_req *r);
+} requests[] = {
+	{ MSG_STATUS_REQ, req_status },
+	{ MSG_METRICS_REQ, req_metrics },
+	{ MSG_RESUME_REQ, req_resume },
+	{ MSG_LS_REQ, req_ls },
+	{ MSG_COMMIT_REQ, req_commit },
+	{ MSG_PULL_REQ, req_pull },
+	{ MSG_VERIFY_REQ, req_verify },
+	{ MSG_RESTORE_REQ, req_restore },
+	{ MSG_DOCTOR_REQ, req_doctor },
+};
+
 static void serve(const struct stage_config *cfg, int fd)
 {
 	struct timeval tv = { .tv_sec = 10 };
-	char *path = NULL, *dest = NULL;
 	uint64_t flags = 0;
-	struct job j;
 	struct msg m;
+	size_t i;
 	int ret;
 
 	/* A client that connects and says nothing must not hold a thread, and
@@ -187,97 +326,15 @@ static void serve(const struct stage_config *cfg, int fd)
 		return;
 	}
 	msg_get_u64(&m, K_FLAGS, &flags);
-	switch (m.type) {
-	case MSG_STATUS_REQ:
-		serve_status(cfg, fd);
-		break;
-	case MSG_METRICS_REQ:
-		metrics_serve(cfg, fd);
-		break;
-	case MSG_RESUME_REQ: {
-		char *job = NULL, *nodes = NULL;
-
-		if (msg_get_str(&m, K_JOB, &job) < 0 || msg_get_str(&m, K_NODES, &nodes) == -EINVAL) {
-			reply_error(fd, 2, "resume: a request without a job name");
-		} else {
-			job_begin(&j, fd, (uint32_t)flags, cfg, "resume", job);
-			resume_run(&j, job, nodes);
-			job_end(&j);
-		}
-		free(job);
-		free(nodes);
-		break;
-	}
-	case MSG_LS_REQ:
-		msg_free(&m);
-		msg_init(&m, MSG_LS);
-		repl_ls(&m);
-		msg_send(fd, &m);
-		reply_error(fd, 0, "");
-		break;
-	case MSG_COMMIT_REQ:
-	case MSG_PULL_REQ:
-	case MSG_VERIFY_REQ:
-	case MSG_RESTORE_REQ:
-		if (msg_get_str(&m, K_PATH, &path) < 0 || path[0] != '/') {
-			reply_error(fd, 2, "request without an absolute path");
+	for (i = 0; i < sizeof(requests) / sizeof(requests[0]); i++)
+		if (requests[i].type == m.type)
 			break;
-		}
-		/* K_DEST: a pull's destination; K_HOLDER: restore --from;
-		 * K_NODES: verify --cluster --nodes. */
-		if (msg_get_str(&m, m.type == MSG_RESTORE_REQ ? K_HOLDER :
-				m.type == MSG_VERIFY_REQ ? K_NODES : K_DEST, &dest) == -EINVAL) {
-			reply_error(fd, 2, "malformed destination or node name");
-			break;
-		}
-		job_begin(&j, fd, (uint32_t)flags, cfg, m.type == MSG_PULL_REQ ? "pull" :
-			  m.type == MSG_COMMIT_REQ ? "commit" :
-			  m.type == MSG_RESTORE_REQ ? "restore" : "verify", path);
-		if (m.type == MSG_PULL_REQ && (flags & REQ_CLUSTER)) {
-			char *nodes = NULL;
-
-			if (msg_get_str(&m, K_NODES, &nodes) == -EINVAL)
-				job_result(&j, 2, NULL, NULL, "malformed node list");
-			else
-				cpull_run(&j, path, dest, nodes);
-			free(nodes);
-		} else if (m.type == MSG_PULL_REQ) {
-			pull_run(&j, path, dest);
-		}
-		else if (m.type == MSG_COMMIT_REQ)
-			repl_commit_run(&j, path);
-		else if (m.type == MSG_RESTORE_REQ)
-			/* A replacement node gets back the replicas it held of
-			 * the step too (resume asks for them itself). */
-			restore_run(&j, path, dest, resume_holdings);
-		else if (flags & REQ_CLUSTER)
-			cverify_run(&j, path, dest);
-		else
-			verify_run(&j, path);
-		job_end(&j);
-		break;
-	case MSG_DOCTOR_REQ: {
-		char *nodes = NULL, *ports = NULL;
-
-		if (msg_get_str(&m, K_NODES, &nodes) == -EINVAL ||
-		    msg_get_str(&m, K_PORTS, &ports) == -EINVAL) {
-			reply_error(fd, 2, "malformed node or port list");
-		} else {
-			job_begin(&j, fd, (uint32_t)flags, cfg, "doctor", "the cluster");
-			doctor_run(&j, nodes, ports);
-			job_end(&j);
-		}
-		free(nodes);
-		free(ports);
-		break;
-	}
-	default:
+	if (i < sizeof(requests) / sizeof(requests[0]))
+		requests[i].serve(&(struct ctl_req){ .cfg = cfg, .fd = fd, .m = &m,
+						     .flags = (uint32_t)flags });
+	else
 		reply_error(fd, 2, "staged " STAGE_VERSION " does not know this request: stage is "
 			    "newer than the daemon; restart staged after an upgrade");
-		break;
-	}
-	free(path);
-	free(dest);
 	msg_free(&m);
 }
 
