@@ -9,6 +9,7 @@ import pytest
 
 from conftest import free_port
 from helpers import STAGE, STAGED, F, client_env, json_lines, make_tree, walk, wait_for
+import threading
 
 
 def test_status_answers(daemon):
@@ -193,3 +194,29 @@ def test_daemonized_start_up_failure_is_said_on_the_terminal(tmp_path):
                 pass
         wait_for(lambda: subprocess.run([str(STAGE), "--socket", str(sock), "status"],
                                         capture_output=True).returncode == 3, 20, "the daemon to stop")
+
+
+def test_status_while_jobs_start(make_daemon):
+    """job.c jobs_status() formats j->what under the registry lock, but
+    pull_run() and verify_run() rewrite j->what (snprintf) on the job's
+    thread without it, after job_begin() published the job: a data race
+    with every `stage status`. A plain build cannot see it; under
+    ThreadSanitizer (CFLAGS=-fsanitize=thread, run with STAGE_BUILD=that
+    build) the daemon's log reports it and the fixture fails the test."""
+    d = make_daemon(transfer={"files_in_flight": "2"})
+    src = make_tree(d.src_root / "ds", [F(f"d/f{i:04}", size=3000) for i in range(1500)])
+    stop = []
+
+    def poll():
+        while not stop:
+            d.status()
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        for _ in range(3):
+            assert d.pull(src).returncode == 0
+            assert d.run("verify", d.dest_of(src), "--deep").returncode == 0
+    finally:
+        stop.append(1)
+        t.join()

@@ -10,6 +10,7 @@ import pytest
 
 from helpers import (SECRET, F, L, assert_tree_equal, ckpt, commit_wait, json_result, make_outside,
                      make_tree, snapshot, walk)
+from helpers import IS_ROOT, D, wait_for
 
 
 def setup_escape_world(d):
@@ -200,3 +201,43 @@ def test_restore_does_not_follow_a_job_dir_swapped_for_a_link(make_cluster):
     # opened it: the case a path-string check alone got wrong.
     assert restored and caught, (restored, refused, caught)
     n0.assert_serving()
+
+
+@pytest.mark.timeout(180)
+def test_root_daemon_dir_metadata_does_not_follow_swapped_symlink(make_daemon, tmp_path):
+    """pull.c apply_meta() sets a directory's owner, mode and times by its
+    relative *path* from the destination root (fchownat/fchmodat/utimensat
+    on DEST/"a/sub"); only the last component is protected, and fchmodat
+    not even that. A root daemon gives staged directories their source
+    owner, so that owner can, while a pull runs, replace the staged
+    directory "a" by a symlink; close_dirs_until() (or pass_teardown() on
+    the failure this causes) then chowns and chmods whatever "a/sub" now
+    names, outside stage_root: here a root-owned 0600 file."""
+    if not IS_ROOT:
+        pytest.skip("needs root: a root daemon chowning")
+    d = make_daemon(transfer={"files_in_flight": "1", "io_size": "64KiB", "memory": "1MiB"})
+    entries = [F(f"a/sub/f{i:05}.bin", size=20000) for i in range(4000)]
+    entries += [D("a/sub", mode=0o777, owner=(1234, 1234)), D("a", owner=(1234, 1234))]
+    src = make_tree(d.src_root / "ds", entries)
+    dest = d.dest_of(src)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    canary = outside / "sub"
+    canary.write_bytes(b"root's file\n")
+    os.chmod(canary, 0o600)
+    before = os.stat(canary)
+
+    proc = d.popen("pull", src)
+    # As the owner of the staged "a" could: wait until the pull works in
+    # a/sub, then swap "a" for a symlink.
+    wait_for(lambda: (dest / "a" / "sub").is_dir() and len(os.listdir(dest / "a" / "sub")) > 20,
+             60, "the pull to work in a/sub")
+    os.rename(dest / "a", dest / "a.moved")
+    os.symlink(outside, dest / "a")
+    proc.wait(120)
+    after = os.stat(canary)
+    changed = [what for what, x, y in [("owner", (before.st_uid, before.st_gid), (after.st_uid, after.st_gid)),
+                                       ("mode", stat.S_IMODE(before.st_mode), stat.S_IMODE(after.st_mode)),
+                                       ("mtime", before.st_mtime_ns, after.st_mtime_ns)] if x != y]
+    assert not changed, f"the pull changed {changed} of {canary}, outside stage_root: " \
+        f"now {after.st_uid}:{after.st_gid} {stat.S_IMODE(after.st_mode):o}"

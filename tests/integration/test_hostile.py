@@ -7,6 +7,10 @@ import threading
 import time
 
 from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for
+import os
+import pytest
+import signal
+import subprocess
 
 MiB = 1 << 20
 
@@ -160,3 +164,41 @@ def test_trickling_peer_is_dropped(make_cluster):
     assert closed < 15, f"n1 dropped the trickling connection only after {closed:.1f} s"
     wait_for(lambda: "no answer within" in n1.log() or "malformed" in n1.log(), 5,
              f"n1 to say why:\n{n1.log()[-1500:]}")
+
+
+@pytest.mark.timeout(120)
+def test_client_that_stops_reading_cannot_wedge_a_job(daemon):
+    """job.c send_or_hang_up() -> msg_send(): a blocking sendmsg on the
+    client's socket with no send timeout (ctl.c sets only SO_RCVTIMEO). A
+    client that stops reading (suspended with Ctrl-Z, or stuck writing its
+    own output) while the job has more notes to send than the socket
+    buffers hold blocks the job thread inside send: job_cancelled() is never
+    reached, the pull keeps its lock, and SIGTERM cannot stop it (the daemon
+    waits its 30 s grace and exits with the job still running)."""
+    src = daemon.src_root / "ds"
+    src.mkdir()
+    for i in range(12000):                 # one "skipped ... not a regular file" note each
+        os.mkfifo(src / f"fifo-with-a-long-enough-name-{i:05}")
+    # The client's stderr is a pipe nobody reads: once it is full the client
+    # stops reading the socket, as a suspended client would.
+    proc = subprocess.Popen(daemon.cmd("pull", src), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(5)
+        t0 = time.monotonic()
+        daemon.proc.send_signal(signal.SIGTERM)
+        try:
+            daemon.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()                        # the job's send fails now: the daemon can exit
+        proc.wait(60)
+        proc.stderr.close()
+        try:
+            daemon.proc.wait(40)
+            daemon.runs[-1][1] = "term"
+        except subprocess.TimeoutExpired:
+            pass
+    assert took < 10, f"staged still running {took:.0f} s after SIGTERM: a job is stuck in send()"
