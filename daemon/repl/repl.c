@@ -28,6 +28,8 @@
 #include "common/manifest.h"
 #include "daemon/repl/repl_impl.h"
 #include "daemon/fs/roots.h"
+#include "daemon/fs/treeops.h"
+#include "daemon/pull/verify.h"
 #include "daemon/ckpt/watch.h"
 #include "daemon/obs/obs.h"
 
@@ -149,6 +151,28 @@ static void *committer_main(void *arg)
 	return NULL;
 }
 
+/* Whether JOB/STEP is, entry for entry, what its manifest says (types,
+ * sizes, mtimes: a fast verify, no byte read) and that manifest's root is
+ * root: the step has not changed since it was committed or restored. */
+static bool unchanged_since(const char *job, const char *step, digest_t root)
+{
+	char rel[2 * CKPT_NAME_MAX + 2], path[PATH_MAX];
+	digest_t mroot;
+	struct job j;
+	int fd, rc;
+
+	snprintf(rel, sizeof(rel), "%s/%s", job, step);
+	snprintf(path, sizeof(path), "%s/%s", repl.cfg->ckpt_root, rel);
+	fd = treeops_open_beneath_path(repl.cfg->ckpt_root, rel);
+	if (fd < 0)
+		return false;
+	job_begin(&j, -1, 0, repl.cfg, "verify", path);
+	rc = verify_tree(&j, path, fd, &(struct verify_opts){ .root = &mroot });
+	job_end(&j);
+	close(fd);
+	return rc == 0 && digest_eq(mroot, root);
+}
+
 static void on_finished(const char *job, const char *step, const char *why, void *arg)
 {
 	/* The watcher reports a step once it has been quiet this long; a commit
@@ -158,6 +182,7 @@ static void on_finished(const char *job, const char *step, const char *why, void
 			    (uint64_t)repl.cfg->settle * 1000;
 	uint64_t last_write = wall_ns() - quiet_ms * 1000000ull;
 	struct record *r;
+	digest_t root;
 
 	pthread_mutex_lock(&repl.lock);
 	r = repl_rec_find(job, step);
@@ -171,11 +196,32 @@ static void on_finished(const char *job, const char *step, const char *why, void
 	}
 	if (r && r->state != R_FAILED && r->seq >= last_write) {
 		log_debug("%s/%s is finished (%s), and already committed", job, step, why);
-	} else {
-		log_info("checkpoint %s/%s/%s is finished (%s): committing", repl.cfg->ckpt_root,
-			 job, step, why);
-		commit_locked(job, step);
+		pthread_mutex_unlock(&repl.lock);
+		return;
 	}
+	/* The times can mislead: a restore's last writes (its mark removed)
+	 * come after it recorded the step as committed, and a watcher that
+	 * reads its events late takes them for newer still. A step that still
+	 * matches the manifest its record vouches for needs no new commit,
+	 * which would re-read every byte while the job restarts. */
+	if (r && r->state == R_READY) {
+		root = r->root;
+		pthread_mutex_unlock(&repl.lock);
+		if (unchanged_since(job, step, root)) {
+			log_info("checkpoint %s/%s/%s: unchanged since its commit or restore (the "
+				 "watcher saw %s): not committed again", repl.cfg->ckpt_root, job,
+				 step, why);
+			return;
+		}
+		pthread_mutex_lock(&repl.lock);
+		if (restore_pending(job, step)) {
+			pthread_mutex_unlock(&repl.lock);
+			return;
+		}
+	}
+	log_info("checkpoint %s/%s/%s is finished (%s): committing", repl.cfg->ckpt_root,
+		 job, step, why);
+	commit_locked(job, step);
 	pthread_mutex_unlock(&repl.lock);
 }
 

@@ -493,6 +493,40 @@ def test_watcher_does_not_commit_a_restore(make_cluster, tmp_path):
     assert n0.run("verify", str(ckpt(n0)), "--deep").returncode == 0
 
 
+def test_watcher_leaves_a_restored_step_alone_whatever_the_times(make_cluster, tmp_path):
+    """The watcher judged "already committed" by times alone: a step is
+    committed again when its last write seen is newer than its record. A
+    restore's last writes (its mark removed) come after it records the step,
+    and a watcher that reads its events late (a loaded node) took them for
+    newer still, re-reading the whole step while the job restarts. Here the
+    writes come well after the restore (a file made and removed in the step
+    once it is whole, and its marker's times set and set back): the step
+    still matches the manifest its record vouches for, so it is not
+    committed again. A real change after that is."""
+    n0, n1 = make_cluster(2, replicas=1, transfer={"watch": "on", "settle": "1"})
+    make_tree(ckpt(n0), [F("rank0.distcp", size=4 << 20), F(".metadata", data=b"{}")], seed=5)
+    commit(n0, ckpt(n0))
+    shutil.rmtree(ckpt(n0))
+    rs = n0.run("restore", str(ckpt(n0)), timeout=120)
+    assert rs.returncode == 0, rs.stdout + rs.stderr
+    time.sleep(3)                           # the restore's own events settled
+    seen = len(n0.log())
+    (ckpt(n0) / ".stage" / "touched").write_bytes(b"")
+    os.unlink(ckpt(n0) / ".stage" / "touched")
+    st = os.stat(ckpt(n0) / ".metadata")
+    os.utime(ckpt(n0) / ".metadata")        # the marker touched, content and mtime kept
+    os.utime(ckpt(n0) / ".metadata", ns=(st.st_atime_ns, st.st_mtime_ns))
+    wait_for(lambda: re.search(r"unchanged since its commit or restore|step-100 is finished",
+                               n0.log()[seen:]), 20, "the watcher to see the step again")
+    log = n0.log()[seen:]
+    assert "job1/step-100 is finished" not in log, log[-2000:]
+    seen = len(n0.log())
+    with open(ckpt(n0) / "rank0.distcp", "r+b") as f:
+        f.write(b"new")
+    wait_for(lambda: "job1/step-100 is finished" in n0.log()[seen:], 20,
+             "the changed step committed")
+
+
 def test_single_node_verify_cluster(make_daemon):
     """No hosts file: the cluster is this node; its own copy decides."""
     d = make_daemon(transfer={"watch": "off"})
