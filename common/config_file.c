@@ -13,7 +13,6 @@
 #include "common/textfile.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,23 +23,11 @@ struct parser {
 	struct stage_config next;       /* the values being built; shallow copy at first */
 	unsigned *set_on;               /* line each key was set on, 0 if not (cfg_count) */
 	const char *section;            /* the table's spelling, NULL before the first */
-	const char *fname;
-	unsigned line;
-	char *err;
-	size_t errlen;
+	struct textfile_pos pos;        /* the file, the line, the message */
 };
 
-static int fail(struct parser *p, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(struct parser *p, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	textfile_verr(p->err, p->errlen, p->fname, p->line, fmt, ap);
-	va_end(ap);
-	return rc;
-}
+/* A message at where the parser is; returns rc. */
+#define fail(p, rc, ...) textfile_fail(&(p)->pos, rc, __VA_ARGS__)
 
 static int parse_section(struct parser *p, char *s)
 {
@@ -99,13 +86,13 @@ static int parse_line(void *arg, char *line)
 		return fail(p, rc, "key '%s.%s': out of memory", p->section, key);
 	if (rc)
 		return fail(p, rc, "key '%s.%s': %s", p->section, key, why);
-	p->set_on[i] = p->line;
+	p->set_on[i] = p->pos.line;
 	return 0;
 }
 
 static int parse_text(struct parser *p, char *text, size_t len)
 {
-	int rc = textfile_lines(text, len, &p->line, parse_line, p);
+	int rc = textfile_lines(text, len, &p->pos.line, parse_line, p);
 
 	if (rc == -EILSEQ)
 		return fail(p, -EINVAL, "NUL byte in file");
@@ -117,14 +104,14 @@ int config_parse(struct stage_config *c, const char *text, size_t len,
 {
 	struct parser p = {
 		.next = *c,
-		.fname = fname ? fname : "<config>",
-		.err = err,
-		.errlen = err ? errlen : 0,
+		.pos.fname = fname ? fname : "<config>",
+		.pos.err = err,
+		.pos.errlen = err ? errlen : 0,
 	};
 	char *buf;
 	int rc;
 
-	if (p.errlen)
+	if (p.pos.errlen)
 		err[0] = '\0';
 	buf = malloc(len + 1);
 	p.set_on = calloc(cfg_count(), sizeof(*p.set_on));

@@ -20,7 +20,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,27 +35,15 @@ struct parser {
 	struct hosts out;       /* the nodes so far, owned */
 	struct seen *seen;      /* seen[i] goes with out.v[i], owned */
 	size_t cap;             /* allocated length of out.v and seen */
-	const char *fname;
-	unsigned line;          /* 0 for messages about the whole file */
-	char *err;
-	size_t errlen;
+	struct textfile_pos pos; /* the file, the line, the message */
 };
+
+/* A message at where the parser is; returns rc. */
+#define fail(p, rc, ...) textfile_fail(&(p)->pos, rc, __VA_ARGS__)
 
 static bool is_ws(char ch)
 {
 	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
-}
-
-static int fail(struct parser *p, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(struct parser *p, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	textfile_verr(p->err, p->errlen, p->fname, p->line, fmt, ap);
-	va_end(ap);
-	return rc;
 }
 
 /* The host in a form where equal means the same machine and port: IPv6
@@ -153,7 +140,7 @@ static int add_node(struct parser *p, const char *name, const char *host, uint16
 		return -ENOMEM;
 	}
 	p->out.v[p->out.n] = n;
-	p->seen[p->out.n] = (struct seen){ .line = p->line, .addr = key };
+	p->seen[p->out.n] = (struct seen){ .line = p->pos.line, .addr = key };
 	p->out.n++;
 	return 0;
 }
@@ -268,12 +255,12 @@ static int parse_line(void *arg, char *s)
 
 static int parse_text(struct parser *p, char *text, size_t len)
 {
-	int rc = textfile_lines(text, len, &p->line, parse_line, p);
+	int rc = textfile_lines(text, len, &p->pos.line, parse_line, p);
 
 	if (rc == -EILSEQ)
 		return fail(p, -EINVAL, "NUL byte in file");
 	if (rc == 0 && p->out.n == 0) {
-		p->line = 0;
+		p->pos.line = 0;
 		rc = fail(p, -EINVAL, "no nodes in file");
 	}
 	return rc;
@@ -292,16 +279,16 @@ int hosts_parse(struct hosts *h, const char *text, size_t len, const char *fname
 		char *err, size_t errlen)
 {
 	struct parser p = {
-		.fname = fname ? fname : "<hosts>",
-		.err = err,
-		.errlen = err ? errlen : 0,
+		.pos.fname = fname ? fname : "<hosts>",
+		.pos.err = err,
+		.pos.errlen = err ? errlen : 0,
 	};
 	char *buf;
 	int rc;
 
 	h->v = NULL;
 	h->n = 0;
-	if (p.errlen)
+	if (p.pos.errlen)
 		err[0] = '\0';
 	if (len > HOSTS_MAX_FILE)
 		return fail(&p, -EFBIG, "larger than %u bytes", HOSTS_MAX_FILE);

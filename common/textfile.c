@@ -76,3 +76,13 @@ void textfile_verr(char *err, size_t errlen, const char *fname, unsigned line,
 		if ((unsigned char)*s < 0x20 || *s == 0x7f)
 			*s = '?';
 }
+
+int textfile_fail(struct textfile_pos *pos, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	textfile_verr(pos->err, pos->errlen, pos->fname, pos->line, fmt, ap);
+	va_end(ap);
+	return rc;
+}

@@ -19,5 +19,15 @@ int textfile_lines(char *text, size_t len, unsigned *line, int (*fn)(void *arg, 
  * err, replacing control bytes by '?': the message may quote the file. */
 void textfile_verr(char *err, size_t errlen, const char *fname, unsigned line,
 		   const char *fmt, va_list ap);
+/* Where a parser of such a file is, for its messages. */
+struct textfile_pos {
+	const char *fname;
+	unsigned line;          /* 0 for messages about the whole file */
+	char *err;              /* the message, errlen bytes (0: none kept) */
+	size_t errlen;
+};
+/* textfile_verr at pos; returns rc. */
+int textfile_fail(struct textfile_pos *pos, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 #endif
