@@ -317,8 +317,10 @@ static int start_services(struct daemon *d, bool foreground)
 	peers_serve(MSG_CPULL_ASK, cpull_node_serve, NULL);
 	peers_serve(MSG_CPULL_FETCH, cpull_fetch_serve, NULL);
 	ret = peers_open(&d->cfg, why, sizeof(why));
-	if (ret == 0 && (ret = repl_open(&d->cfg, why, sizeof(why))) < 0)
+	if (ret == 0 && (ret = repl_open(&d->cfg, why, sizeof(why))) < 0) {
+		peers_stop();
 		peers_close();
+	}
 	if (ret < 0) {
 		log_err("%s", why);
 		if (foreground)

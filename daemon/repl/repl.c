@@ -153,8 +153,10 @@ static void *committer_main(void *arg)
 
 /* Whether JOB/STEP is, entry for entry, what its manifest says (types,
  * sizes, mtimes: a fast verify, no byte read) and that manifest's root is
- * root: the step has not changed since it was committed or restored. */
-static bool unchanged_since(const char *job, const char *step, digest_t root)
+ * root: the step has not changed since it was committed or restored. 1
+ * unchanged, 0 changed (or no manifest to compare with), -ECANCELED the
+ * daemon is stopping. */
+static int unchanged_since(const char *job, const char *step, digest_t root)
 {
 	char rel[2 * CKPT_NAME_MAX + 2], path[PATH_MAX];
 	digest_t mroot;
@@ -165,11 +167,13 @@ static bool unchanged_since(const char *job, const char *step, digest_t root)
 	snprintf(path, sizeof(path), "%s/%s", repl.cfg->ckpt_root, rel);
 	fd = treeops_open_beneath_path(repl.cfg->ckpt_root, rel);
 	if (fd < 0)
-		return false;
+		return 0;
 	job_begin(&j, -1, 0, repl.cfg, "verify", path);
 	rc = verify_tree(&j, path, fd, &(struct verify_opts){ .root = &mroot });
 	job_end(&j);
 	close(fd);
+	if (rc == -ECANCELED)
+		return rc;
 	return rc == 0 && digest_eq(mroot, root);
 }
 
@@ -205,16 +209,23 @@ static void on_finished(const char *job, const char *step, const char *why, void
 	 * matches the manifest its record vouches for needs no new commit,
 	 * which would re-read every byte while the job restarts. */
 	if (r && r->state == R_READY) {
+		uint64_t seq = r->seq;
+		int rc;
+
 		root = r->root;
 		pthread_mutex_unlock(&repl.lock);
-		if (unchanged_since(job, step, root)) {
+		rc = unchanged_since(job, step, root);
+		if (rc == 1)
 			log_info("checkpoint %s/%s/%s: unchanged since its commit or restore (the "
 				 "watcher saw %s): not committed again", repl.cfg->ckpt_root, job,
 				 step, why);
-			return;
-		}
+		if (rc != 0)
+			return;         /* unchanged, or the daemon is stopping */
+		/* Unlocked meanwhile: a commit or a restore of the step since
+		 * has settled it. */
 		pthread_mutex_lock(&repl.lock);
-		if (restore_pending(job, step)) {
+		r = repl_rec_find(job, step);
+		if (restore_pending(job, step) || (r && (r->seq != seq || r->state == R_HASHING))) {
 			pthread_mutex_unlock(&repl.lock);
 			return;
 		}

@@ -36,7 +36,10 @@
 #define RELAY_TIMEOUT_MAX_MS (24ll * 3600 * 1000)
 #define RELAY_SEND_MS 30000          /* an asker that takes no answers for this long is gone */
 
-/* The questions a relay passes on: each answered with one frame. */
+/* The questions a relay passes on: each answered with one frame. A relay
+ * answers for itself in place, through a capture connection on the thread
+ * of the real one, so a request type that keeps state on its connection
+ * (peers_conn_state) would find the real connection's: none may be here. */
 static const uint16_t relayable[] = { MSG_HOLD_REQ };
 
 struct fanout {
