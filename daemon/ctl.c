@@ -267,39 +267,24 @@ out:
 	free(path);
 }
 
-static void req_pull(const struct ctl_req *r)
-{
-	req_path(r, "pull", K_DEST);
-}
-
-static void req_commit(const struct ctl_req *r)
-{
-	req_path(r, "commit", K_DEST);
-}
-
-static void req_verify(const struct ctl_req *r)
-{
-	req_path(r, "verify", K_NODES);
-}
-
-static void req_restore(const struct ctl_req *r)
-{
-	req_path(r, "restore", K_HOLDER);
-}
-
+/* One row per request type; a request about a path names its job's kind
+ * and the key beside the path (req_path). */
 static const struct {
 	uint16_t type;
 	void (*serve)(const struct ctl_req *r);
+	void (*serve_path)(const struct ctl_req *r, const char *kind, uint16_t extra_key);
+	const char *kind;
+	uint16_t extra_key;
 } requests[] = {
-	{ MSG_STATUS_REQ, req_status },
-	{ MSG_METRICS_REQ, req_metrics },
-	{ MSG_RESUME_REQ, req_resume },
-	{ MSG_LS_REQ, req_ls },
-	{ MSG_COMMIT_REQ, req_commit },
-	{ MSG_PULL_REQ, req_pull },
-	{ MSG_VERIFY_REQ, req_verify },
-	{ MSG_RESTORE_REQ, req_restore },
-	{ MSG_DOCTOR_REQ, req_doctor },
+	{ .type = MSG_STATUS_REQ, .serve = req_status },
+	{ .type = MSG_METRICS_REQ, .serve = req_metrics },
+	{ .type = MSG_RESUME_REQ, .serve = req_resume },
+	{ .type = MSG_LS_REQ, .serve = req_ls },
+	{ .type = MSG_COMMIT_REQ, .serve_path = req_path, .kind = "commit", .extra_key = K_DEST },
+	{ .type = MSG_PULL_REQ, .serve_path = req_path, .kind = "pull", .extra_key = K_DEST },
+	{ .type = MSG_VERIFY_REQ, .serve_path = req_path, .kind = "verify", .extra_key = K_NODES },
+	{ .type = MSG_RESTORE_REQ, .serve_path = req_path, .kind = "restore", .extra_key = K_HOLDER },
+	{ .type = MSG_DOCTOR_REQ, .serve = req_doctor },
 };
 
 static void serve(const struct stage_config *cfg, int fd)
@@ -329,10 +314,14 @@ static void serve(const struct stage_config *cfg, int fd)
 	for (i = 0; i < sizeof(requests) / sizeof(requests[0]); i++)
 		if (requests[i].type == m.type)
 			break;
-	if (i < sizeof(requests) / sizeof(requests[0]))
-		requests[i].serve(&(struct ctl_req){ .cfg = cfg, .fd = fd, .m = &m,
-						     .flags = (uint32_t)flags });
-	else
+	if (i < sizeof(requests) / sizeof(requests[0])) {
+		const struct ctl_req r = { .cfg = cfg, .fd = fd, .m = &m, .flags = (uint32_t)flags };
+
+		if (requests[i].serve_path)
+			requests[i].serve_path(&r, requests[i].kind, requests[i].extra_key);
+		else
+			requests[i].serve(&r);
+	} else
 		reply_error(fd, 2, "staged " STAGE_VERSION " does not know this request: stage is "
 			    "newer than the daemon; restart staged after an upgrade");
 	msg_free(&m);

@@ -294,6 +294,15 @@ static int configure(int argc, char **argv, struct daemon *d, bool *foreground)
 	return ret;
 }
 
+/* The mirror of peers_open and repl_open: no peer served any more, then
+ * replication, then the membership. */
+static void close_cluster(void)
+{
+	peers_stop();
+	repl_close();
+	peers_close();
+}
+
 /* The services behind the control socket, in the order they depend on one
  * another: the peer layer (with every request a peer may make registered
  * first), replication, the metrics, the durable tier. 0, or the exit
@@ -336,9 +345,7 @@ static int start_services(struct daemon *d, bool foreground)
 	started(1, why);
 	if (metrics)
 		metrics_stop();
-	peers_stop();
-	repl_close();
-	peers_close();
+	close_cluster();
 	return 1;
 }
 
@@ -346,9 +353,7 @@ static void stop_services(void)
 {
 	durable_stop();
 	metrics_stop();
-	peers_stop();
-	repl_close();
-	peers_close();
+	close_cluster();
 }
 
 int main(int argc, char **argv)
