@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,12 +131,44 @@ static int check_textfile(const char *s, char *why, size_t whylen)
 	return -EINVAL;
 }
 
+/* A group of this system's, by name or number; "" for none. */
+static int check_group(const char *s, char *why, size_t whylen)
+{
+	if (!*s || config_group_id(s, NULL) == 0)
+		return 0;
+	snprintf(why, whylen, "no group '%s' on this system (getent group %s)", s, s);
+	return -EINVAL;
+}
+
+int config_group_id(const char *s, gid_t *out)
+{
+	struct group gr, *grp = NULL;
+	char buf[16384], *end;
+	unsigned long v;
+
+	if (getgrnam_r(s, &gr, buf, sizeof(buf), &grp) == 0 && grp) {
+		if (out)
+			*out = grp->gr_gid;
+		return 0;
+	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (*s >= '0' && *s <= '9' && !*end && !errno && v < (gid_t)-1) {
+		if (out)
+			*out = (gid_t)v;
+		return 0;
+	}
+	return -ENOENT;
+}
+
 static const struct cfg_entry cfg_table[] = {
 	{ KEY_NAME("node", "name", name), .def = "localhost", .def_fn = default_name,
 	  .doc = "this node's NAME in the hosts file (default: the host name)" },
 	{ KEY_PATH("node", "socket", socket), .max = SOCKET_PATH_MAX,
 	  .def = "/run/stage/staged.sock", .def_fn = default_socket,
 	  .doc = "control socket (non-root default: $XDG_RUNTIME_DIR/stage.sock or /tmp/stage-UID.sock)" },
+	{ KEY_TEXT("node", "socket_group", socket_group, check_group), .def = "",
+	  .doc = "group whose members may use the control socket (mode 0660); \"\": the daemon's" },
 	{ KEY_HOSTPORT("node", "listen", listen), .def = "0.0.0.0:7420",
 	  .doc = "HOST:PORT for peer traffic; an IPv6 address goes in brackets" },
 	{ KEY_PATH("node", "state_dir", state_dir), .def = "/var/lib/stage/state",

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define CFG_MAX_ROOTS 16
 #define CFG_REPLICAS_ALL (-1)
@@ -22,6 +23,7 @@ struct stage_config {
 	char *name;                 /* default: hostname */
 	char *socket;               /* default: /run/stage/staged.sock as root,
 	                               else $XDG_RUNTIME_DIR/stage.sock (or /tmp/stage-UID.sock) */
+	char *socket_group;         /* extension: group of the socket, "" for the daemon's */
 	char *listen;               /* HOST:PORT, default 0.0.0.0:7420 */
 	char *state_dir;
 	int log_level;              /* extension: error|warn|info|debug, default info */
@@ -72,6 +74,8 @@ struct stage_config {
 	int metrics_interval;       /* seconds between rewrites */
 };
 
+/* The id of group s (a name, or a number). 0 or -ENOENT. */
+int config_group_id(const char *s, gid_t *out);
 /* Fills every key with its default (strings allocated). 0 or -ENOMEM. */
 int config_defaults(struct stage_config *c);
 /* Parses INI text over the current values. On error returns -EINVAL (or

@@ -21,6 +21,7 @@
 #include "daemon/survey/cverify.h"
 #include "daemon/restore/resume.h"
 #include "daemon/doctor/doctor.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/fsprobe.h"
 #include "daemon/job/job.h"
 #include "daemon/metrics.h"
@@ -109,6 +110,18 @@ int ctl_listen(const struct stage_config *cfg, int *out, char *why, size_t whyle
 		return ret;
 	}
 	chmod(cfg->socket, 0660);
+	if (cfg->socket_group[0]) {
+		gid_t gid;
+
+		if (config_group_id(cfg->socket_group, &gid) < 0 || chown(cfg->socket, (uid_t)-1, gid) < 0) {
+			ret = -errno;
+			snprintf(why, whylen, "cannot give %s to group %s (node.socket_group): %s",
+				 cfg->socket, cfg->socket_group, strerror(errno ? errno : ENOENT));
+			close(fd);
+			unlink(cfg->socket);
+			return ret ? ret : -ENOENT;
+		}
+	}
 	started_ns = mono_ns();
 	*out = fd;
 	return 0;
@@ -120,7 +133,7 @@ void ctl_unlisten(const struct stage_config *cfg, int fd)
 	unlink(cfg->socket);
 }
 
-static void serve_status(const struct stage_config *cfg, int fd)
+static void serve_status(const struct stage_config *cfg, int fd, uid_t viewer)
 {
 	struct msg m;
 	char roots[2048] = "";
@@ -140,8 +153,8 @@ static void serve_status(const struct stage_config *cfg, int fd)
 	msg_put_pairf(&m, "replica_root", "%s", cfg->replica_root);
 	repl_status(&m);
 	fsprobe_status(&m);
-	msg_put_pairf(&m, "jobs", "%u", jobs_count());
-	jobs_status(&m);
+	msg_put_pairf(&m, "jobs", "%u", jobs_count(viewer));
+	jobs_status(&m, viewer);
 	msg_send(fd, &m);
 	msg_free(&m);
 	msg_init(&m, MSG_RESULT);
@@ -169,11 +182,12 @@ struct ctl_req {
 	int fd;
 	struct msg *m;
 	uint32_t flags;
+	const struct cred *who;          /* the caller, as the kernel has it */
 };
 
 static void req_status(const struct ctl_req *r)
 {
-	serve_status(r->cfg, r->fd);
+	serve_status(r->cfg, r->fd, r->who->uid);
 }
 
 static void req_metrics(const struct ctl_req *r)
@@ -202,7 +216,7 @@ static void req_ls(const struct ctl_req *r)
 	struct msg m;
 
 	msg_init(&m, MSG_LS);
-	repl_ls(&m);
+	repl_ls(&m, r->who->uid);
 	msg_send(r->fd, &m);
 	msg_free(&m);
 	reply_error(r->fd, 0, "");
@@ -268,29 +282,58 @@ out:
 }
 
 /* One row per request type; a request about a path names its job's kind
- * and the key beside the path (req_path). */
+ * and the key beside the path (req_path). A row as_caller runs with the
+ * caller's credentials (daemon/fs/cred.h): everything it touches on the
+ * file system, the kernel judges as for the user's own tools. The others
+ * read only the daemon's own state, each filtered for the caller. */
 static const struct {
 	uint16_t type;
 	void (*serve)(const struct ctl_req *r);
 	void (*serve_path)(const struct ctl_req *r, const char *kind, uint16_t extra_key);
 	const char *kind;
 	uint16_t extra_key;
+	bool as_caller;
 } requests[] = {
 	{ .type = MSG_STATUS_REQ, .serve = req_status },
 	{ .type = MSG_METRICS_REQ, .serve = req_metrics },
-	{ .type = MSG_RESUME_REQ, .serve = req_resume },
+	{ .type = MSG_RESUME_REQ, .serve = req_resume, .as_caller = true },
 	{ .type = MSG_LS_REQ, .serve = req_ls },
-	{ .type = MSG_COMMIT_REQ, .serve_path = req_path, .kind = "commit", .extra_key = K_DEST },
-	{ .type = MSG_PULL_REQ, .serve_path = req_path, .kind = "pull", .extra_key = K_DEST },
-	{ .type = MSG_VERIFY_REQ, .serve_path = req_path, .kind = "verify", .extra_key = K_NODES },
-	{ .type = MSG_RESTORE_REQ, .serve_path = req_path, .kind = "restore", .extra_key = K_HOLDER },
+	{ .type = MSG_COMMIT_REQ, .serve_path = req_path, .kind = "commit", .extra_key = K_DEST,
+	  .as_caller = true },
+	{ .type = MSG_PULL_REQ, .serve_path = req_path, .kind = "pull", .extra_key = K_DEST,
+	  .as_caller = true },
+	{ .type = MSG_VERIFY_REQ, .serve_path = req_path, .kind = "verify", .extra_key = K_NODES,
+	  .as_caller = true },
+	{ .type = MSG_RESTORE_REQ, .serve_path = req_path, .kind = "restore", .extra_key = K_HOLDER,
+	  .as_caller = true },
 	{ .type = MSG_DOCTOR_REQ, .serve = req_doctor },
 };
+
+static void serve_one(const struct ctl_req *r, size_t i)
+{
+	char why[512];
+	int ret;
+
+	if (requests[i].as_caller && (ret = cred_enter(r->who)) < 0) {
+		snprintf(why, sizeof(why), "staged cannot act as uid %u: %s (does it lack "
+			 "CAP_SETUID and CAP_SETGID?)", (unsigned)r->who->uid, strerror(-ret));
+		log_err("control: %s", why);
+		reply_error(r->fd, 1, why);
+		return;
+	}
+	if (requests[i].serve_path)
+		requests[i].serve_path(r, requests[i].kind, requests[i].extra_key);
+	else
+		requests[i].serve(r);
+	cred_leave();
+}
 
 static void serve(const struct stage_config *cfg, int fd)
 {
 	struct timeval tv = { .tv_sec = 10 };
+	struct cred *who = NULL;
 	uint64_t flags = 0;
+	char why[512];
 	struct msg m;
 	size_t i;
 	int ret;
@@ -310,20 +353,33 @@ static void serve(const struct stage_config *cfg, int fd)
 				    "stage and staged the same version?");
 		return;
 	}
+	/* Who asks is the kernel's word (recorded at connect), never the
+	 * request's. */
+	ret = cred_of_peer(fd, &who);
+	if (ret < 0) {
+		snprintf(why, sizeof(why), "staged cannot tell who is asking: %s", strerror(-ret));
+		log_err("control: %s", why);
+		reply_error(fd, 1, why);
+		goto out;
+	}
+	if (cred_serves(who, why, sizeof(why)) < 0) {
+		reply_error(fd, 2, why);
+		goto out;
+	}
 	msg_get_u64(&m, K_FLAGS, &flags);
 	for (i = 0; i < sizeof(requests) / sizeof(requests[0]); i++)
 		if (requests[i].type == m.type)
 			break;
 	if (i < sizeof(requests) / sizeof(requests[0])) {
-		const struct ctl_req r = { .cfg = cfg, .fd = fd, .m = &m, .flags = (uint32_t)flags };
+		const struct ctl_req r = { .cfg = cfg, .fd = fd, .m = &m, .flags = (uint32_t)flags,
+					   .who = who };
 
-		if (requests[i].serve_path)
-			requests[i].serve_path(&r, requests[i].kind, requests[i].extra_key);
-		else
-			requests[i].serve(&r);
+		serve_one(&r, i);
 	} else
 		reply_error(fd, 2, "staged " STAGE_VERSION " does not know this request: stage is "
 			    "newer than the daemon; restart staged after an upgrade");
+out:
+	free(who);
 	msg_free(&m);
 }
 

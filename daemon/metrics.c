@@ -88,7 +88,7 @@ void metrics_render(const struct stage_config *cfg, struct prom *p)
 	prom_f64(p, NULL, (double)(mx.start_wall_ns / 1000000) / 1e3);
 	prom_family(p, "stage_jobs_running", "gauge",
 		    "Jobs being served: client requests, and the checks peers asked of this node.");
-	prom_u64(p, NULL, jobs_count());
+	prom_u64(p, NULL, jobs_count(0));
 	obs_render(p);
 	repl_metrics(p);
 	render_process(p);

@@ -29,6 +29,7 @@
 #include "daemon/survey/fanout.h"
 #include "daemon/restore/resume.h"
 #include "daemon/ctl.h"
+#include "daemon/fs/cred.h"
 #include "daemon/doctor/doctor.h"
 #include "daemon/job/job.h"
 #include "daemon/peers/peers.h"
@@ -371,6 +372,7 @@ int main(int argc, char **argv)
 	log_open("staged", STDERR_FILENO);
 	raise_nofile();
 	signal(SIGPIPE, SIG_IGN);
+	cred_init();
 
 	if ((ret = roots_mkdirs(d.cfg.state_dir, 0755)) < 0 ||
 	    (ret = roots_mkdirs(d.cfg.stage_root, 0755)) < 0) {

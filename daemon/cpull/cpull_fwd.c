@@ -52,6 +52,7 @@
 #include "common/manifest.h"
 #include "daemon/engine/prio.h"
 #include "daemon/engine/wq.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/net/peer.h"
 
@@ -709,7 +710,7 @@ int cfwd_open(struct cfwd **out, const char *id, struct cpull_nodes *nn)
 	fw->id = id;
 	fw->nn = nn;
 	fw->dst_fd = fw->tmp_fd = -1;
-	fw->as_root = geteuid() == 0;
+	fw->as_root = cred_is_root();
 	pthread_mutex_init(&fw->mu, NULL);
 	mono_cond_init(&fw->cv);
 	*out = fw;

@@ -21,6 +21,7 @@
  *   stay within opts.memory (io_size is clamped so one buffer always fits).
  */
 #include "daemon/engine/copier.h"
+#include "daemon/fs/cred.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,6 +63,7 @@ struct copier {
 	bool src_direct_ok;           /* cleared the first time O_DIRECT is refused */
 	bool dst_direct_ok;
 	bool noatime_ok;              /* cleared the first time O_NOATIME is refused */
+	unsigned personality;         /* the creating thread's user (fs/cred.h), 0: the daemon */
 	cp_done_fn done;              /* valid inside copier_run */
 	void *done_arg;
 	int finished;                 /* files completed in this copier_run */
@@ -77,6 +79,7 @@ static struct io_uring_sqe *sqe_get(struct copier *c)
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
 
 	if (!sqe) {
+		cred_ring_stamp(&c->ring, c->personality);
 		io_uring_submit(&c->ring);
 		sqe = io_uring_get_sqe(&c->ring);
 	}
@@ -584,6 +587,7 @@ int copier_create(struct copier **out, int dst_root, const struct copier_opts *o
 
 		io_uring_register_iowq_max_workers(&c->ring, workers);
 	}
+	c->personality = cred_ring_personality(&c->ring);
 	*out = c;
 	return 0;
 }
@@ -704,6 +708,7 @@ int copier_run(struct copier *c, int timeout_ms, cp_done_fn done, void *arg)
 		if (f->state == CP_DATA)
 			pump(c, f);
 	reap_idle_failures(c);
+	cred_ring_stamp(&c->ring, c->personality);
 	ret = io_uring_submit_and_wait_timeout(&c->ring, &cqe, c->live ? 1 : 0, &ts, NULL);
 	if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EBUSY)
 		return ret;

@@ -4,6 +4,7 @@
  * inflight; at most one is in flight, and one more may wait (sync_want)
  * until the writes below its offset are done. */
 #include "daemon/engine/wq.h"
+#include "daemon/fs/cred.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@ int wq_open(struct wq *q)
 	rc = io_uring_queue_init(WQ_DEPTH * 2, &q->ring, 0);
 	if (rc < 0)
 		goto out_free;
+	q->personality = cred_ring_personality(&q->ring);
 	return 0;
 out_free:
 	for (unsigned i = 0; i < WQ_DEPTH; i++)
@@ -84,6 +86,7 @@ static void try_sync(struct wq *q)
 	io_uring_sqe_set_data64(sqe, SYNC_TAG);
 	q->sync_at = q->sync_want;
 	q->sync_want = 0;
+	cred_ring_stamp(&q->ring, q->personality);
 	io_uring_submit(&q->ring);
 }
 
@@ -98,6 +101,7 @@ static bool submit_rest(struct wq *q, unsigned i)
 	io_uring_prep_write(sqe, q->fd, q->buf[i] + q->done[i], q->len[i] - q->done[i],
 			    q->off[i] + q->done[i]);
 	io_uring_sqe_set_data64(sqe, i);
+	cred_ring_stamp(&q->ring, q->personality);
 	return io_uring_submit(&q->ring) >= 0;
 }
 
@@ -228,6 +232,7 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 	q->off[b] = off;
 	q->dio[b] = q->direct;
 	q->inflight++;
+	cred_ring_stamp(&q->ring, q->personality);
 	io_uring_submit(&q->ring);
 	reap(q, false);
 	return 0;

@@ -47,6 +47,7 @@ struct wq {
 	uint64_t size;                 /* its size in the end */
 	bool direct;                   /* written with O_DIRECT */
 	bool padded;                   /* the last block went past size */
+	unsigned personality;          /* the opening thread's user (fs/cred.h), 0: the daemon */
 	uint64_t sync_want;            /* a sync asked for, covering [0, this); 0: none */
 	uint64_t sync_at;              /* the sync in flight covers [0, this); 0: none */
 	uint64_t durable;              /* [0, this) made durable by a completed sync */

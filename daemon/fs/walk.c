@@ -7,6 +7,7 @@
  * a source directory; the next call pushes its frame first.
  */
 #include "daemon/fs/walk.h"
+#include "daemon/fs/cred.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -66,6 +67,7 @@ struct walk {
 	 * down (its unmaps cost every CPU a TLB flush). */
 	struct io_uring ring;
 	bool have_ring, ring_tried;
+	unsigned personality;          /* the ring's user (cred.h), 0: the daemon */
 	size_t nstat;          /* names stat'ed so far */
 	struct statx *stx;     /* STAT_BATCH results in flight */
 	bool lazy;             /* WALK_LAZY */
@@ -252,6 +254,7 @@ static void ring_setup(struct walk *w)
 	w->stx = malloc(STAT_BATCH * sizeof(*w->stx));
 	if (w->stx && io_uring_queue_init(STAT_BATCH, &w->ring, 0) == 0) {
 		io_uring_register_iowq_max_workers(&w->ring, workers);
+		w->personality = cred_ring_personality(&w->ring);
 		w->have_ring = true;
 	}
 }
@@ -292,6 +295,7 @@ static int stat_some(struct walk *w, struct listing *l, const size_t *idx, size_
 					    &w->stx[i]);
 			io_uring_sqe_set_data64(sqe, i);
 		}
+		cred_ring_stamp(&w->ring, w->personality);
 		ret = io_uring_submit(&w->ring);
 		if (ret != (int)k)
 			return ret < 0 ? ret : -EIO;

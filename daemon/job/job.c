@@ -10,6 +10,7 @@
 #include <errno.h>
 
 #include "common/clock.h"
+#include "daemon/fs/cred.h"
 #include "daemon/obs/obs.h"
 
 atomic_bool stage_stopping;
@@ -26,6 +27,7 @@ void job_begin(struct job *j, int fd, uint32_t flags, const struct stage_config 
 	j->flags = flags;
 	j->cfg = cfg;
 	snprintf(j->kind, sizeof(j->kind), "%s", kind);
+	j->uid = cred_uid();
 	snprintf(j->what, sizeof(j->what), "%s", what);
 	atomic_store(&j->phase, "start");
 	j->t_start_ns = mono_ns();
@@ -246,13 +248,16 @@ void job_result(struct job *j, int code, const char *path, struct msg *m,
  * in one piece of work (a restore fetching a big file): not marked. */
 #define JOB_STUCK_NS (5ull * 1000000000ull)
 
-void jobs_status(struct msg *m)
+void jobs_status(struct msg *m, uid_t viewer)
 {
 	pthread_mutex_lock(&reg_lock);
 	for (struct job *j = reg_head; j; j = j->next) {
 		uint64_t alive = atomic_load(&j->t_alive_ns), now = mono_ns();
 		uint64_t quiet = j->watch_stuck && now > alive ? now - alive : 0;
 		char v[1024], stuck[96] = "";
+
+		if (viewer != 0 && j->uid != viewer)
+			continue;
 
 		if (quiet > JOB_STUCK_NS)
 			snprintf(stuck, sizeof(stuck), "; stuck for %llu s in a call that has not "
@@ -269,13 +274,13 @@ void jobs_status(struct msg *m)
 	pthread_mutex_unlock(&reg_lock);
 }
 
-unsigned jobs_count(void)
+unsigned jobs_count(uid_t viewer)
 {
 	unsigned n = 0;
 
 	pthread_mutex_lock(&reg_lock);
 	for (struct job *j = reg_head; j; j = j->next)
-		n++;
+		n += viewer == 0 || j->uid == viewer;
 	pthread_mutex_unlock(&reg_lock);
 	return n;
 }

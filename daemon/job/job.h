@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -26,6 +27,8 @@ struct job {
 	uint32_t flags;                  /* REQ_* of the request */
 	const struct stage_config *cfg;  /* borrowed, immutable while running */
 	char kind[16];                   /* "pull", "verify" */
+	uid_t uid;                       /* whom it works for: its thread's fsuid at
+					  * job_begin; status shows it to them and root */
 	char what[512];                  /* for status: what it works on */
 	_Atomic(const char *) phase;     /* atomic: "scan", "copy", "verify" */
 	_Atomic uint64_t files_done, files_total, bytes_done, bytes_total;
@@ -70,8 +73,9 @@ bool job_cancelled(struct job *j);
  * fields (may be NULL) and is consumed. */
 void job_result(struct job *j, int code, const char *path, struct msg *m,
 		const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* Appends one K_NAME/K_VALUE pair per job in flight to m. */
-void jobs_status(struct msg *m);
-unsigned jobs_count(void);
+/* Appends one K_NAME/K_VALUE pair per job in flight that viewer may see
+ * (its own; root: all) to m. */
+void jobs_status(struct msg *m, uid_t viewer);
+unsigned jobs_count(uid_t viewer);
 
 #endif

@@ -43,6 +43,7 @@
 #include "common/manifest.h"
 #include "common/paths.h"
 #include "daemon/engine/copier.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/cursor.h"
 #include "daemon/fs/fsprobe.h"
 #include "daemon/pull/dirstack.h"
@@ -615,7 +616,7 @@ void pull_run_share(struct job *j, const char *src_arg, const char *dest_arg,
 	p->sh = sh;
 	p->st = st;
 	p->src_fd = p->dst_fd = -1;
-	p->as_root = geteuid() == 0;
+	p->as_root = cred_is_root();
 	j->watch_stuck = true;
 	/* Nothing below touches the source before its file system has been
 	 * seen to answer: a mount that hangs holds a probe, not this thread.
@@ -646,7 +647,7 @@ void pull_run_share(struct job *j, const char *src_arg, const char *dest_arg,
 	log_info("pull %s -> %s", p->src, p->dst);
 	ret = stagedir_open(&p->sd, p->cfg->stage_root, p->dst, p->as_root, why, sizeof(why));
 	if (ret < 0) {
-		job_result(j, ret == -EEXIST ? 2 : 1, NULL, NULL, "%s", why);
+		job_result(j, ret == -EEXIST || ret == -EPERM ? 2 : 1, NULL, NULL, "%s", why);
 		goto out_close_src;
 	}
 	p->dst_fd = p->sd.dst_fd;

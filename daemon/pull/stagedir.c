@@ -12,6 +12,7 @@
 
 #include "common/manifest.h"
 #include "common/paths.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
 
 static int open_dir_nofollow(int at, const char *name)
@@ -28,6 +29,44 @@ static bool has_stage_dir(int fd)
 	return fstatat(fd, MF_DIRNAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
+/* mkdirat(fd, comp) as this thread acts. A user may not write in the stage
+ * root itself (the admin's, 0755): a directory right beneath it that a user
+ * asks for is made by the daemon and given to that user; deeper down the
+ * kernel decides, as for the user's own mkdir. */
+static int make_dir(int fd, const char *comp, bool top)
+{
+	const struct cred *c = cred_current();
+	int ret = 0;
+
+	if (mkdirat(fd, comp, 0755) == 0 || errno == EEXIST)
+		return 0;
+	if (!top || !c || errno != EACCES)
+		return -errno;
+	cred_daemon_begin();
+	if (mkdirat(fd, comp, 0755) < 0)
+		ret = errno == EEXIST ? 0 : -errno;
+	else if (fchownat(fd, comp, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0)
+		ret = -errno;
+	cred_daemon_end();
+	return ret;
+}
+
+/* Another user's tree is theirs, whatever its mode lets others do: a
+ * destination that exists and belongs to someone else is refused before
+ * anything in it is touched (root may write anywhere). */
+static int check_owner(int fd, const char *comp, const char *dest, char *why, size_t whylen)
+{
+	struct stat st;
+	char owner[128];
+
+	if (cred_is_root() || fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    st.st_uid == cred_uid())
+		return 0;
+	snprintf(why, whylen, "%s belongs to %s: a pull writes only into a destination of its "
+		 "own user's", dest, cred_name(st.st_uid, owner, sizeof(owner)));
+	return -EPERM;
+}
+
 /* Walks from the stage root down to DEST, creating what is missing, each
  * step an openat(O_NOFOLLOW) on the fd of the step before: a directory
  * swapped for a symlink halfway is refused, not followed. */
@@ -35,6 +74,7 @@ static int open_dest(const char *stage_root, const char *dest, char *why, size_t
 {
 	char *root = realpath(stage_root, NULL), *rel, *save = NULL, *comp;
 	const char *r;
+	bool top = true;
 	int fd, ret = 0;
 
 	if (!root) {
@@ -61,17 +101,21 @@ static int open_dest(const char *stage_root, const char *dest, char *why, size_t
 	for (comp = strtok_r(rel, "/", &save); comp; comp = strtok_r(NULL, "/", &save)) {
 		int next;
 
-		if (mkdirat(fd, comp, 0755) < 0 && errno != EEXIST) {
-			ret = -errno;
-			snprintf(why, whylen, "cannot create %s: %s", dest, strerror(errno));
+		ret = make_dir(fd, comp, top);
+		top = false;
+		if (ret < 0) {
+			snprintf(why, whylen, "cannot create %s: %s", dest, strerror(-ret));
 			break;
 		}
+		if (!(save && *save) && (ret = check_owner(fd, comp, dest, why, whylen)) < 0)
+			break;
 		next = open_dir_nofollow(fd, comp);
 		close(fd);
 		fd = next;
 		if (fd < 0) {
 			ret = fd;
-			snprintf(why, whylen, "cannot open %s (a symlink on the way?): %s", dest,
+			snprintf(why, whylen, "cannot open %s%s: %s", dest,
+				 ret == -ELOOP || ret == -ENOTDIR ? " (a symlink on the way?)" : "",
 				 strerror(-ret));
 			break;
 		}
@@ -108,6 +152,12 @@ int stagedir_open(struct stagedir *sd, const char *stage_root, const char *dest,
 	if (ret < 0)
 		goto out_close;
 	sd->dst_fd = ret;
+	/* Checked by name on the way; once more on what was opened. */
+	if (!cred_is_root() && fstat(sd->dst_fd, &st) == 0 && st.st_uid != cred_uid()) {
+		snprintf(why, whylen, "%s changed owner while it was opened", dest);
+		ret = -EPERM;
+		goto out_close;
+	}
 	if (!has_stage_dir(sd->dst_fd)) {
 		if (!treeops_empty(sd->dst_fd)) {
 			snprintf(why, whylen,

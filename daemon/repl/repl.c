@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "common/log.h"
 #include "common/manifest.h"
 #include "daemon/repl/repl_impl.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/roots.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/pull/verify.h"
@@ -371,6 +373,7 @@ static void close_partners(void)
 int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 {
 	struct watch *w = NULL;
+	bool ckpt_new;
 	int rc;
 
 	repl_state_init();
@@ -384,12 +387,17 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 		snprintf(why, whylen, "cannot serve offers: %s", strerror(-rc));
 		goto out_close_partners;
 	}
+	ckpt_new = access(cfg->ckpt_root, F_OK) < 0;
 	if ((rc = roots_mkdirs(cfg->ckpt_root, 0755)) < 0 ||
 	    (rc = roots_mkdirs(cfg->replica_root, 0755)) < 0) {
 		snprintf(why, whylen, "cannot create %s: %s", access(cfg->ckpt_root, F_OK) ?
 			 cfg->ckpt_root : cfg->replica_root, strerror(-rc));
 		goto out_close_partners;
 	}
+	/* Each user's trainer makes its own JOB directory there, as in /tmp:
+	 * writable by all, sticky (nobody removes or renames another's). */
+	if (ckpt_new && cred_switching())
+		chmod(cfg->ckpt_root, 01777);
 	repl_rec_load_all();
 	if (cfg->watch) {
 		struct watch_opts wo = {
@@ -747,9 +755,19 @@ void repl_status(struct msg *m)
 	pthread_mutex_unlock(&repl.lock);
 }
 
+/* Whether viewer may see what dir holds: root sees everything, a user what
+ * they own (a job's directory, a replica's step: replicas keep the origin's
+ * owner). */
+static bool ls_visible(const char *dir, uid_t viewer)
+{
+	struct stat st;
+
+	return viewer == 0 || (stat(dir, &st) == 0 && st.st_uid == viewer);
+}
+
 /* Replicas this node holds for others: replica_root/ORIGIN/JOB/STEP with a
  * manifest. */
-static void ls_held(struct msg *m)
+static void ls_held(struct msg *m, uid_t viewer)
 {
 	DIR *od = opendir(repl.cfg->replica_root);
 	struct dirent *oe;
@@ -783,6 +801,9 @@ static void ls_held(struct msg *m)
 				snprintf(mp, sizeof(mp), "%s/%s/.stage/manifest", sp, se->d_name);
 				if (access(mp, F_OK) < 0)
 					continue;
+				snprintf(mp, sizeof(mp), "%s/%s", sp, se->d_name);
+				if (!ls_visible(mp, viewer))
+					continue;
 				snprintf(name, sizeof(name), "%s/%s", je->d_name, se->d_name);
 				snprintf(v, sizeof(v), "origin=%s state=replica holder=%s", oe->d_name,
 					 repl.cfg->name);
@@ -798,13 +819,16 @@ static void ls_held(struct msg *m)
 	closedir(od);
 }
 
-void repl_ls(struct msg *m)
+void repl_ls(struct msg *m, uid_t viewer)
 {
 	pthread_mutex_lock(&repl.lock);
 	for (struct record *r = repl.records; r; r = r->next) {
 		char name[600], v[4096], hex[DIGEST_HEX_LEN + 1] = "-";
 		size_t o;
 
+		snprintf(v, sizeof(v), "%s/%s", repl.cfg->ckpt_root, r->job);
+		if (!ls_visible(v, viewer))
+			continue;
 		snprintf(name, sizeof(name), "%s/%s", r->job, r->step);
 		if (r->state == R_READY)
 			digest_to_hex(r->root, hex);
@@ -822,7 +846,7 @@ void repl_ls(struct msg *m)
 		msg_put_str(m, K_VALUE, v);
 	}
 	pthread_mutex_unlock(&repl.lock);
-	ls_held(m);
+	ls_held(m, viewer);
 }
 
 uint64_t repl_newest_committed(char *what, size_t len)

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/config.h"
 #include "common/digest.h"
@@ -39,8 +40,9 @@ void repl_commit_run(struct job *j, const char *path);
 int repl_resend(const char *job, const char *step, const char *holder, char *why, size_t whylen);
 /* K_NAME/K_VALUE pairs for `stage status` (peers, transfers). */
 void repl_status(struct msg *m);
-/* K_NAME/K_VALUE pairs for `stage ls`, one per checkpoint. */
-void repl_ls(struct msg *m);
+/* K_NAME/K_VALUE pairs for `stage ls`, one per checkpoint viewer may see:
+ * root all, a user the jobs and replicas they own. */
+void repl_ls(struct msg *m, uid_t viewer);
 /* The per-partner families of `stage metrics` (repl_metrics.c): a few
  * series per partner, so at most a few per node of the hosts file. */
 struct prom;

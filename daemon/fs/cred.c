@@ -1,0 +1,263 @@
+#include "daemon/fs/cred.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <liburing.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The daemon's own identity, fixed at cred_init. */
+static uid_t own_uid;
+static gid_t own_gid;
+static gid_t *own_groups;
+static int own_ngroups;
+static bool switching;
+
+static _Thread_local const struct cred *cur;   /* whom this thread acts as */
+static _Thread_local const struct cred *held;  /* stepped out of by cred_daemon_begin */
+
+void cred_init(void)
+{
+	int n;
+
+	own_uid = geteuid();
+	own_gid = getegid();
+	switching = own_uid == 0;
+	n = getgroups(0, NULL);
+	if (n > 0 && (own_groups = calloc((size_t)n, sizeof(gid_t))) != NULL)
+		own_ngroups = getgroups(n, own_groups);
+	if (own_ngroups < 0)
+		own_ngroups = 0;
+}
+
+bool cred_switching(void)
+{
+	return switching;
+}
+
+static struct cred *cred_alloc(unsigned ngroups)
+{
+	struct cred *c = calloc(1, sizeof(*c) + (size_t)ngroups * sizeof(gid_t));
+
+	if (c)
+		c->ngroups = ngroups;
+	return c;
+}
+
+int cred_of_peer(int fd, struct cred **out)
+{
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+	gid_t *g = NULL;
+	struct cred *c;
+	int n = 0;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0)
+		return -errno;
+	/* The groups as the kernel saw them at connect: ERANGE tells how many. */
+	len = 64 * sizeof(gid_t);
+	for (int tries = 0; tries < 4; tries++) {
+		gid_t *ng = realloc(g, len ? len : sizeof(gid_t));
+
+		if (!ng) {
+			free(g);
+			return -ENOMEM;
+		}
+		g = ng;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) == 0) {
+			n = (int)(len / sizeof(gid_t));
+			break;
+		}
+		if (errno != ERANGE) {
+			int err = -errno;
+
+			free(g);
+			return err;
+		}
+	}
+	c = cred_alloc((unsigned)n);
+	if (!c) {
+		free(g);
+		return -ENOMEM;
+	}
+	c->uid = uc.uid;
+	c->gid = uc.gid;
+	if (n)
+		memcpy(c->groups, g, (size_t)n * sizeof(gid_t));
+	free(g);
+	*out = c;
+	return 0;
+}
+
+int cred_of_user(uid_t uid, gid_t gid, struct cred **out)
+{
+	struct passwd pw, *pwp = NULL;
+	char buf[4096];
+	gid_t *g = NULL;
+	int n = 32;
+	struct cred *c;
+
+	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) == 0 && pwp) {
+		for (int tries = 0; tries < 4; tries++) {
+			gid_t *ng = realloc(g, (size_t)n * sizeof(gid_t));
+
+			if (!ng) {
+				free(g);
+				return -ENOMEM;
+			}
+			g = ng;
+			if (getgrouplist(pw.pw_name, gid, g, &n) >= 0)
+				break;
+			if (tries == 3)
+				n = 0;
+		}
+	} else {
+		n = 0;
+	}
+	c = cred_alloc(n > 0 ? (unsigned)n : 1);
+	if (!c) {
+		free(g);
+		return -ENOMEM;
+	}
+	c->uid = uid;
+	c->gid = gid;
+	if (n > 0)
+		memcpy(c->groups, g, (size_t)n * sizeof(gid_t));
+	else
+		c->groups[0] = gid;
+	free(g);
+	*out = c;
+	return 0;
+}
+
+const char *cred_name(uid_t uid, char *buf, size_t len)
+{
+	struct passwd pw, *pwp = NULL;
+	char tmp[4096];
+
+	if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &pwp) == 0 && pwp)
+		snprintf(buf, len, "%s (uid %u)", pw.pw_name, (unsigned)uid);
+	else
+		snprintf(buf, len, "uid %u", (unsigned)uid);
+	return buf;
+}
+
+int cred_serves(const struct cred *c, char *why, size_t whylen)
+{
+	char me[128], them[128];
+
+	if (switching || c->uid == own_uid || c->uid == 0)
+		return 0;
+	snprintf(why, whylen, "this staged runs as %s, not as root, and serves that user alone; "
+		 "%s cannot use it (run a staged of your own, or ask for the node's)",
+		 cred_name(own_uid, me, sizeof(me)), cred_name(c->uid, them, sizeof(them)));
+	return -EPERM;
+}
+
+/* The raw calls: each changes the calling thread alone. setfs[ug]id
+ * return the previous value and never fail loudly; asking with -1 reads
+ * the value back. */
+static int set_ids(uid_t uid, gid_t gid, size_t ngroups, const gid_t *groups)
+{
+	if (syscall(SYS_setgroups, ngroups, groups) < 0)
+		return -errno;
+	syscall(SYS_setfsgid, gid);
+	if ((gid_t)syscall(SYS_setfsgid, (gid_t)-1) != gid)
+		return -EPERM;
+	syscall(SYS_setfsuid, uid);
+	if ((uid_t)syscall(SYS_setfsuid, (uid_t)-1) != uid)
+		return -EPERM;
+	return 0;
+}
+
+void cred_leave(void)
+{
+	if (!cur)
+		return;
+	cur = NULL;
+	/* The uid first: back at 0 it regains the file capabilities. */
+	syscall(SYS_setfsuid, own_uid);
+	syscall(SYS_setfsgid, own_gid);
+	syscall(SYS_setgroups, (size_t)own_ngroups, own_groups);
+}
+
+int cred_enter(const struct cred *c)
+{
+	int rc;
+
+	cred_leave();
+	if (!switching || c->uid == own_uid)
+		return 0;
+	rc = set_ids(c->uid, c->gid, c->ngroups, c->groups);
+	if (rc < 0) {
+		cur = c;        /* so that leave undoes what did change */
+		cred_leave();
+		return rc;
+	}
+	cur = c;
+	return 0;
+}
+
+const struct cred *cred_current(void)
+{
+	return cur;
+}
+
+uid_t cred_uid(void)
+{
+	return cur ? cur->uid : own_uid;
+}
+
+bool cred_is_root(void)
+{
+	return !cur && own_uid == 0;
+}
+
+void cred_daemon_begin(void)
+{
+	held = cur;
+	cred_leave();
+}
+
+void cred_daemon_end(void)
+{
+	static const struct cred nobody = { .uid = 65534, .gid = 65534 };
+	const struct cred *c = held;
+
+	held = NULL;
+	if (!c || cred_enter(c) == 0)
+		return;
+	/* It worked a moment ago; should it not now, the rest of the request
+	 * must not run as the daemon: it runs as nobody, and fails. */
+	if (set_ids(nobody.uid, nobody.gid, 0, NULL) == 0)
+		cur = &nobody;
+	else
+		abort();
+}
+
+unsigned cred_ring_personality(struct io_uring *ring)
+{
+	int id;
+
+	if (!cur)
+		return 0;
+	/* Without one the kernel still uses the submitter's credentials, which
+	 * are the same while the thread stays in; the personality pins them. */
+	id = io_uring_register_personality(ring);
+	return id > 0 ? (unsigned)id : 0;
+}
+
+void cred_ring_stamp(struct io_uring *ring, unsigned personality)
+{
+	unsigned mask = *ring->sq.kring_mask;
+
+	if (!personality)
+		return;
+	for (unsigned i = ring->sq.sqe_head; i != ring->sq.sqe_tail; i++)
+		ring->sq.sqes[i & mask].personality = (__u16)personality;
+}

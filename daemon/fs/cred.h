@@ -1,0 +1,88 @@
+/* Who a thread acts as on the file system.
+ *
+ * A shared node runs one staged, usually as root, for many users. Every
+ * request acts as the user who asked (the kernel's word for it, SO_PEERCRED
+ * and SO_PEERGROUPS, never the client's); what the daemon does on its own
+ * acts as the owner of the step it works on. So the kernel and the file
+ * server judge each access exactly as for the user's own `cp`.
+ *
+ * How: a thread switches its file-system uid and gid and its supplementary
+ * groups with the raw system calls, which change the calling thread alone
+ * (glibc's setgroups changes every thread of the process). A fsuid other
+ * than 0 takes the file capabilities (DAC override, chown, fowner) out of
+ * the thread's effective set; going back to 0 gives them back. Threads a
+ * thread creates start with its credentials (clone copies them), so a
+ * request's helpers (a restore's lanes, a probe) act as its user too.
+ * io_uring work the kernel hands to its workers runs with the credentials
+ * of the submitting thread; rings that serve a user stamp each request with
+ * a personality registered under that user (cred_ring_personality), so that
+ * what the ring does is pinned to that user whatever the thread does next.
+ *
+ * States of a thread: the daemon's own (cred_current() == NULL) or acting
+ * as c (cred_enter(c) ... cred_leave()). cred_enter is not nested: a second
+ * one replaces the first. cred_daemon_begin/end step out to the daemon's
+ * own for the daemon's state (state_dir) and back.
+ *
+ * A daemon that is not root cannot switch: it serves its own uid alone
+ * (cred_serves says so) and cred_enter of that uid is a no-op.
+ */
+#ifndef STAGE_CRED_H
+#define STAGE_CRED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct io_uring;
+
+struct cred {
+	uid_t uid;
+	gid_t gid;
+	unsigned ngroups;            /* supplementary groups, as the kernel gave them */
+	gid_t groups[];
+};
+
+/* Records the daemon's own identity; before any thread but main runs. */
+void cred_init(void);
+/* Whether this daemon acts as its callers (it runs as root). */
+bool cred_switching(void);
+/* The credentials of the process at the other end of a unix socket:
+ * uid, gid and groups as the kernel recorded them at connect. 0 or -errno;
+ * *out is freed with free(). */
+int cred_of_peer(int fd, struct cred **out);
+/* The credentials of uid as the system's user database has them (its
+ * groups; gid and no others when it has no entry): how the daemon acts as
+ * the owner of what it works on. 0 or -errno; *out freed with free(). */
+int cred_of_user(uid_t uid, gid_t gid, struct cred **out);
+/* Whether a caller with c may use this daemon: any user when it switches,
+ * else its own uid (and root). 0, or -EPERM with why naming both. */
+int cred_serves(const struct cred *c, char *why, size_t whylen);
+/* This thread acts as c (borrowed: it must outlive the cred_leave). A
+ * no-op for the daemon's own uid or a daemon that does not switch. 0 or
+ * -errno (the thread is then back to the daemon's own). */
+int cred_enter(const struct cred *c);
+/* Back to the daemon's own. */
+void cred_leave(void);
+/* Whom this thread acts as; NULL: the daemon itself. */
+const struct cred *cred_current(void);
+/* The uid this thread's files are created as (fsuid). */
+uid_t cred_uid(void);
+/* Whether this thread acts with root's file capabilities (chown to any
+ * owner, read anything): the daemon's own thread in a root daemon. */
+bool cred_is_root(void);
+/* Steps out to the daemon's own for its own state and back; nest-free:
+ * each begin is followed by its end on the same thread. */
+void cred_daemon_begin(void);
+void cred_daemon_end(void);
+/* A personality of ring for this thread's credentials, to put in each of
+ * its requests' sqe->personality; 0 (none needed) when the thread acts as
+ * the daemon. Freed with the ring. */
+unsigned cred_ring_personality(struct io_uring *ring);
+/* Puts personality (of cred_ring_personality) into every request of ring
+ * not yet submitted: right before each io_uring_submit, since liburing's
+ * prep helpers clear the field. A no-op for 0. */
+void cred_ring_stamp(struct io_uring *ring, unsigned personality);
+/* "alice (uid 1001)" or "uid 1001", for messages. */
+const char *cred_name(uid_t uid, char *buf, size_t len);
+
+#endif
