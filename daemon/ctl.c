@@ -197,11 +197,15 @@ static void req_metrics(const struct ctl_req *r)
 
 static void req_resume(const struct ctl_req *r)
 {
-	char *job = NULL, *nodes = NULL;
+	char *job = NULL, *nodes = NULL, path[4096], why[1024];
 	struct job j;
 
 	if (msg_get_str(r->m, K_JOB, &job) < 0 || msg_get_str(r->m, K_NODES, &nodes) == -EINVAL) {
 		reply_error(r->fd, 2, "resume: a request without a job name");
+	} else if (snprintf(path, sizeof(path), "%s/%s", r->cfg->ckpt_root, job) > 0 &&
+		   !strchr(job, '/') && roots_owner_check(r->cfg, path, "resume", why,
+							   sizeof(why)) < 0) {
+		reply_error(r->fd, 2, why);
 	} else {
 		job_begin(&j, r->fd, r->flags, r->cfg, "resume", job);
 		resume_run(&j, job, nodes);
@@ -244,7 +248,7 @@ static void req_doctor(const struct ctl_req *r)
  * K_HOLDER, verify --cluster --nodes' K_NODES), run as a job of kind. */
 static void req_path(const struct ctl_req *r, const char *kind, uint16_t extra_key)
 {
-	char *path = NULL, *extra = NULL, *nodes = NULL;
+	char *path = NULL, *extra = NULL, *nodes = NULL, why[1024];
 	struct job j;
 
 	if (msg_get_str(r->m, K_PATH, &path) < 0 || path[0] != '/') {
@@ -253,6 +257,11 @@ static void req_path(const struct ctl_req *r, const char *kind, uint16_t extra_k
 	}
 	if (msg_get_str(r->m, extra_key, &extra) == -EINVAL) {
 		reply_error(r->fd, 2, "malformed destination or node name");
+		goto out;
+	}
+	if (r->m->type != MSG_PULL_REQ &&
+	    roots_owner_check(r->cfg, path, kind, why, sizeof(why)) < 0) {
+		reply_error(r->fd, 2, why);
 		goto out;
 	}
 	job_begin(&j, r->fd, r->flags, r->cfg, kind, path);

@@ -218,6 +218,11 @@ bool cred_is_root(void)
 	return !cur && own_uid == 0;
 }
 
+uid_t cred_uid_held(void)
+{
+	return held ? held->uid : cred_uid();
+}
+
 void cred_daemon_begin(void)
 {
 	held = cur;

@@ -74,6 +74,8 @@ bool cred_is_root(void);
  * each begin is followed by its end on the same thread. */
 void cred_daemon_begin(void);
 void cred_daemon_end(void);
+/* Between those two: the uid the thread acts as outside them. */
+uid_t cred_uid_held(void);
 /* A personality of ring for this thread's credentials, to put in each of
  * its requests' sqe->personality; 0 (none needed) when the thread acts as
  * the daemon. Freed with the ring. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/paths.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
 
 /* fsync of the directory that holds PATH: a new name in it is durable. */
@@ -285,4 +286,67 @@ int roots_local(const struct stage_config *cfg, const char *arg, char **path, in
 		 cfg->ckpt_root, cfg->replica_root);
 	free(p);
 	return -EPERM;
+}
+
+/* The owner of root/<the first depth components of rel>, if rel has that
+ * many: 0 and *uid, or -ENOENT. */
+static int owner_at(const char *root, const char *rel, int depth, uid_t *uid, char *what,
+		    size_t wlen)
+{
+	const char *p = rel;
+	struct stat st;
+
+	for (int i = 0; i < depth; i++) {
+		p = strchr(p, '/');
+		if (!p && i < depth - 1)
+			return -ENOENT;
+		if (!p) {
+			p = rel + strlen(rel);
+			break;
+		}
+		if (i < depth - 1)
+			p++;
+	}
+	snprintf(what, wlen, "%s/%.*s", root, (int)(p - rel), rel);
+	if (lstat(what, &st) < 0)
+		return -errno;
+	*uid = st.st_uid;
+	return 0;
+}
+
+int roots_owner_check(const struct stage_config *cfg, const char *abs, const char *verb,
+		      char *why, size_t whylen)
+{
+	static const struct { int which, depth; const char *kind; } trees[] = {
+		{ 0, 1, "checkpoint job" },   /* ckpt_root/JOB */
+		{ 1, 3, "replica" },          /* replica_root/ORIGIN/JOB/STEP */
+	};
+	char *full = NULL, what[PATH_MAX + 64], owner[128];
+	int rc = 0;
+
+	if (cred_is_root())
+		return 0;
+	/* Metadata only, and the owner must be named even to a user who cannot
+	 * search the tree: looked at as the daemon. */
+	cred_daemon_begin();
+	if (roots_resolve(abs, &full) < 0)
+		goto out;
+	for (size_t i = 0; i < sizeof(trees) / sizeof(trees[0]) && rc == 0; i++) {
+		const char *r = trees[i].which ? cfg->replica_root : cfg->ckpt_root;
+		char *root = realpath(r, NULL);
+		const char *rel = root ? paths_rel(full, root) : NULL;
+		uid_t uid = 0;
+
+		if (rel && *rel && owner_at(root, rel, trees[i].depth, &uid, what, sizeof(what)) == 0 &&
+		    uid != cred_uid_held()) {
+			snprintf(why, whylen, "%s %s belongs to %s: only its owner (or root) may %s it",
+				 trees[i].kind, what, cred_name(uid, owner, sizeof(owner)), verb);
+			rc = -EPERM;
+		}
+		free(root);
+	}
+out:
+	cred_daemon_end();
+	free(full);
+	return rc;
 }

@@ -37,6 +37,13 @@ int roots_exit_code(int err);
  * disk) is understood. The rest must hold no ".." (nothing is there to
  * resolve it against): -EINVAL, as for a relative abs. 0 or -errno. */
 int roots_resolve(const char *abs, char **out);
+/* Whether the user this thread acts as may VERB abs (commit, restore,
+ * verify...): a checkpoint job (ckpt_root/JOB) and a replica
+ * (replica_root/ORIGIN/JOB/STEP) are their owner's, whatever their modes
+ * let others do. 0 (also for root, and for a path in neither tree), or
+ * -EPERM with why naming the owner. */
+int roots_owner_check(const struct stage_config *cfg, const char *abs, const char *verb,
+		      char *why, size_t whylen);
 /* mkdir -p with mode for the directories it creates, each made durable
  * (its parent fsync'd). 0 or -errno. */
 int roots_mkdirs(const char *path, unsigned mode);

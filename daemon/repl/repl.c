@@ -100,6 +100,22 @@ static uint64_t commit_locked(const char *job, const char *step)
 	return r->seq;
 }
 
+/* The owner of ckpt_root/JOB, whom the committer acts as while it reads the
+ * step and writes its manifest (what the daemon does on its own acts as
+ * the owner of what it works on). 0 and *out (NULL: the daemon itself, a
+ * root-owned job or a daemon that does not switch), or -errno. */
+static int job_owner(const char *job, struct cred **out)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	*out = NULL;
+	snprintf(path, sizeof(path), "%s/%s", repl.cfg->ckpt_root, job);
+	if (!cred_switching() || lstat(path, &st) < 0 || st.st_uid == 0)
+		return 0;
+	return cred_of_user(st.st_uid, st.st_gid, out);
+}
+
 static void *committer_main(void *arg)
 {
 	repl_background("the committer");
@@ -108,6 +124,7 @@ static void *committer_main(void *arg)
 		struct record *r = repl.records;
 		char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[1024];
 		uint64_t files = 0, bytes = 0, t0;
+		struct cred *owner = NULL;
 		digest_t root;
 		int rc;
 
@@ -122,7 +139,19 @@ static void *committer_main(void *arg)
 		r->rehash = false;
 		pthread_mutex_unlock(&repl.lock);
 		t0 = mono_ns();
-		rc = ckpt_manifest(repl.cfg, job, step, &root, &files, &bytes, why, sizeof(why));
+		rc = job_owner(job, &owner);
+		if (rc == 0 && owner && (rc = cred_enter(owner)) < 0)
+			snprintf(why, sizeof(why), "cannot act as uid %u, the owner of job %s: %s",
+				 (unsigned)owner->uid, job, strerror(-rc));
+		else if (rc < 0)
+			snprintf(why, sizeof(why), "cannot learn the groups of job %s's owner: %s", job,
+				 strerror(-rc));
+		else
+			rc = ckpt_manifest(repl.cfg, job, step, &root, &files, &bytes, why,
+					   sizeof(why));
+		cred_leave();
+		free(owner);
+		owner = NULL;
 		pthread_mutex_lock(&repl.lock);
 		r = repl_rec_find(job, step);
 		if (!r || r->state != R_HASHING)

@@ -69,7 +69,7 @@ static int materialize(struct rx *r)
 		unlinkat(dfd, base, 0);
 		if (symlinkat(e->target, dfd, base) < 0)
 			rc = rx_fail(r, -errno, "symlink %s: %s", e->path, strerror(errno));
-		else if ((rc = treeops_set_meta_at(dfd, base, true, false, 0, 0, e->mode,
+		else if ((rc = treeops_set_meta_at(dfd, base, true, r->chown, r->uid, r->gid, e->mode,
 						   e->mtime_ns, &base)) < 0)
 			rc = rx_fail(r, rc, "%s: %s", e->path, strerror(-rc));
 	} else if (e->size == 0) {
@@ -79,7 +79,7 @@ static int materialize(struct rx *r)
 		if (fd < 0) {
 			rc = rx_fail(r, -errno, "create %s: %s", e->path, strerror(errno));
 		} else {
-			rc = treeops_set_meta(fd, false, 0, 0, PEER_MODE(e->mode), e->mtime_ns,
+			rc = treeops_set_meta(fd, r->chown, r->uid, r->gid, PEER_MODE(e->mode), e->mtime_ns,
 					      &base);
 			if (rc < 0)
 				rx_fail(r, rc, "%s: %s", e->path, strerror(-rc));
@@ -147,7 +147,8 @@ static int finish_file(struct rx *r)
 	}
 	if (rc < 0)
 		return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
-	rc = treeops_set_meta(r->fd, false, 0, 0, PEER_MODE(r->ce.mode), r->ce.mtime_ns, &what);
+	rc = treeops_set_meta(r->fd, r->chown, r->uid, r->gid, PEER_MODE(r->ce.mode),
+			      r->ce.mtime_ns, &what);
 	if (rc == 0 && fdatasync(r->fd) < 0)
 		rc = -errno;
 	if (rc < 0)
@@ -555,9 +556,9 @@ int rx_publish(struct rx *r)
 	while (rc >= 0 && (rc = mf_reader_next(mr, &e)) == 1) {
 		const char *what;
 
-		if (e.type == MF_DIR && (rc = treeops_set_meta_at(r->in_fd, e.path, false, false,
-								   0, 0, PEER_MODE(e.mode), e.mtime_ns,
-								   &what)) < 0)
+		if (e.type == MF_DIR && (rc = treeops_set_meta_at(r->in_fd, e.path, false, r->chown,
+								   r->uid, r->gid, PEER_MODE(e.mode),
+								   e.mtime_ns, &what)) < 0)
 			rx_fail(r, rc, "%s: %s", e.path, strerror(-rc));
 		mf_entry_free(&e);
 	}
@@ -565,6 +566,11 @@ int rx_publish(struct rx *r)
 		mf_reader_close(mr);
 	if (rc < 0)
 		return rx_fail(r, rc, "finishing the directories: %s", strerror(-rc));
+	if (r->chown && (fchown(r->in_fd, r->uid, r->gid) < 0 ||
+			 fchown(r->st_fd, r->uid, r->gid) < 0 ||
+			 fchownat(r->st_fd, "offer", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0))
+		return rx_fail(r, -errno, "giving the copy to uid %u: %s", (unsigned)r->uid,
+			       strerror(errno));
 	if (syncfs(r->in_fd) < 0)
 		return rx_fail(r, -errno, "syncfs: %s", strerror(errno));
 	if (renameat(r->st_fd, "offer", r->st_fd, "manifest") < 0 || fsync(r->st_fd) < 0)

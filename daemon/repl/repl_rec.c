@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/roots.h"
 
 static const char *const rstate_names[] = { "hashing", "ready", "failed" };
@@ -65,7 +66,21 @@ struct record *repl_rec_find(const char *job, const char *step)
 	return NULL;
 }
 
+/* Records are the daemon's own, whoever's request writes them (a commit or
+ * a restore runs as its user): written as the daemon. */
+static int rec_save(const struct record *r);
+
 int repl_rec_save(const struct record *r)
+{
+	int rc;
+
+	cred_daemon_begin();
+	rc = rec_save(r);
+	cred_daemon_end();
+	return rc;
+}
+
+static int rec_save(const struct record *r)
 {
 	char dir[4096], path[4400], tmp[4400], hex[DIGEST_HEX_LEN + 1];
 	FILE *f;
@@ -124,10 +139,12 @@ void repl_rec_remove(const char *job, const char *step)
 {
 	char path[4400];
 
+	cred_daemon_begin();
 	rec_path(path, sizeof(path), job, step);
 	unlink(path);
 	rec_path(path, sizeof(path), job, NULL);
 	rmdir(path);            /* only once the job has no records left */
+	cred_daemon_end();
 }
 
 static void insert_sorted(struct record *r)

@@ -52,6 +52,7 @@
 #include "common/clock.h"
 #include "common/codec.h"
 #include "common/log.h"
+#include "daemon/fs/cred.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 #include "daemon/obs/obs.h"
@@ -160,6 +161,17 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		return rx_fail(r, -EBADMSG, "a malformed offer");
 	}
 	free(hex);
+	{
+		uint64_t uid, gid;
+
+		/* The origin's owner, numerically: replicas are their owner's as
+		 * the checkpoint is. A daemon that is not root keeps them its own. */
+		r->chown = cred_is_root() && msg_get_u64(offer, K_UID, &uid) == 0 &&
+			   msg_get_u64(offer, K_GID, &gid) == 0 && uid < UINT32_MAX &&
+			   gid < UINT32_MAX;
+		r->uid = r->chown ? (uid_t)uid : 0;
+		r->gid = r->chown ? (gid_t)gid : 0;
+	}
 	if (strcmp(r->origin, r->peer) != 0)
 		return rx_fail(r, -EACCES, "node %s may offer only its own checkpoints, not %s's",
 			    r->peer, r->origin);

@@ -32,6 +32,9 @@ struct rx {
 	char peer[AUTH_NAME_MAX + 1];  /* proven name of the sender */
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	digest_t root;
+	bool chown;                    /* the offer named an owner, and this daemon may give it */
+	uid_t uid;                     /* the owner every file and directory of the copy gets */
+	gid_t gid;
 	struct rx_slot slot;
 	struct cbuild cb;              /* the file being built (engine/cbuild.h); opened at the
 				* connection's first offer (cb.whole NULL until then) */

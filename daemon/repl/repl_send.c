@@ -277,6 +277,7 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 {
 	char hex[DIGEST_HEX_LEN + 1];
 	uint8_t *slice;
+	struct stat st;
 	struct msg m;
 	int rc;
 
@@ -287,6 +288,11 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 	msg_put_str(&m, K_STEP, step);
 	msg_put_str(&m, K_ROOT, hex);
 	msg_put_u64(&m, K_SIZE, mf_size);
+	/* The owner goes with the copy: the cluster shares one uid space. */
+	if (fstat(mf_fd, &st) == 0) {
+		msg_put_u64(&m, K_UID, st.st_uid);
+		msg_put_u64(&m, K_GID, st.st_gid);
+	}
 	rc = s->x->ops->send(s->x, &m);
 	msg_free(&m);
 	slice = malloc(REPL_MF_SLICE);

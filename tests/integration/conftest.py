@@ -130,6 +130,7 @@ class Daemon:
         self.doctor = dict(doctor) if doctor else None
         self.metrics = dict(metrics) if metrics else None
         self.durable = None     # {key: value} for a [durable] section; set, then write_config
+        self.node_extra = {}    # more [node] keys (socket_group, ...); set, then write_config
         self.exec_prefix = list(exec_prefix or [])
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,8 @@ class Daemon:
             f"name = {self.name}\n"
             f"socket = {self.socket}\n"
             f"listen = {self.listen or f'127.0.0.1:{free_port()}'}\n"
-            f"state_dir = {self.state_dir}\n"
+            f"state_dir = {self.state_dir}\n" +
+            "".join(f"{k} = {v}\n" for k, v in self.node_extra.items()) +
             "[paths]\n"
             f"source_roots = {','.join(str(p) for p in self.source_roots)}\n"
             f"stage_root = {self.stage_root}\n"

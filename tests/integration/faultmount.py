@@ -21,7 +21,7 @@ class FaultMount:
     """backing: the directory faultfs passes through to; mnt: where it is
     mounted; control: its Unix socket."""
 
-    def __init__(self, base, name="disk", direct_io=False):
+    def __init__(self, base, name="disk", direct_io=False, root_squash=False):
         base = Path(base)
         self.backing = base / f"{name}.backing"
         self.mnt = base / name
@@ -31,13 +31,15 @@ class FaultMount:
         self.proc = None
         self.log_path = base / f"{name}.faultfs.log"
         self.direct_io = direct_io
+        self.root_squash = root_squash
 
     def mount(self):
         assert not mounted(self.mnt), f"{self.mnt} is mounted already"
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(["/usr/bin/python3", str(FAULTFS), str(self.backing), str(self.mnt),
                                       "--control", str(self.control)] +
-                                     (["--direct-io"] if self.direct_io else []),
+                                     (["--direct-io"] if self.direct_io else []) +
+                                     (["--root-squash"] if self.root_squash else []),
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

@@ -29,6 +29,11 @@ takes orders, while mounted, on a Unix socket:
                     calls blocked now, what is not yet durable.
   ping
 
+--root-squash mounts it as an NFS export with root_squash (the default of
+exports(5)): a call made by uid 0 is judged as if made by nobody
+(65534:65534), so root reads only what others may read, while every other
+user is judged by the kernel as usual (default_permissions).
+
 Each answer is one line, "ok ..." or "err WHY".
 
 What a cut keeps. The model is the strict POSIX one that Jepsen's LazyFS
@@ -69,7 +74,7 @@ import sys
 import threading
 import time
 
-from fusepy import FUSE, FuseOSError, Operations
+from fusepy import FUSE, FuseOSError, Operations, fuse_get_context
 
 STORE_SUFFIX = ".faultfs-store"
 CUT_SUFFIX = ".faultfs-cut"
@@ -151,6 +156,7 @@ class FaultFS(Operations):
         self.pins = {}                  # ino -> its path in the store, once unlinked
         self.dev = None                 # st_dev of the mount, for syncfs
         self.mountpoint = None
+        self.root_squash = False
         self.n = {"calls": 0, "read_bytes": 0, "write_bytes": 0, "fsync": 0, "fsyncdir": 0,
                   "syncfs": 0, "faults": 0, "cuts": 0}
 
@@ -162,6 +168,29 @@ class FaultFS(Operations):
     def _enter(self, nbytes=0):
         self.n["calls"] += 1
         self.gate.enter(nbytes)
+
+    SQUASHED = 65534
+
+    def _nobody_may(self, p, want):
+        st = os.lstat(p)
+        shift = 6 if st.st_uid == self.SQUASHED else 3 if st.st_gid == self.SQUASHED else 0
+        return ((st.st_mode >> shift) & want) == want
+
+    def _squash(self, path, want=0, parent_want=0):
+        """root_squash: root's call is judged as nobody's. Every directory on
+        the way must let nobody search it; the parent must also allow
+        parent_want, the entry itself want (os.R_OK, W_OK, X_OK bits)."""
+        if not self.root_squash or fuse_get_context()[0] != 0:
+            return
+        parts = [c for c in path.split("/") if c]
+        cur = self.root
+        for i, c in enumerate(parts):
+            need = os.X_OK | (parent_want if i == len(parts) - 1 else 0)
+            if not self._nobody_may(cur, need):
+                raise FuseOSError(errno.EACCES)
+            cur = os.path.join(cur, c)
+        if want and os.path.lexists(cur) and not self._nobody_may(cur, want):
+            raise FuseOSError(errno.EACCES)
 
     @contextlib.contextmanager
     def _locked(self):
@@ -331,6 +360,8 @@ class FaultFS(Operations):
 
     def getattr(self, path, fh=None):
         self._enter()
+        if fh is None:
+            self._squash(path)
         st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
         return {k: getattr(st, k) for k in ("st_mode", "st_ino", "st_nlink", "st_uid", "st_gid", "st_size",
                                             "st_atime", "st_mtime", "st_ctime")} | \
@@ -338,15 +369,18 @@ class FaultFS(Operations):
 
     def access(self, path, amode):
         self._enter()
+        self._squash(path, amode)
         if not os.access(self._p(path), amode):
             raise FuseOSError(errno.EACCES)
 
     def readdir(self, path, fh):
         self._enter()
+        self._squash(path, os.R_OK)
         return [".", ".."] + os.listdir(self._p(path))
 
     def readlink(self, path):
         self._enter()
+        self._squash(path)
         return os.readlink(self._p(path))
 
     def statfs(self, path):
@@ -357,6 +391,8 @@ class FaultFS(Operations):
 
     def open(self, path, flags):
         self._enter()
+        acc = flags & os.O_ACCMODE
+        self._squash(path, (os.R_OK if acc != os.O_WRONLY else 0) | (os.W_OK if acc != os.O_RDONLY else 0))
         # The kernel did O_CREAT/O_EXCL/O_TRUNC (through create and
         # truncate) and gives each write its offset, O_APPEND included.
         fl = flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_APPEND | os.O_DIRECT | os.O_NOATIME)
@@ -379,6 +415,7 @@ class FaultFS(Operations):
 
     def create(self, path, mode, fi=None):
         self._enter()
+        self._squash(path, parent_want=os.W_OK)
         with self._locked():
             p = self._p(path)
             self._cow_dir(self._parent(path))
@@ -445,6 +482,7 @@ class FaultFS(Operations):
 
     def mkdir(self, path, mode):
         self._enter()
+        self._squash(path, parent_want=os.W_OK)
         with self._locked():
             self._cow_dir(self._parent(path))
             p = self._p(path)
@@ -598,6 +636,8 @@ def main():
     ap.add_argument("backing")
     ap.add_argument("mountpoint")
     ap.add_argument("--control", required=True, help="the Unix socket it takes orders on")
+    ap.add_argument("--root-squash", action="store_true",
+                    help="judge calls made by root as nobody's, as an NFS export with root_squash")
     ap.add_argument("--direct-io", action="store_true",
                     help="no page cache on the mount: every read reaches us and is counted, as "
                     "each node's first read reaches an NFS server (the shared storage of a "
@@ -605,6 +645,7 @@ def main():
     a = ap.parse_args()
     faulthandler.register(signal.SIGUSR1)   # every thread's stack, for a test that hangs
     fs = FaultFS(a.backing)
+    fs.root_squash = a.root_squash
     fs.mountpoint = a.mountpoint
     serve_control(fs, a.control)
     # attr and entry timeouts 0: the kernel asks each time, so what a test
