@@ -159,8 +159,10 @@ enum msg_key {
 	K_SLOW_DONE = 48,   /* u64: pull --cluster, a relay's progress: the bytes done of the
 			     * slowest node of its group (K_HOLDER) */
 	K_SLOW_TOTAL = 49,  /* u64: and its bytes in all */
-	K_UID = 50,         /* u64: MSG_OFFER: the owner of the checkpoint (its manifest's uid) */
-	K_GID = 51,         /* u64: and its group */
+	K_UID = 50,         /* u64: MSG_OFFER: the owner of the checkpoint (its manifest's uid);
+			     * MSG_CPULL_ASK: the user the parts act as */
+	K_GID = 51,         /* u64: and its group; MSG_CPULL_ASK: the asking user's, with K_UID */
+	K_GROUPS = 52,      /* str: MSG_CPULL_ASK: that user's supplementary gids, comma-separated */
 };
 
 /* Request flags (K_FLAGS). */

@@ -13,6 +13,7 @@
  *
  * This node's own part runs in place, on its node's thread of the ask.
  */
+#include "daemon/fs/cred.h"
 #include "daemon/cpull/cpull.h"
 #include "daemon/survey/survey.h"
 #include "daemon/cpull/cpull_impl.h"
@@ -305,7 +306,7 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 		goto out;
 	}
 	cp.ask = (struct cpull_ask){ .id = id, .src = src, .dest = dest, .list = cp.list,
-				     .flags = cp.flags };
+				     .flags = cp.flags, .who = cred_current() };
 	job_set_what(j, "%s onto %zu nodes (cluster pull %.8s)", src, n, id);
 	log_info("cluster pull %s: %s onto %s", id, src, cp.list);
 	pthread_mutex_init(&cp.live.mu, NULL);

@@ -18,6 +18,7 @@
  *
  * Threads: one per direct or relay node; the owner reads under c->mu.
  */
+#include "daemon/fs/cred.h"
 #include "daemon/cpull/cpull_impl.h"
 #include "daemon/peers/peers.h"
 
@@ -139,6 +140,14 @@ static int ask_send(struct cask *c, struct cask_node *nd, struct xport *x)
 		msg_put_str(&m, K_DEST, a->dest);
 	msg_put_u64(&m, K_FLAGS, a->flags);
 	msg_put_str(&m, K_NODES, a->list);
+	if (a->who) {
+		char *g = cred_groups_text(a->who);
+
+		msg_put_u64(&m, K_UID, a->who->uid);
+		msg_put_u64(&m, K_GID, a->who->gid);
+		msg_put_str(&m, K_GROUPS, g ? g : "");
+		free(g);
+	}
 	for (size_t i = 0; i < nd->ngrp; i++)
 		msg_put_str(&m, K_NAME, c->v[nd->grp[i]].name);
 	rc = x->ops->send(x, &m);

@@ -69,10 +69,13 @@ uint64_t cfwd_bytes_in(struct cfwd *fw);
 /* cpull_node.c: this node's part of pull id (the asker's, or its own
  * when it is the asker): its pull run here with the others. A pull being
  * served by id is opened first and served from until cpull_part_end. */
+struct cred;
 struct cpull_ask {
 	const char *id, *src, *dest;   /* dest NULL: the default */
 	const char *list;              /* the nodes, comma-joined */
 	uint32_t flags;                /* REQ_VERIFY */
+	const struct cred *who;        /* the user every part acts as (the asker's caller,
+					* daemon/fs/cred.h), borrowed; NULL: each node's daemon */
 };
 struct cpull_answer {
 	int code;                      /* the pull's exit code */

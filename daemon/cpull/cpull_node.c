@@ -4,6 +4,7 @@
  * and serves its peers (cpull_sess.c) until the asker says every node is
  * done.
  */
+#include "daemon/fs/cred.h"
 #include "daemon/survey/survey.h"
 #include "daemon/cpull/cpull.h"
 #include "daemon/cpull/cpull_impl.h"
@@ -499,6 +500,25 @@ static int group_take(const struct msg *req, const char *list, char ***names, si
 	return 0;
 }
 
+/* The user an ask names (K_UID, K_GID, K_GROUPS: the asker's caller, as
+ * its node's kernel has them; the cluster shares one uid space): 0 and *who
+ * (NULL: none named), or -EBADMSG. */
+static int ask_who(const struct msg *req, struct cred **who)
+{
+	uint64_t uid, gid;
+	char *groups = NULL;
+	int rc;
+
+	*who = NULL;
+	if (msg_get_u64(req, K_UID, &uid) < 0)
+		return 0;
+	if (msg_get_u64(req, K_GID, &gid) < 0 || msg_get_str(req, K_GROUPS, &groups) < 0)
+		return -EBADMSG;
+	rc = cred_from_text(uid, gid, groups, who);
+	free(groups);
+	return rc == -ENOMEM ? rc : rc < 0 ? -EBADMSG : 0;
+}
+
 int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 {
 	struct reporter rep = { 0 };
@@ -506,6 +526,7 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	struct cpull_answer *ans = calloc(1, sizeof(*ans));
 	struct cask_node me = { .name = peers.cfg->name };
 	char *id = NULL, *src = NULL, *dest = NULL, *list = NULL, why[1024] = "", **group = NULL;
+	struct cred *who = NULL;
 	struct cask *c = NULL;
 	uint64_t flags = 0;
 	size_t ngroup = 0;
@@ -535,8 +556,14 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 		goto out;
 	}
 	msg_get_u64(req, K_FLAGS, &flags);
+	rc = ask_who(req, &who);
+	if (rc < 0) {
+		log_warn("a cluster pull asked by %s refused: a malformed user", peer);
+		peer_send_error(x, -rc, "%s: a cluster pull with a malformed user", peers.cfg->name);
+		goto out;
+	}
 	a = (struct cpull_ask){ .id = id, .src = src, .dest = dest, .list = list,
-				.flags = (uint32_t)flags };
+				.flags = (uint32_t)flags, .who = who };
 	if (ngroup)
 		log_info("cluster pull %s asked by %s, relaying for %zu node%s", id, peer, ngroup,
 			 ngroup == 1 ? "" : "s");
@@ -551,7 +578,14 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	 * requests: an asker gone without a reset must not hold them. */
 	x->ops->set_timeout(x, peers_io_ms());
 	reporter_start(&rep, x, c);
-	rc = cpull_part(&a, &rep.lv, ans, why, sizeof(why));
+	/* The part acts as the user who asked the pull, as a plain pull would
+	 * on the asker's node. */
+	if (who && (rc = cred_enter(who)) < 0)
+		snprintf(why, sizeof(why), "cannot act as uid %u: %s", (unsigned)who->uid,
+			 strerror(-rc));
+	else
+		rc = cpull_part(&a, &rep.lv, ans, why, sizeof(why));
+	cred_leave();
 	reporter_own_done(&rep);
 	if (rc < 0 && !c) {
 		reporter_stop(&rep);
@@ -587,6 +621,7 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 	rc = -ECONNRESET;               /* the connection served its one pull */
 out:
 	hostlist_free(group, ngroup);
+	free(who);
 	free(ans);
 	free(id);
 	free(src);

@@ -135,6 +135,58 @@ int cred_of_user(uid_t uid, gid_t gid, struct cred **out)
 	return 0;
 }
 
+char *cred_groups_text(const struct cred *c)
+{
+	char *t = malloc((size_t)c->ngroups * 11 + 1), *p = t;
+
+	if (!t)
+		return NULL;
+	*p = '\0';
+	for (unsigned i = 0; i < c->ngroups; i++)
+		p += sprintf(p, "%s%u", i ? "," : "", (unsigned)c->groups[i]);
+	return t;
+}
+
+/* The kernel's own bound on supplementary groups (NGROUPS_MAX). */
+#define CRED_GROUPS_MAX 65536
+
+int cred_from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred **out)
+{
+	unsigned n = 0;
+	struct cred *c;
+	const char *p;
+
+	if (uid >= UINT32_MAX || gid >= UINT32_MAX)
+		return -EINVAL;
+	for (p = groups; *p; p++)
+		n += *p == ',';
+	n += *groups != '\0';
+	if (n > CRED_GROUPS_MAX)
+		return -EINVAL;
+	c = cred_alloc(n);
+	if (!c)
+		return -ENOMEM;
+	c->uid = (uid_t)uid;
+	c->gid = (gid_t)gid;
+	p = groups;
+	for (unsigned i = 0; i < n; i++) {
+		char *end;
+		unsigned long v;
+
+		errno = 0;
+		v = strtoul(p, &end, 10);
+		if (errno || end == p || *p < '0' || *p > '9' || v >= UINT32_MAX ||
+		    (*end != ',' && *end != '\0')) {
+			free(c);
+			return -EINVAL;
+		}
+		c->groups[i] = (gid_t)v;
+		p = *end ? end + 1 : end;
+	}
+	*out = c;
+	return 0;
+}
+
 const char *cred_name(uid_t uid, char *buf, size_t len)
 {
 	struct passwd pw, *pwp = NULL;
@@ -175,11 +227,24 @@ static int set_ids(uid_t uid, gid_t gid, size_t ngroups, const gid_t *groups)
 	return 0;
 }
 
+/* The thread's file-system ids as the kernel has them: what every call is
+ * judged by. A thread started by one acting as a user inherits them
+ * without this file's thread-local record of it, so decisions read these. */
+static uid_t fsuid_now(void)
+{
+	return (uid_t)syscall(SYS_setfsuid, (uid_t)-1);
+}
+
+static gid_t fsgid_now(void)
+{
+	return (gid_t)syscall(SYS_setfsgid, (gid_t)-1);
+}
+
 void cred_leave(void)
 {
-	if (!cur)
-		return;
 	cur = NULL;
+	if (!switching || (fsuid_now() == own_uid && fsgid_now() == own_gid))
+		return;
 	/* The uid first: back at 0 it regains the file capabilities. */
 	syscall(SYS_setfsuid, own_uid);
 	syscall(SYS_setfsgid, own_gid);
@@ -195,7 +260,6 @@ int cred_enter(const struct cred *c)
 		return 0;
 	rc = set_ids(c->uid, c->gid, c->ngroups, c->groups);
 	if (rc < 0) {
-		cur = c;        /* so that leave undoes what did change */
 		cred_leave();
 		return rc;
 	}
@@ -210,13 +274,38 @@ const struct cred *cred_current(void)
 
 uid_t cred_uid(void)
 {
-	return cur ? cur->uid : own_uid;
+	return fsuid_now();
+}
+
+gid_t cred_gid(void)
+{
+	return fsgid_now();
 }
 
 bool cred_is_root(void)
 {
-	return !cur && own_uid == 0;
+	return own_uid == 0 && fsuid_now() == 0;
 }
+
+/* This thread's credentials as the kernel has them (a helper thread of a
+ * request has no record of its own), or NULL: out of memory. */
+static struct cred *cred_of_thread(void)
+{
+	int n = getgroups(0, NULL);
+	struct cred *c = cred_alloc(n > 0 ? (unsigned)n : 0);
+
+	if (!c)
+		return NULL;
+	if (n > 0 && getgroups(n, c->groups) != n) {
+		free(c);
+		return NULL;
+	}
+	c->uid = fsuid_now();
+	c->gid = fsgid_now();
+	return c;
+}
+
+static _Thread_local struct cred *held_own;    /* held, when cred_daemon_begin made it */
 
 uid_t cred_uid_held(void)
 {
@@ -226,6 +315,14 @@ uid_t cred_uid_held(void)
 void cred_daemon_begin(void)
 {
 	held = cur;
+	if (!held && switching && fsuid_now() != own_uid) {
+		/* Inherited, not entered here: remembered from the kernel. Should
+		 * that fail, the thread stays as it is (its state writes fail;
+		 * nothing is done as the daemon that the user could not). */
+		held = held_own = cred_of_thread();
+		if (!held)
+			return;
+	}
 	cred_leave();
 }
 
@@ -233,9 +330,16 @@ void cred_daemon_end(void)
 {
 	static const struct cred nobody = { .uid = 65534, .gid = 65534 };
 	const struct cred *c = held;
+	int rc;
 
 	held = NULL;
-	if (!c || cred_enter(c) == 0)
+	rc = c ? cred_enter(c) : 0;
+	if (c == held_own) {
+		cur = NULL;     /* not this thread's to keep a pointer to */
+		free(held_own);
+		held_own = NULL;
+	}
+	if (rc == 0)
 		return;
 	/* It worked a moment ago; should it not now, the rest of the request
 	 * must not run as the daemon: it runs as nobody, and fails. */
@@ -249,7 +353,7 @@ unsigned cred_ring_personality(struct io_uring *ring)
 {
 	int id;
 
-	if (!cur)
+	if (!switching || fsuid_now() == own_uid)
 		return 0;
 	/* Without one the kernel still uses the submitter's credentials, which
 	 * are the same while the thread stays in; the personality pins them. */

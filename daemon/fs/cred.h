@@ -18,10 +18,13 @@
  * a personality registered under that user (cred_ring_personality), so that
  * what the ring does is pinned to that user whatever the thread does next.
  *
- * States of a thread: the daemon's own (cred_current() == NULL) or acting
- * as c (cred_enter(c) ... cred_leave()). cred_enter is not nested: a second
- * one replaces the first. cred_daemon_begin/end step out to the daemon's
- * own for the daemon's state (state_dir) and back.
+ * States of a thread: the daemon's own, or acting as c (cred_enter(c) ...
+ * cred_leave(), or inherited from the thread that started it). cred_enter
+ * is not nested: a second one replaces the first. cred_daemon_begin/end
+ * step out to the daemon's own for the daemon's state (state_dir) and
+ * back, in an inheriting thread too. The kernel's ids are the truth every
+ * decision here reads (cred_uid, cred_is_root): a thread-local record
+ * would not follow a thread into the threads it starts.
  *
  * A daemon that is not root cannot switch: it serves its own uid alone
  * (cred_serves says so) and cred_enter of that uid is a no-op.
@@ -31,6 +34,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct io_uring;
@@ -54,6 +58,12 @@ int cred_of_peer(int fd, struct cred **out);
  * groups; gid and no others when it has no entry): how the daemon acts as
  * the owner of what it works on. 0 or -errno; *out freed with free(). */
 int cred_of_user(uid_t uid, gid_t gid, struct cred **out);
+/* c's groups as "g1,g2,..." (malloc'd; NULL: out of memory), and back:
+ * uid, gid and such a text (from a peer that holds the cluster key) into
+ * *out. 0, or -EINVAL for a number out of range or too many groups, or
+ * -ENOMEM. */
+char *cred_groups_text(const struct cred *c);
+int cred_from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred **out);
 /* Whether a caller with c may use this daemon: any user when it switches,
  * else its own uid (and root). 0, or -EPERM with why naming both. */
 int cred_serves(const struct cred *c, char *why, size_t whylen);
@@ -63,12 +73,16 @@ int cred_serves(const struct cred *c, char *why, size_t whylen);
 int cred_enter(const struct cred *c);
 /* Back to the daemon's own. */
 void cred_leave(void);
-/* Whom this thread acts as; NULL: the daemon itself. */
+/* Whom cred_enter on this thread made it act as; NULL: none (the daemon
+ * itself, or a thread that inherited a user's credentials from the thread
+ * that started it: the functions below read the kernel, and cover both). */
 const struct cred *cred_current(void);
-/* The uid this thread's files are created as (fsuid). */
+/* The uid and gid this thread's files are created as (fsuid, fsgid), as
+ * the kernel has them. */
 uid_t cred_uid(void);
+gid_t cred_gid(void);
 /* Whether this thread acts with root's file capabilities (chown to any
- * owner, read anything): the daemon's own thread in a root daemon. */
+ * owner, read anything): fsuid 0 in a root daemon. */
 bool cred_is_root(void);
 /* Steps out to the daemon's own for its own state and back; nest-free:
  * each begin is followed by its end on the same thread. */

@@ -35,17 +35,18 @@ static bool has_stage_dir(int fd)
  * kernel decides, as for the user's own mkdir. */
 static int make_dir(int fd, const char *comp, bool top)
 {
-	const struct cred *c = cred_current();
+	uid_t uid = cred_uid();
+	gid_t gid = cred_gid();
 	int ret = 0;
 
 	if (mkdirat(fd, comp, 0755) == 0 || errno == EEXIST)
 		return 0;
-	if (!top || !c || errno != EACCES)
+	if (!top || cred_is_root() || !cred_switching() || errno != EACCES)
 		return -errno;
 	cred_daemon_begin();
 	if (mkdirat(fd, comp, 0755) < 0)
 		ret = errno == EEXIST ? 0 : -errno;
-	else if (fchownat(fd, comp, c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0)
+	else if (fchownat(fd, comp, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
 		ret = -errno;
 	cred_daemon_end();
 	return ret;

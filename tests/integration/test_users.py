@@ -423,3 +423,34 @@ def test_replicas_keep_their_owner_and_only_the_owner_restores(shared, users, ma
     assert "step-7" not in as_user(n1, "bob", "ls").stdout
     cp = as_user(n1, "bob", "verify", rep)
     assert cp.returncode == 2 and "belongs to alice" in cp.stderr, cp.stderr
+
+
+def test_a_cluster_pull_acts_as_its_user_on_every_node(shared, users, make_cluster):
+    """Rows 23-24: alice's `pull --cluster` of her private dataset (0700,
+    0600) from the shared storage: every node's copy exact and hers (each
+    node's part acts as alice, the user the asker's kernel named); bob's
+    cluster pull of it is refused on every node, naming the source and
+    "Permission denied", and stages nothing anywhere."""
+    src = shared / "nfs"
+    src.mkdir()
+    os.chmod(src, 0o755)
+    ds = make_owned(src, "alice/ds", users["alice"],
+                    {f"f{i}": os.urandom(20_000 + i) for i in range(12)} | {"big.bin": os.urandom(600_000)},
+                    0o700, 0o600)
+    want = files_of(ds)
+    nodes = make_cluster(3, disks={i: shared / f"n{i}" for i in range(3)}, source_roots=[src],
+                         start=False)
+    for d in nodes:
+        open_to_users(d)
+        d.start()
+    cp = as_user(nodes[0], "bob", "pull", ds, "--cluster", "--to", nodes[0].stage_root / "bobcopy")
+    assert cp.returncode != 0, cp.stdout
+    assert "Permission denied" in cp.stderr, cp.stderr
+    for d in nodes:
+        assert not (d.stage_root / "bobcopy" / "big.bin").exists()
+    cp = as_user(nodes[0], "alice", "pull", ds, "--cluster", timeout=120)
+    assert cp.returncode == 0, (cp.stdout, cp.stderr)
+    for d in nodes:
+        dest = d.stage_root / "alice/ds"
+        assert files_of(dest) == want, d.name
+        assert owners(d.stage_root / "alice") == {users["alice"][0]}, d.name

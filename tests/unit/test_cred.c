@@ -2,7 +2,8 @@
  * (root only; skipped otherwise): the peer of a unix socket is who the
  * kernel says, groups included; a thread that enters a user's credentials
  * creates files as that user and is refused what that user is refused,
- * while another thread of the process stays root all along; leaving gives
+ * while another thread of the process stays root all along, and a thread
+ * it starts is that user too (and can step out and back); leaving gives
  * the file capabilities back; a ring's personality keeps its requests the
  * user's even after the thread has left; cred_daemon_begin/end step out
  * and back. */
@@ -11,6 +12,7 @@
 #include <liburing.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -182,6 +184,46 @@ static void test_a_thread_acts_as_the_user_alone(void **state)
 	free(c);
 }
 
+struct child {
+	uid_t uid, uid_out, uid_back;
+	bool root, root_out;
+};
+
+/* Started by a thread acting as nobody: it has no record of its own, but
+ * the kernel's ids are nobody's, and it can step out and back. */
+static void *child_main(void *arg)
+{
+	struct child *ch = arg;
+
+	ch->uid = cred_uid();
+	ch->root = cred_is_root();
+	cred_daemon_begin();
+	ch->uid_out = cred_uid();
+	ch->root_out = cred_is_root();
+	cred_daemon_end();
+	ch->uid_back = cred_uid();
+	cred_leave();
+	return NULL;
+}
+
+static void test_a_thread_started_by_a_user_is_that_user(void **state)
+{
+	struct cred *c = nobody();
+	struct child ch = { 0 };
+	pthread_t t;
+
+	assert_int_equal(cred_enter(c), 0);
+	assert_int_equal(pthread_create(&t, NULL, child_main, &ch), 0);
+	pthread_join(t, NULL);
+	cred_leave();
+	assert_int_equal(ch.uid, NOBODY);
+	assert_false(ch.root);
+	assert_int_equal(ch.uid_out, 0);
+	assert_true(ch.root_out);
+	assert_int_equal(ch.uid_back, NOBODY);
+	free(c);
+}
+
 static void test_a_rings_personality_outlives_the_thread_leaving(void **state)
 {
 	struct cred *c = nobody();
@@ -229,6 +271,7 @@ int main(void)
 		cmocka_unit_test(test_peer_is_who_the_kernel_says),
 		cmocka_unit_test(test_user_of_the_database),
 		cmocka_unit_test(test_a_thread_acts_as_the_user_alone),
+		cmocka_unit_test(test_a_thread_started_by_a_user_is_that_user),
 		cmocka_unit_test(test_a_rings_personality_outlives_the_thread_leaving),
 	};
 
