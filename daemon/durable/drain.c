@@ -24,6 +24,7 @@
 #include "daemon/engine/pace.h"
 #include "daemon/engine/prio.h"
 #include "daemon/engine/uio.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/obs/obs.h"
 
@@ -503,7 +504,11 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 	if (dst >= 0) {
 		int root = dst;
 
-		dst = treeops_mkdirs_beneath(root, rel, 0755);
+		/* The job's directory is its owner's, made for them if the
+		 * durable root is the admin's alone. */
+		dst = cred_mkdirat_given(root, job, 0755);
+		if (dst == 0)
+			dst = treeops_mkdirs_beneath(root, rel, 0755);
 		close(root);
 	} else {
 		dst = -errno;
@@ -682,14 +687,21 @@ static bool recommitted(int jobfd, const char *job, const char *step, int64_t *m
 static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *mf_mtime)
 {
 	ckpt_name_t *steps = NULL;
+	struct cred *owner = NULL;
 	char why[2048];
 	struct jstate s, before;
+	struct stat st;
 	size_t n = 0;
 	int rc;
 
 	if (mono_ns() < *retry_at || ckpt_steps(jobfd, is_committed, NULL, &steps, &n) < 0 || !n) {
 		free(steps);
 		return;
+	}
+	if (cred_switching() && fstat(jobfd, &st) == 0 && st.st_uid != 0 &&
+	    cred_of_user(st.st_uid, st.st_gid, &owner) < 0) {
+		free(steps);
+		return;         /* out of memory: the next scan */
 	}
 	state_load(job, &s);
 	before = s;
@@ -737,7 +749,15 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *m
 
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 		why[0] = '\0';
-		rc = present ? drain_step(job, s.pending[0], why, sizeof(why)) : 0;
+		/* As the job's owner, as everything the daemon does on its own:
+		 * a durable root on NFS judges the owner, not the daemon. */
+		rc = 0;
+		if (present && owner && (rc = cred_enter(owner)) < 0)
+			snprintf(why, sizeof(why), "cannot act as uid %u, the owner of job %s: %s",
+				 (unsigned)owner->uid, job, strerror(-rc));
+		else if (present)
+			rc = drain_step(job, s.pending[0], why, sizeof(why));
+		cred_leave();
 		if (rc == -ECANCELED)
 			break;
 		if (rc < 0 && (rc == -ESTALE || rc == -EEXIST || rc == -ENAMETOOLONG)) {
@@ -763,8 +783,11 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *m
 		memmove(s.pending[0], s.pending[1], sizeof(s.pending[0]) * (PENDING_MAX - 1));
 		s.npending--;
 		state_save(job, &s);
-		retire(job);
+		if (!owner || cred_enter(owner) == 0)
+			retire(job);
+		cred_leave();
 	}
+	free(owner);
 	free(steps);
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/fs/cred.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <liburing.h>
 #include <pwd.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -369,4 +371,23 @@ void cred_ring_stamp(struct io_uring *ring, unsigned personality)
 		return;
 	for (unsigned i = ring->sq.sqe_head; i != ring->sq.sqe_tail; i++)
 		ring->sq.sqes[i & mask].personality = (__u16)personality;
+}
+
+int cred_mkdirat_given(int dirfd, const char *name, mode_t mode)
+{
+	uid_t uid = cred_uid();
+	gid_t gid = cred_gid();
+	int ret = 0;
+
+	if (mkdirat(dirfd, name, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != EACCES || !switching || uid == own_uid)
+		return -errno;
+	cred_daemon_begin();
+	if (mkdirat(dirfd, name, mode) < 0)
+		ret = errno == EEXIST ? 0 : -errno;
+	else if (fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+		ret = -errno;
+	cred_daemon_end();
+	return ret;
 }

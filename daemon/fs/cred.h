@@ -98,6 +98,11 @@ unsigned cred_ring_personality(struct io_uring *ring);
  * not yet submitted: right before each io_uring_submit, since liburing's
  * prep helpers clear the field. A no-op for 0. */
 void cred_ring_stamp(struct io_uring *ring, unsigned personality);
+/* mkdirat(dirfd, name, mode) as this thread acts. A directory of the
+ * daemon's own (a root: stage_root, the durable root) refuses a user
+ * (EACCES): the daemon then makes name there and gives it to the user this
+ * thread acts as. 0 (also when name exists), or -errno. */
+int cred_mkdirat_given(int dirfd, const char *name, mode_t mode);
 /* "alice (uid 1001)" or "uid 1001", for messages. */
 const char *cred_name(uid_t uid, char *buf, size_t len);
 

@@ -29,29 +29,6 @@ static bool has_stage_dir(int fd)
 	return fstatat(fd, MF_DIRNAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-/* mkdirat(fd, comp) as this thread acts. A user may not write in the stage
- * root itself (the admin's, 0755): a directory right beneath it that a user
- * asks for is made by the daemon and given to that user; deeper down the
- * kernel decides, as for the user's own mkdir. */
-static int make_dir(int fd, const char *comp, bool top)
-{
-	uid_t uid = cred_uid();
-	gid_t gid = cred_gid();
-	int ret = 0;
-
-	if (mkdirat(fd, comp, 0755) == 0 || errno == EEXIST)
-		return 0;
-	if (!top || cred_is_root() || !cred_switching() || errno != EACCES)
-		return -errno;
-	cred_daemon_begin();
-	if (mkdirat(fd, comp, 0755) < 0)
-		ret = errno == EEXIST ? 0 : -errno;
-	else if (fchownat(fd, comp, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
-		ret = -errno;
-	cred_daemon_end();
-	return ret;
-}
-
 /* Another user's tree is theirs, whatever its mode lets others do: a
  * destination that exists and belongs to someone else is refused before
  * anything in it is touched (root may write anywhere). */
@@ -102,7 +79,13 @@ static int open_dest(const char *stage_root, const char *dest, char *why, size_t
 	for (comp = strtok_r(rel, "/", &save); comp; comp = strtok_r(NULL, "/", &save)) {
 		int next;
 
-		ret = make_dir(fd, comp, top);
+		/* A user may not write in the stage root itself (the admin's):
+		 * a directory right beneath it is made for them (cred.h);
+		 * deeper down the kernel decides, as for their own mkdir. */
+		if (top)
+			ret = cred_mkdirat_given(fd, comp, 0755);
+		else
+			ret = mkdirat(fd, comp, 0755) < 0 && errno != EEXIST ? -errno : 0;
 		top = false;
 		if (ret < 0) {
 			snprintf(why, whylen, "cannot create %s: %s", dest, strerror(-ret));

@@ -454,3 +454,32 @@ def test_a_cluster_pull_acts_as_its_user_on_every_node(shared, users, make_clust
         dest = d.stage_root / "alice/ds"
         assert files_of(dest) == want, d.name
         assert owners(d.stage_root / "alice") == {users["alice"][0]}, d.name
+
+
+def test_the_durable_drain_writes_as_the_jobs_owner(shared, users, make_daemon):
+    """Row 25: the durable tier on a shared mount that squashes root (its
+    directory writable by all and sticky, as users' scratch space on NFS
+    is): alice's committed step is drained there as alice, every file hers,
+    which the daemon as root (squashed to nobody) would have written as
+    nobody."""
+    from faultmount import FaultMount
+    m = FaultMount(shared, "durable", root_squash=True).mount()
+    try:
+        os.chmod(m.backing, 0o1777)
+        d = node(make_daemon, shared, start=False)
+        d.durable = {"root": m.mnt}
+        d.write_config()
+        d.start()
+        step = make_owned(d.ckpt_root, "ajob/step-3", users["alice"],
+                          {"r0.bin": os.urandom(300_000), "opt/m.bin": os.urandom(5000)})
+        assert as_user(d, "alice", "commit", step, "--wait").returncode == 0
+        out = m.backing / "ajob/step-3"
+        try:
+            wait_for(lambda: (out / ".stage" / f"manifest.{d.name}").exists(), 30, "the drain")
+        except AssertionError:
+            raise AssertionError(f"not drained; log:\n{d.log()[-3000:]}")
+        assert files_of(out) == files_of(step)
+        assert owners(m.backing / "ajob") == {users["alice"][0]}
+        d.stop()
+    finally:
+        m.close()

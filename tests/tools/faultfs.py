@@ -32,7 +32,8 @@ takes orders, while mounted, on a Unix socket:
 --root-squash mounts it as an NFS export with root_squash (the default of
 exports(5)): a call made by uid 0 is judged as if made by nobody
 (65534:65534), so root reads only what others may read, while every other
-user is judged by the kernel as usual (default_permissions).
+user is judged by the kernel as usual (default_permissions); and what a
+call creates is its caller's (root's: nobody's), as an NFS server makes it.
 
 Each answer is one line, "ok ..." or "err WHY".
 
@@ -175,6 +176,15 @@ class FaultFS(Operations):
         st = os.lstat(p)
         shift = 6 if st.st_uid == self.SQUASHED else 3 if st.st_gid == self.SQUASHED else 0
         return ((st.st_mode >> shift) & want) == want
+
+    def _own(self, p):
+        """root_squash: what a call creates is its caller's, as an NFS
+        server makes it (root's is nobody's)."""
+        if self.root_squash:
+            uid, gid, _ = fuse_get_context()
+            if uid == 0:
+                uid = gid = self.SQUASHED
+            os.lchown(p, uid, gid)
 
     def _squash(self, path, want=0, parent_want=0):
         """root_squash: root's call is judged as nobody's. Every directory on
@@ -423,6 +433,7 @@ class FaultFS(Operations):
                 fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
             except FileExistsError:     # made since the kernel looked
                 return os.open(p, os.O_RDWR)
+            self._own(p)
             self.files[os.fstat(fd).st_ino] = ("none", stat.S_IMODE(mode))
             return fd
 
@@ -487,6 +498,7 @@ class FaultFS(Operations):
             self._cow_dir(self._parent(path))
             p = self._p(path)
             os.mkdir(p, mode)
+            self._own(p)
             self.dirs[os.lstat(p).st_ino] = {}
 
     def mknod(self, path, mode, dev):
@@ -503,6 +515,7 @@ class FaultFS(Operations):
             self._cow_dir(self._parent(target))
             p = self._p(target)
             os.symlink(source, p)
+            self._own(p)
             self.files[os.lstat(p).st_ino] = ("link", source)
 
     def link(self, target, source):
