@@ -140,14 +140,8 @@ static int ask_send(struct cask *c, struct cask_node *nd, struct xport *x)
 		msg_put_str(&m, K_DEST, a->dest);
 	msg_put_u64(&m, K_FLAGS, a->flags);
 	msg_put_str(&m, K_NODES, a->list);
-	if (a->who) {
-		char *g = cred_groups_text(a->who);
-
-		msg_put_u64(&m, K_UID, a->who->uid);
-		msg_put_u64(&m, K_GID, a->who->gid);
-		msg_put_str(&m, K_GROUPS, g ? g : "");
-		free(g);
-	}
+	if (a->who)
+		cred_to_msg(&m, a->who);
 	for (size_t i = 0; i < nd->ngrp; i++)
 		msg_put_str(&m, K_NAME, c->v[nd->grp[i]].name);
 	rc = x->ops->send(x, &m);

@@ -500,25 +500,6 @@ static int group_take(const struct msg *req, const char *list, char ***names, si
 	return 0;
 }
 
-/* The user an ask names (K_UID, K_GID, K_GROUPS: the asker's caller, as
- * its node's kernel has them; the cluster shares one uid space): 0 and *who
- * (NULL: none named), or -EBADMSG. */
-static int ask_who(const struct msg *req, struct cred **who)
-{
-	uint64_t uid, gid;
-	char *groups = NULL;
-	int rc;
-
-	*who = NULL;
-	if (msg_get_u64(req, K_UID, &uid) < 0)
-		return 0;
-	if (msg_get_u64(req, K_GID, &gid) < 0 || msg_get_str(req, K_GROUPS, &groups) < 0)
-		return -EBADMSG;
-	rc = cred_from_text(uid, gid, groups, who);
-	free(groups);
-	return rc == -ENOMEM ? rc : rc < 0 ? -EBADMSG : 0;
-}
-
 int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 {
 	struct reporter rep = { 0 };
@@ -556,7 +537,9 @@ int cpull_node_serve(struct xport *x, const char *peer, const struct msg *req)
 		goto out;
 	}
 	msg_get_u64(req, K_FLAGS, &flags);
-	rc = ask_who(req, &who);
+	/* The user who asked, as the asker's kernel has them (the cluster
+	 * shares one uid space). */
+	rc = cred_from_msg(req, &who);
 	if (rc < 0) {
 		log_warn("a cluster pull asked by %s refused: a malformed user", peer);
 		peer_send_error(x, -rc, "%s: a cluster pull with a malformed user", peers.cfg->name);

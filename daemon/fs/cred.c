@@ -13,6 +13,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/proto.h"
+
 /* The daemon's own identity, fixed at cred_init. */
 static uid_t own_uid;
 static gid_t own_gid;
@@ -187,6 +189,32 @@ int cred_from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred *
 	}
 	*out = c;
 	return 0;
+}
+
+void cred_to_msg(struct msg *m, const struct cred *c)
+{
+	char *g = cred_groups_text(c);
+
+	msg_put_u64(m, K_UID, c->uid);
+	msg_put_u64(m, K_GID, c->gid);
+	msg_put_str(m, K_GROUPS, g ? g : "");
+	free(g);
+}
+
+int cred_from_msg(const struct msg *m, struct cred **out)
+{
+	uint64_t uid, gid;
+	char *groups = NULL;
+	int rc;
+
+	*out = NULL;
+	if (msg_get_u64(m, K_UID, &uid) < 0)
+		return 0;
+	if (msg_get_u64(m, K_GID, &gid) < 0 || msg_get_str(m, K_GROUPS, &groups) < 0)
+		return -EBADMSG;
+	rc = cred_from_text(uid, gid, groups, out);
+	free(groups);
+	return rc == -ENOMEM ? rc : rc < 0 ? -EBADMSG : 0;
 }
 
 const char *cred_name(uid_t uid, char *buf, size_t len)

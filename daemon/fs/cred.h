@@ -58,6 +58,13 @@ int cred_of_peer(int fd, struct cred **out);
  * groups; gid and no others when it has no entry): how the daemon acts as
  * the owner of what it works on. 0 or -errno; *out freed with free(). */
 int cred_of_user(uid_t uid, gid_t gid, struct cred **out);
+/* A user named to a peer (a cluster pull's ask, a resume's restore): c's
+ * uid, gid and groups as K_UID, K_GID, K_GROUPS added to m; and back, from
+ * a peer that holds the cluster key: 0 and *out (NULL: none named; freed
+ * with free()), -EBADMSG or -ENOMEM. */
+struct msg;
+void cred_to_msg(struct msg *m, const struct cred *c);
+int cred_from_msg(const struct msg *m, struct cred **out);
 /* c's groups as "g1,g2,..." (malloc'd; NULL: out of memory), and back:
  * uid, gid and such a text (from a peer that holds the cluster key) into
  * *out. 0, or -EINVAL for a number out of range or too many groups, or

@@ -3,6 +3,7 @@
  * at once, each by the restore `stage restore` runs: in place here, over a
  * peer connection elsewhere), and answer with this node's path of the step.
  * resume_serve: the repaired node's side. */
+#include "daemon/fs/cred.h"
 #include "daemon/restore/resume.h"
 
 #include <errno.h>
@@ -31,6 +32,8 @@ struct repair {
 	const char *other;          /* the holder restored from, or the partner sent to */
 	digest_t root;              /* MSG_RESTORE_ASK: the commit to restore */
 	const char *job, *step;
+	const struct cred *who;     /* the user it is done for (fs/cred.h), borrowed; NULL:
+				     * the daemon. Here, the thread's own; there, named */
 	pthread_t thread;
 	bool started;
 	int code;                   /* an exit code: 0 done, 1 failed, 2 refused */
@@ -89,6 +92,8 @@ static void do_there(struct repair *r)
 		digest_to_hex(r->root, hex);
 		msg_put_str(&m, K_ROOT, hex);
 	}
+	if (r->who)
+		cred_to_msg(&m, r->who);
 	rc = x->ops->send(x, &m);
 	msg_free(&m);
 	if (rc == 0)
@@ -137,9 +142,13 @@ static void take(struct resume_in *in, const struct survey_flat *f)
  * here and now). Returns how many failed, each named in a note. */
 static size_t run_all(struct job *j, struct repair *r, size_t n)
 {
+	const struct cred *who = cred_current();
 	size_t failed = 0;
 
 	for (size_t i = 0; i < n; i++) {
+		/* Each node repairs as the user who asked for the resume, as
+		 * this node does (the threads inherit the credentials). */
+		r[i].who = who;
 		r[i].started = pthread_create(&r[i].thread, NULL, repair_main, &r[i]) == 0;
 		if (!r[i].started)
 			repair_main(&r[i]);
@@ -386,6 +395,7 @@ int resume_serve(struct xport *x, const char *peer, const struct msg *req)
 	struct repair r = { .type = req->type, .node = peers.cfg->name, .other = other,
 			    .job = job, .step = step };
 	bool restore = req->type == MSG_RESTORE_ASK;
+	struct cred *who = NULL;
 	struct msg m;
 	int rc;
 
@@ -402,9 +412,26 @@ int resume_serve(struct xport *x, const char *peer, const struct msg *req)
 		return -EBADMSG;
 	}
 	free(hex);
+	rc = cred_from_msg(req, &who);
+	if (rc < 0) {
+		log_warn("%s asked by %s refused: a malformed user", restore ? "a restore" :
+			 "a resend", peer);
+		peer_send_error(x, -rc, "%s: a malformed user", peers.cfg->name);
+		return rc;
+	}
 	log_info("%s asks this node to %s %s/%s %s %s (resume)", peer,
 		 restore ? "restore" : "send", job, step, restore ? "from" : "again to", other);
-	do_here(&r);
+	/* As the user who asked for the resume on the asker's node, which
+	 * found them the job's owner there. */
+	if (who && (rc = cred_enter(who)) < 0) {
+		r.code = 1;
+		snprintf(r.text, sizeof(r.text), "%s cannot act as uid %u: %s", peers.cfg->name,
+			 (unsigned)who->uid, strerror(-rc));
+	} else {
+		do_here(&r);
+	}
+	cred_leave();
+	free(who);
 	msg_init(&m, MSG_ASK_DONE);
 	msg_put_u64(&m, K_CODE, (uint64_t)r.code);
 	msg_put_str(&m, K_TEXT, r.text);

@@ -483,3 +483,31 @@ def test_the_durable_drain_writes_as_the_jobs_owner(shared, users, make_daemon):
         d.stop()
     finally:
         m.close()
+
+
+def test_a_users_resume_repairs_every_node_as_that_user(shared, users, make_cluster):
+    """Row 26: alice's job on two nodes, each node's shard replicated to the
+    other; n1 loses a file of its own. `stage resume` by alice on n0 has n1
+    restore it from n0's copy: it comes back exact and alice's (n1's restore
+    acts as the user the resume's asker named); bob's resume of her job is
+    refused before anything is asked of any node."""
+    nodes = make_cluster(2, disks={i: shared / f"n{i}" for i in range(2)}, start=False)
+    for d in nodes:
+        open_to_users(d)
+        d.start()
+    steps = []
+    for i, d in enumerate(nodes):
+        s = make_owned(d.ckpt_root, "ajob/step-10", users["alice"],
+                       {f"rank{i}.bin": os.urandom(150_000), f"meta{i}": b"m"})
+        cp = as_user(d, "alice", "commit", s, "--wait")
+        assert cp.returncode == 0, cp.stderr
+        steps.append(s)
+    want = files_of(steps[1])
+    (steps[1] / "rank1.bin").unlink()
+    cp = as_user(nodes[0], "bob", "resume", "ajob")
+    assert cp.returncode == 2 and "belongs to alice" in cp.stderr, (cp.stdout, cp.stderr)
+    assert not (steps[1] / "rank1.bin").exists()
+    cp = as_user(nodes[0], "alice", "resume", "ajob", timeout=120)
+    assert cp.returncode == 0, (cp.stdout, cp.stderr)
+    assert files_of(steps[1]) == want
+    assert owners(steps[1]) == {users["alice"][0]}
