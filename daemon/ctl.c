@@ -151,7 +151,7 @@ static void serve_status(const struct stage_config *cfg, int fd, uid_t viewer)
 	msg_put_pairf(&m, "stage_root", "%s", cfg->stage_root);
 	msg_put_pairf(&m, "ckpt_root", "%s", cfg->ckpt_root);
 	msg_put_pairf(&m, "replica_root", "%s", cfg->replica_root);
-	repl_status(&m);
+	repl_status(&m, viewer);
 	fsprobe_status(&m);
 	msg_put_pairf(&m, "jobs", "%u", jobs_count(viewer));
 	jobs_status(&m, viewer);

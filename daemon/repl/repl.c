@@ -708,7 +708,26 @@ static const char *cstate_name(enum cstate s)
 	return n[s];
 }
 
-void repl_status(struct msg *m)
+/* Whether viewer may see what dir holds: root sees everything, a user what
+ * they own (a job's directory, a replica's step: replicas keep the origin's
+ * owner). */
+static bool ls_visible(const char *dir, uid_t viewer)
+{
+	struct stat st;
+
+	return viewer == 0 || (stat(dir, &st) == 0 && st.st_uid == viewer);
+}
+
+/* Whether viewer may see this node's job (ckpt_root/JOB). */
+static bool job_visible(const char *job, uid_t viewer)
+{
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/%s", repl.cfg->ckpt_root, job);
+	return ls_visible(dir, viewer);
+}
+
+void repl_status(struct msg *m, uid_t viewer)
 {
 	char v[2048];
 	uint64_t lag_bytes = 0;
@@ -766,7 +785,7 @@ void repl_status(struct msg *m)
 				continue;
 			lag_copies++;
 			lag_bytes += r->bytes - (c->sent < r->bytes ? c->sent : r->bytes);
-			if (c->state == C_SENDING) {
+			if (c->state == C_SENDING && job_visible(r->job, viewer)) {
 				snprintf(v, sizeof(v), "%s/%s to %s: %llu of %llu bytes", r->job,
 					 r->step, node_name(i), (unsigned long long)c->sent,
 					 (unsigned long long)c->total);
@@ -780,18 +799,8 @@ void repl_status(struct msg *m)
 		msg_put_str(m, K_NAME, "replication lag");
 		msg_put_str(m, K_VALUE, v);
 	}
-	repl_recv_status(m);
+	repl_recv_status(m, viewer);
 	pthread_mutex_unlock(&repl.lock);
-}
-
-/* Whether viewer may see what dir holds: root sees everything, a user what
- * they own (a job's directory, a replica's step: replicas keep the origin's
- * owner). */
-static bool ls_visible(const char *dir, uid_t viewer)
-{
-	struct stat st;
-
-	return viewer == 0 || (stat(dir, &st) == 0 && st.st_uid == viewer);
 }
 
 /* Replicas this node holds for others: replica_root/ORIGIN/JOB/STEP with a
@@ -855,8 +864,7 @@ void repl_ls(struct msg *m, uid_t viewer)
 		char name[600], v[4096], hex[DIGEST_HEX_LEN + 1] = "-";
 		size_t o;
 
-		snprintf(v, sizeof(v), "%s/%s", repl.cfg->ckpt_root, r->job);
-		if (!ls_visible(v, viewer))
+		if (!job_visible(r->job, viewer))
 			continue;
 		snprintf(name, sizeof(name), "%s/%s", r->job, r->step);
 		if (r->state == R_READY)

@@ -38,8 +38,9 @@ void repl_commit_run(struct job *j, const char *path);
  * partner, which take only what they lack). 0, or -errno with why
  * (-ENOENT: not a partner, or no committed step; -EBUSY: being restored). */
 int repl_resend(const char *job, const char *step, const char *holder, char *why, size_t whylen);
-/* K_NAME/K_VALUE pairs for `stage status` (peers, transfers). */
-void repl_status(struct msg *m);
+/* K_NAME/K_VALUE pairs for `stage status` (peers, transfers): the
+ * transfers of checkpoints viewer owns (root: all). */
+void repl_status(struct msg *m, uid_t viewer);
 /* K_NAME/K_VALUE pairs for `stage ls`, one per checkpoint viewer may see:
  * root all, a user the jobs and replicas they own. */
 void repl_ls(struct msg *m, uid_t viewer);

@@ -131,7 +131,7 @@ void *repl_send_main(void *arg);
 int repl_recv_offer(struct xport *x, const char *peer, const struct msg *req);
 void repl_recv_end(void *state);
 /* Lines for `stage status` about transfers being received. Under lock. */
-void repl_recv_status(struct msg *m);
+void repl_recv_status(struct msg *m, uid_t viewer);
 
 
 

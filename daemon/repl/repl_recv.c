@@ -187,6 +187,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	snprintf(r->slot.key, sizeof(r->slot.key), "%s/%s/%s", r->origin, r->job, r->step);
 	r->slot.x = r->x;
 	r->slot.got = r->slot.local = 0;
+	r->slot.owner = r->uid;
 	rx_register(r);
 	r->x->ops->set_timeout(r->x, peers_io_ms());
 	rc = rx_take_offer(r, size);
@@ -328,11 +329,13 @@ int repl_recv_offer(struct xport *x, const char *peer, const struct msg *req)
 	return rc;
 }
 
-void repl_recv_status(struct msg *m)
+void repl_recv_status(struct msg *m, uid_t viewer)
 {
 	for (struct rx_slot *s = repl.rx; s; s = s->next) {
 		char v[1024];
 
+		if (viewer != 0 && s->owner != viewer)
+			continue;
 		snprintf(v, sizeof(v), "%s: %llu bytes so far, %llu more from local copies", s->key,
 			 (unsigned long long)s->got, (unsigned long long)s->local);
 		msg_put_str(m, K_NAME, "receiving");

@@ -24,6 +24,7 @@ struct rx_slot {                   /* a transfer in progress, in repl.rx */
 	char key[3 * (CKPT_NAME_MAX + 1)];   /* ORIGIN/JOB/STEP */
 	struct xport *x;
 	uint64_t got, local;           /* bytes received; copied from local copies */
+	uid_t owner;                   /* the copy's owner (the offer's; 0: none named) */
 	struct rx_slot *next;
 };
 

@@ -511,3 +511,22 @@ def test_a_users_resume_repairs_every_node_as_that_user(shared, users, make_clus
     assert cp.returncode == 0, (cp.stdout, cp.stderr)
     assert files_of(steps[1]) == want
     assert owners(steps[1]) == {users["alice"][0]}
+
+
+def test_status_shows_a_user_only_their_own_transfers(shared, users, make_cluster):
+    """Row 27: while bob's step is being replicated (the link capped), the
+    sending side's `stage status` shows the transfer to bob and root, not to
+    alice, and so does the receiving side."""
+    n0, n1 = make_cluster(2, disks={0: shared / "n0", 1: shared / "n1"}, transfer={"rate": "400KiB"},
+                          start=False)
+    for d in (n0, n1):
+        open_to_users(d)
+        d.start()
+    step = make_owned(n0.ckpt_root, "bobjob/step-1", users["bob"], {"w.bin": os.urandom(4 << 20)})
+    assert as_user(n0, "bob", "commit", step).returncode == 0
+    wait_for(lambda: "bobjob/step-1 to n1" in n0.status().stdout, 30, "bob's copy being sent")
+    wait_for(lambda: "bobjob/step-1" in n1.status().stdout, 30, "bob's copy being received")
+    seen = {who: (as_user(n0, who, "status").stdout, as_user(n1, who, "status").stdout)
+            for who in ("alice", "bob")}
+    assert "bobjob" in seen["bob"][0] and "bobjob" in seen["bob"][1], seen["bob"]
+    assert "bobjob" not in seen["alice"][0] and "bobjob" not in seen["alice"][1], seen["alice"]
