@@ -123,7 +123,8 @@ integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND) $(SYNCFS_SHIM)
 # Pulls, verify, commit and replication, resume, a full disk, dedup,
 # verify --cluster and restore, the hostile-network and lying-peer tests, a
 # whole doctor run (its figures are not judged under valgrind: too slow), the
-# metrics of a replication and the textfile writer.
+# metrics of a replication and the textfile writer, and requests acting as
+# their users (a pull, checkpoint commands, a replica, a cluster pull).
 VG_BUILD := build-vg
 VG_TESTS := $(addprefix tests/integration/, \
 	test_pull.py::test_messy_tree_is_copied_exactly \
@@ -154,7 +155,11 @@ VG_TESTS := $(addprefix tests/integration/, \
 	test_durable.py::test_steps_drained_side_by_side \
 	test_durable.py::test_kill9_mid_drain_resumes \
 	test_durable_restore.py::test_bad_replica_chunk_comes_from_durable \
-	test_durable_restore.py::test_two_neighbours_lose_disks)
+	test_durable_restore.py::test_two_neighbours_lose_disks \
+	test_users.py::test_a_pull_never_writes_into_another_users_destination \
+	test_users.py::test_checkpoint_commands_on_another_users_job_are_refused \
+	test_users.py::test_replicas_keep_their_owner_and_only_the_owner_restores \
+	test_users.py::test_a_cluster_pull_acts_as_its_user_on_every_node)
 .PHONY: valgrind
 valgrind:
 	@command -v valgrind >/dev/null || { echo "make valgrind: no valgrind (make deps)" >&2; exit 2; }
