@@ -25,6 +25,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define BUF_CAP (2 * MF_MAX_LINE)   /* an unfinished line plus a read always fit */
@@ -446,12 +447,23 @@ int mf_reader_open_fp(struct mf_reader **rp, FILE *fp, const char *label, enum m
 
 int mf_reader_open(struct mf_reader **rp, int dirfd, const char *name, enum mf_read_mode mode)
 {
+	struct stat st;
 	FILE *fp;
 	int fd, rc;
 
-	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	/* A manifest may lie in a tree a user owns, read by the daemon as
+	 * root: a link in its place is not followed, a fifo does not hang it. */
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto out_close_fd;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		goto out_close_fd;
+	}
 	fp = fdopen(fd, "r");
 	if (!fp) {
 		rc = -errno;

@@ -197,14 +197,12 @@ static void req_metrics(const struct ctl_req *r)
 
 static void req_resume(const struct ctl_req *r)
 {
-	char *job = NULL, *nodes = NULL, path[4096], why[1024];
+	char *job = NULL, *nodes = NULL, why[1024];
 	struct job j;
 
 	if (msg_get_str(r->m, K_JOB, &job) < 0 || msg_get_str(r->m, K_NODES, &nodes) == -EINVAL) {
 		reply_error(r->fd, 2, "resume: a request without a job name");
-	} else if (snprintf(path, sizeof(path), "%s/%s", r->cfg->ckpt_root, job) > 0 &&
-		   !strchr(job, '/') && roots_owner_check(r->cfg, path, "resume", why,
-							   sizeof(why)) < 0) {
+	} else if (roots_job_owner_check(r->cfg, job, "resume", why, sizeof(why)) < 0) {
 		reply_error(r->fd, 2, why);
 	} else {
 		job_begin(&j, r->fd, r->flags, r->cfg, "resume", job);

@@ -284,6 +284,7 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 	struct cpull cp = { .src = src, .dest = dest, .flags = j->flags & REQ_VERIFY };
 	char id[CPULL_ID_HEX + 1], why[1024] = "", **names = NULL;
 	uint8_t raw[CPULL_ID_HEX / 2];
+	struct cred *who = NULL;
 	size_t n = 0;
 	int rc;
 
@@ -305,8 +306,15 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 			   *why ? why : strerror(-rc));
 		goto out;
 	}
+	/* Every node pulls as the user this request acts as (the kernel's
+	 * ids: for a daemon that does not switch, its own). */
+	who = cred_of_thread();
+	if (!who) {
+		job_result(j, 1, NULL, NULL, "pull --cluster: out of memory");
+		goto out;
+	}
 	cp.ask = (struct cpull_ask){ .id = id, .src = src, .dest = dest, .list = cp.list,
-				     .flags = cp.flags, .who = cred_current() };
+				     .flags = cp.flags, .who = who };
 	job_set_what(j, "%s onto %zu nodes (cluster pull %.8s)", src, n, id);
 	log_info("cluster pull %s: %s onto %s", id, src, cp.list);
 	pthread_mutex_init(&cp.live.mu, NULL);
@@ -326,6 +334,7 @@ void cpull_run(struct job *j, const char *src, const char *dest, const char *nod
 	cask_free(cp.c);
 	pthread_mutex_destroy(&cp.live.mu);
 out:
+	free(who);
 	free(cp.list);
 	hostlist_free(names, n);
 }

@@ -492,6 +492,7 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 	struct mf_entry e = { 0 };
 	struct paths prev = { 0 };
 	int src, dst, mfd = -1, rc;
+	struct stat st;
 	FILE *fp = NULL;
 
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
@@ -507,6 +508,18 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 		/* The job's directory is its owner's, made for them if the
 		 * durable root is the admin's alone. */
 		dst = cred_mkdirat_given(root, job, 0755);
+		if (dst == 0 && !cred_is_root() && fstatat(root, job, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    st.st_uid != cred_uid() && st.st_uid != 0) {
+			/* Job names are not per user there: another user's job
+			 * of that name holds it. */
+			char owner[128];
+
+			snprintf(why, whylen, "%s/%s belongs to %s, not to this job's owner",
+				 dr.cfg->durable_root, job, cred_name(st.st_uid, owner, sizeof(owner)));
+			close(root);
+			close(src);
+			return -EEXIST;
+		}
 		if (dst == 0)
 			dst = treeops_mkdirs_beneath(root, rel, 0755);
 		close(root);
@@ -530,7 +543,12 @@ static int drain_step(const char *job, const char *step, char *why, size_t whyle
 	if (prev.n)
 		unlinkat(dst, old, 0);
 	/* One open of the manifest: what is read is what is published. */
-	mfd = openat(src, MF_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	mfd = openat(src, MF_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (mfd >= 0 && (fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode))) {
+		close(mfd);
+		mfd = -1;
+		errno = EINVAL;         /* a fifo or a device in the manifest's place */
+	}
 	fp = mfd < 0 ? NULL : fdopen(dup(mfd), "re");
 	rc = !fp ? -errno : mf_reader_open_fp(&r, fp, MF_NAME, MF_COMPLETE);
 	while (rc == 0 && (rc = mf_reader_next(r, &e)) == 1) {

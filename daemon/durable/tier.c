@@ -10,13 +10,32 @@
 #include <unistd.h>
 
 #include "common/manifest.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
 
 int durable_open(const struct stage_config *cfg, const char *rel)
 {
+	char job[256];
+	struct stat st;
+	int fd, jfd;
+
 	if (!durable_on(cfg))
 		return -ENOTSUP;
-	return treeops_open_beneath_path(cfg->durable_root, rel);
+	fd = treeops_open_beneath_path(cfg->durable_root, rel);
+	if (fd < 0 || cred_is_root())
+		return fd;
+	/* Job names are not per user on the shared durable root: a job
+	 * directory there that another user made is not this user's job. */
+	snprintf(job, sizeof(job), "%.*s", (int)strcspn(rel, "/"), rel);
+	jfd = treeops_open_beneath_path(cfg->durable_root, job);
+	if (jfd < 0 || fstat(jfd, &st) < 0 || (st.st_uid != cred_uid() && st.st_uid != 0)) {
+		if (jfd >= 0)
+			close(jfd);
+		close(fd);
+		return -EACCES;
+	}
+	close(jfd);
+	return fd;
 }
 
 void durable_mf_name(const char *origin, char out[DURABLE_MF_MAX])

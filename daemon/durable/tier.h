@@ -29,7 +29,8 @@ static inline bool durable_on(const struct stage_config *cfg)
 
 /* ROOT/REL (a job, or JOB/STEP) opened beneath [durable] root with no
  * symlink on the way: an fd or -errno (-ENOENT: no such part, -ENOTSUP: no
- * durable tier configured). */
+ * durable tier configured, -EACCES: a thread acting as a user, and the
+ * job's directory there is another user's, not theirs or root's). */
 int durable_open(const struct stage_config *cfg, const char *rel);
 /* ORIGIN's manifest's name in STEP/.stage. */
 void durable_mf_name(const char *origin, char out[DURABLE_MF_MAX]);

@@ -107,6 +107,9 @@ int cred_of_user(uid_t uid, gid_t gid, struct cred **out)
 	struct cred *c;
 
 	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) == 0 && pwp) {
+		/* The user's own groups, not those of what they own: a
+		 * directory's group may be one they are not in. */
+		gid = pw.pw_gid;
 		for (int tries = 0; tries < 4; tries++) {
 			gid_t *ng = realloc(g, (size_t)n * sizeof(gid_t));
 
@@ -273,7 +276,7 @@ static gid_t fsgid_now(void)
 void cred_leave(void)
 {
 	cur = NULL;
-	if (!switching || (fsuid_now() == own_uid && fsgid_now() == own_gid))
+	if (!switching)
 		return;
 	/* The uid first: back at 0 it regains the file capabilities. */
 	syscall(SYS_setfsuid, own_uid);
@@ -317,9 +320,7 @@ bool cred_is_root(void)
 	return own_uid == 0 && fsuid_now() == 0;
 }
 
-/* This thread's credentials as the kernel has them (a helper thread of a
- * request has no record of its own), or NULL: out of memory. */
-static struct cred *cred_of_thread(void)
+struct cred *cred_of_thread(void)
 {
 	int n = getgroups(0, NULL);
 	struct cred *c = cred_alloc(n > 0 ? (unsigned)n : 0);
@@ -344,6 +345,10 @@ uid_t cred_uid_held(void)
 
 void cred_daemon_begin(void)
 {
+	/* Not nested: an inner begin would lose what the outer one holds, and
+	 * the rest of the request would run as the daemon. */
+	if (held)
+		abort();
 	held = cur;
 	if (!held && switching && fsuid_now() != own_uid) {
 		/* Inherited, not entered here: remembered from the kernel. Should
@@ -418,4 +423,24 @@ int cred_mkdirat_given(int dirfd, const char *name, mode_t mode)
 		ret = -errno;
 	cred_daemon_end();
 	return ret;
+}
+
+int cred_enter_owner(int dirfd, struct cred **c)
+{
+	struct stat st;
+	int rc;
+
+	*c = NULL;
+	if (!switching || !cred_is_root())
+		return 0;
+	if (fstat(dirfd, &st) < 0)
+		return -errno;
+	if (st.st_uid == own_uid)
+		return 0;
+	rc = cred_of_user(st.st_uid, st.st_gid, c);
+	if (rc == 0 && (rc = cred_enter(*c)) < 0) {
+		free(*c);
+		*c = NULL;
+	}
+	return rc < 0 ? rc : 1;
 }

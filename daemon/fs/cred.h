@@ -55,8 +55,9 @@ bool cred_switching(void);
  * *out is freed with free(). */
 int cred_of_peer(int fd, struct cred **out);
 /* The credentials of uid as the system's user database has them (its
- * groups; gid and no others when it has no entry): how the daemon acts as
- * the owner of what it works on. 0 or -errno; *out freed with free(). */
+ * primary group and its groups; gid alone when it has no entry): how the
+ * daemon acts as the owner of what it works on. 0 or -errno; *out freed
+ * with free(). */
 int cred_of_user(uid_t uid, gid_t gid, struct cred **out);
 /* A user named to a peer (a cluster pull's ask, a resume's restore): c's
  * uid, gid and groups as K_UID, K_GID, K_GROUPS added to m; and back, from
@@ -71,6 +72,17 @@ int cred_from_msg(const struct msg *m, struct cred **out);
  * -ENOMEM. */
 char *cred_groups_text(const struct cred *c);
 int cred_from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred **out);
+/* A thread of the daemon's own acts as the owner of the directory dirfd
+ * (its own work on what a user owns: a commit's hashing, a verify that
+ * records damage). 1 when it switched: *c is what it entered, the caller
+ * does cred_leave and then frees *c; 0 when nothing changed (a thread that
+ * already acts as a user, whose request this is; a root-owned directory; a
+ * daemon that does not switch), *c NULL; or -errno, nothing changed. */
+int cred_enter_owner(int dirfd, struct cred **c);
+/* This thread's credentials as the kernel has them (fsuid, fsgid, groups:
+ * what a request's helper thread inherited too), or NULL (out of memory).
+ * Freed with free(). */
+struct cred *cred_of_thread(void);
 /* Whether a caller with c may use this daemon: any user when it switches,
  * else its own uid (and root). 0, or -EPERM with why naming both. */
 int cred_serves(const struct cred *c, char *why, size_t whylen);
@@ -91,8 +103,9 @@ gid_t cred_gid(void);
 /* Whether this thread acts with root's file capabilities (chown to any
  * owner, read anything): fsuid 0 in a root daemon. */
 bool cred_is_root(void);
-/* Steps out to the daemon's own for its own state and back; nest-free:
- * each begin is followed by its end on the same thread. */
+/* Steps out to the daemon's own for its own state and back; never nested
+ * (a nested begin aborts): each begin is followed by its end on the same
+ * thread. */
 void cred_daemon_begin(void);
 void cred_daemon_end(void);
 /* Between those two: the uid the thread acts as outside them. */

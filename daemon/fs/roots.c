@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/manifest.h"
 #include "common/paths.h"
 #include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
@@ -288,65 +289,118 @@ int roots_local(const struct stage_config *cfg, const char *arg, char **path, in
 	return -EPERM;
 }
 
-/* The owner of root/<the first depth components of rel>, if rel has that
- * many: 0 and *uid, or -ENOENT. */
-static int owner_at(const char *root, const char *rel, int depth, uid_t *uid, char *what,
-		    size_t wlen)
+/* The first n components of rel ("a/b/c", n 2: "a/b") into out. 0, or
+ * -ENOENT when rel has fewer. */
+static int first_components(const char *rel, int n, char *out, size_t len)
 {
 	const char *p = rel;
-	struct stat st;
 
-	for (int i = 0; i < depth; i++) {
-		p = strchr(p, '/');
-		if (!p && i < depth - 1)
+	for (int i = 0; i < n; i++) {
+		if (!*p || *p == '/')
 			return -ENOENT;
-		if (!p) {
-			p = rel + strlen(rel);
-			break;
-		}
-		if (i < depth - 1)
+		p = strchrnul(p, '/');
+		if (i < n - 1 && *p)
 			p++;
 	}
-	snprintf(what, wlen, "%s/%.*s", root, (int)(p - rel), rel);
-	if (lstat(what, &st) < 0)
-		return -errno;
-	*uid = st.st_uid;
+	if ((size_t)(p - rel) >= len)
+		return -ENAMETOOLONG;
+	memcpy(out, rel, (size_t)(p - rel));
+	out[p - rel] = '\0';
 	return 0;
+}
+
+/* The owner of the directory rel beneath root, reached with no symbolic
+ * link on the way or at its end (what a request then opens by name is this
+ * or nothing), or of leaf in it (not followed) when leaf is not NULL. 0 and
+ * *uid, or -errno (-ENOENT: not there). As the daemon. */
+static int owner_beneath(const char *root, const char *rel, const char *leaf, uid_t *uid)
+{
+	int fd = treeops_open_beneath_path(root, rel);
+	struct stat st;
+	int rc = 0;
+
+	if (fd < 0)
+		return fd;
+	if (leaf ? fstatat(fd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0 : fstat(fd, &st) < 0)
+		rc = -errno;
+	else
+		*uid = st.st_uid;
+	close(fd);
+	return rc;
+}
+
+static int refuse(const char *kind, const char *root, const char *rel, uid_t uid, uid_t me,
+		  const char *verb, char *why, size_t whylen)
+{
+	char owner[128];
+
+	if (uid == me)
+		return 0;
+	snprintf(why, whylen, "%s %s/%s belongs to %s: only its owner (or root) may %s it", kind,
+		 root, rel, cred_name(uid, owner, sizeof(owner)), verb);
+	return -EPERM;
+}
+
+int roots_job_owner_check(const struct stage_config *cfg, const char *job, const char *verb,
+			  char *why, size_t whylen)
+{
+	uid_t uid = 0, me = cred_uid();
+	int rc;
+
+	if (cred_is_root())
+		return 0;
+	cred_daemon_begin();
+	rc = owner_beneath(cfg->ckpt_root, job, NULL, &uid);
+	cred_daemon_end();
+	if (rc == -ENOENT)
+		return 0;       /* restored onto an empty disk: the holders judge (PROTOCOL.md) */
+	if (rc < 0) {
+		snprintf(why, whylen, "checkpoint job %s/%s: %s", cfg->ckpt_root, job,
+			 rc == -ELOOP || rc == -EXDEV ? "not a directory of its own (a link?)" :
+			 strerror(-rc));
+		return rc == -ELOOP || rc == -EXDEV ? -EPERM : rc;
+	}
+	return refuse("checkpoint job", cfg->ckpt_root, job, uid, me, verb, why, whylen);
 }
 
 int roots_owner_check(const struct stage_config *cfg, const char *abs, const char *verb,
 		      char *why, size_t whylen)
 {
-	static const struct { int which, depth; const char *kind; } trees[] = {
-		{ 0, 1, "checkpoint job" },   /* ckpt_root/JOB */
-		{ 1, 3, "replica" },          /* replica_root/ORIGIN/JOB/STEP */
-	};
-	char *full = NULL, what[PATH_MAX + 64], owner[128];
+	char *full = NULL, *croot = NULL, *rroot = NULL, part[PATH_MAX];
+	const char *rel;
+	uid_t uid = 0, me = cred_uid();
 	int rc = 0;
 
 	if (cred_is_root())
 		return 0;
 	/* Metadata only, and the owner must be named even to a user who cannot
-	 * search the tree: looked at as the daemon. */
+	 * search the tree: looked at as the daemon. The path is resolved here
+	 * only to learn which job or replica it is about; that one is then
+	 * looked at with no link followed, and the request checks the job it
+	 * ends up with once more (roots_job_owner_check). */
 	cred_daemon_begin();
-	if (roots_resolve(abs, &full) < 0)
+	rc = roots_resolve(abs, &full);
+	croot = realpath(cfg->ckpt_root, NULL);
+	rroot = realpath(cfg->replica_root, NULL);
+	cred_daemon_end();
+	if (rc < 0) {
+		snprintf(why, whylen, "%s: %s", abs, strerror(-rc));
 		goto out;
-	for (size_t i = 0; i < sizeof(trees) / sizeof(trees[0]) && rc == 0; i++) {
-		const char *r = trees[i].which ? cfg->replica_root : cfg->ckpt_root;
-		char *root = realpath(r, NULL);
-		const char *rel = root ? paths_rel(full, root) : NULL;
-		uid_t uid = 0;
-
-		if (rel && *rel && owner_at(root, rel, trees[i].depth, &uid, what, sizeof(what)) == 0 &&
-		    uid != cred_uid_held()) {
-			snprintf(why, whylen, "%s %s belongs to %s: only its owner (or root) may %s it",
-				 trees[i].kind, what, cred_name(uid, owner, sizeof(owner)), verb);
-			rc = -EPERM;
-		}
-		free(root);
+	}
+	if (croot && (rel = paths_rel(full, croot)) && *rel &&
+	    first_components(rel, 1, part, sizeof(part)) == 0) {
+		rc = roots_job_owner_check(cfg, part, verb, why, whylen);
+	} else if (rroot && (rel = paths_rel(full, rroot)) && *rel &&
+		   first_components(rel, 3, part, sizeof(part)) == 0) {
+		/* A replica is its manifest's owner's (repl_build.c). */
+		cred_daemon_begin();
+		rc = owner_beneath(rroot, part, MF_NAME, &uid);
+		cred_daemon_end();
+		rc = rc < 0 ? 0 : refuse("replica", rroot, part, uid, me, verb, why, whylen);
 	}
 out:
-	cred_daemon_end();
 	free(full);
+	free(croot);
+	free(rroot);
 	return rc;
 }

@@ -38,12 +38,19 @@ int roots_exit_code(int err);
  * resolve it against): -EINVAL, as for a relative abs. 0 or -errno. */
 int roots_resolve(const char *abs, char **out);
 /* Whether the user this thread acts as may VERB abs (commit, restore,
- * verify...): a checkpoint job (ckpt_root/JOB) and a replica
- * (replica_root/ORIGIN/JOB/STEP) are their owner's, whatever their modes
- * let others do. 0 (also for root, and for a path in neither tree), or
- * -EPERM with why naming the owner. */
+ * verify...): a checkpoint job (ckpt_root/JOB, the owner of that
+ * directory) and a replica (replica_root/ORIGIN/JOB/STEP, the owner of its
+ * manifest) are their owner's, whatever their modes let others do. 0 (also
+ * for root, for a path in neither tree, and for a job not on this node:
+ * the holders judge a restore of it), -EPERM with why naming the owner, or
+ * another -errno with why. */
 int roots_owner_check(const struct stage_config *cfg, const char *abs, const char *verb,
 		      char *why, size_t whylen);
+/* The same for the job named JOB (ckpt_root/JOB, reached with no link):
+ * what a request checks again once it knows which job it works on, so
+ * that a link swapped in after the first check leads nowhere. */
+int roots_job_owner_check(const struct stage_config *cfg, const char *job, const char *verb,
+			  char *why, size_t whylen);
 /* mkdir -p with mode for the directories it creates, each made durable
  * (its parent fsync'd). 0 or -errno. */
 int roots_mkdirs(const char *path, unsigned mode);

@@ -30,18 +30,22 @@ static bool has_stage_dir(int fd)
 }
 
 /* Another user's tree is theirs, whatever its mode lets others do: a
- * destination that exists and belongs to someone else is refused before
- * anything in it is touched (root may write anywhere). */
-static int check_owner(int fd, const char *comp, const char *dest, char *why, size_t whylen)
+ * destination that exists and belongs to someone else, or lies in a
+ * directory of someone else's, is refused before anything in it is touched
+ * (root may write anywhere; a directory of root's on the way, the admin's
+ * layout, is passed through). */
+static int check_owner(int fd, const char *comp, bool last, const char *dest, char *why,
+		       size_t whylen)
 {
 	struct stat st;
 	char owner[128];
 
 	if (cred_is_root() || fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    st.st_uid == cred_uid())
+	    st.st_uid == cred_uid() || (!last && st.st_uid == 0))
 		return 0;
-	snprintf(why, whylen, "%s belongs to %s: a pull writes only into a destination of its "
-		 "own user's", dest, cred_name(st.st_uid, owner, sizeof(owner)));
+	snprintf(why, whylen, "%s %s %s: a pull writes only into a destination of its own "
+		 "user's", dest, last ? "belongs to" : "lies in a directory of",
+		 cred_name(st.st_uid, owner, sizeof(owner)));
 	return -EPERM;
 }
 
@@ -91,7 +95,7 @@ static int open_dest(const char *stage_root, const char *dest, char *why, size_t
 			snprintf(why, whylen, "cannot create %s: %s", dest, strerror(-ret));
 			break;
 		}
-		if (!(save && *save) && (ret = check_owner(fd, comp, dest, why, whylen)) < 0)
+		if ((ret = check_owner(fd, comp, !(save && *save), dest, why, whylen)) < 0)
 			break;
 		next = open_dir_nofollow(fd, comp);
 		close(fd);

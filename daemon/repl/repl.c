@@ -100,20 +100,26 @@ static uint64_t commit_locked(const char *job, const char *step)
 	return r->seq;
 }
 
-/* The owner of ckpt_root/JOB, whom the committer acts as while it reads the
- * step and writes its manifest (what the daemon does on its own acts as
- * the owner of what it works on). 0 and *out (NULL: the daemon itself, a
- * root-owned job or a daemon that does not switch), or -errno. */
-static int job_owner(const char *job, struct cred **out)
+/* The committer acts as the owner of ckpt_root/JOB (reached with no link)
+ * while it reads the step and writes its manifest: what the daemon does on
+ * its own acts as the owner of what it works on. A job directory that
+ * cannot be looked at is not hashed as root instead: the commit fails. 0,
+ * or -errno with why. */
+static int enter_job_owner(const char *job, struct cred **owner, char *why, size_t whylen)
 {
-	char path[PATH_MAX];
-	struct stat st;
+	int fd = treeops_open_beneath_path(repl.cfg->ckpt_root, job), rc;
 
-	*out = NULL;
-	snprintf(path, sizeof(path), "%s/%s", repl.cfg->ckpt_root, job);
-	if (!cred_switching() || lstat(path, &st) < 0 || st.st_uid == 0)
-		return 0;
-	return cred_of_user(st.st_uid, st.st_gid, out);
+	*owner = NULL;
+	if (fd < 0) {
+		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, job, strerror(-fd));
+		return fd;
+	}
+	rc = cred_enter_owner(fd, owner);
+	close(fd);
+	if (rc < 0)
+		snprintf(why, whylen, "cannot act as the owner of %s/%s: %s", repl.cfg->ckpt_root,
+			 job, strerror(-rc));
+	return rc < 0 ? rc : 0;        /* the committer is the daemon's: it leaves either way */
 }
 
 static void *committer_main(void *arg)
@@ -139,14 +145,8 @@ static void *committer_main(void *arg)
 		r->rehash = false;
 		pthread_mutex_unlock(&repl.lock);
 		t0 = mono_ns();
-		rc = job_owner(job, &owner);
-		if (rc == 0 && owner && (rc = cred_enter(owner)) < 0)
-			snprintf(why, sizeof(why), "cannot act as uid %u, the owner of job %s: %s",
-				 (unsigned)owner->uid, job, strerror(-rc));
-		else if (rc < 0)
-			snprintf(why, sizeof(why), "cannot learn the groups of job %s's owner: %s", job,
-				 strerror(-rc));
-		else
+		rc = enter_job_owner(job, &owner, why, sizeof(why));
+		if (rc == 0)
 			rc = ckpt_manifest(repl.cfg, job, step, &root, &files, &bytes, why,
 					   sizeof(why));
 		cred_leave();
@@ -190,18 +190,27 @@ static void *committer_main(void *arg)
 static int unchanged_since(const char *job, const char *step, digest_t root)
 {
 	char rel[2 * CKPT_NAME_MAX + 2], path[PATH_MAX];
+	struct cred *owner = NULL;
 	digest_t mroot;
 	struct job j;
-	int fd, rc;
+	int fd, rc, switched;
 
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
 	snprintf(path, sizeof(path), "%s/%s", repl.cfg->ckpt_root, rel);
 	fd = treeops_open_beneath_path(repl.cfg->ckpt_root, rel);
 	if (fd < 0)
 		return 0;
+	switched = cred_enter_owner(fd, &owner);
+	if (switched < 0) {     /* not looked at as root instead */
+		close(fd);
+		return 0;
+	}
 	job_begin(&j, -1, 0, repl.cfg, "verify", path);
 	rc = verify_tree(&j, path, fd, &(struct verify_opts){ .root = &mroot });
 	job_end(&j);
+	if (switched)
+		cred_leave();
+	free(owner);
 	close(fd);
 	if (rc == -ECANCELED)
 		return rc;
@@ -665,6 +674,12 @@ void repl_commit_run(struct job *j, const char *path_arg)
 			goto out_free;
 		}
 	}
+	/* Again, on the job this resolved to: a link swapped in since the
+	 * request was admitted must not lead to another user's job. */
+	if (roots_job_owner_check(repl.cfg, job, "commit", why, sizeof(why)) < 0) {
+		job_result(j, 2, NULL, NULL, "%s", why);
+		goto out_free;
+	}
 	job_set_what(j, "%s/%s", job, step);
 	pthread_mutex_lock(&repl.lock);
 	if (restore_pending(job, step)) {
@@ -708,23 +723,24 @@ static const char *cstate_name(enum cstate s)
 	return n[s];
 }
 
-/* Whether viewer may see what dir holds: root sees everything, a user what
- * they own (a job's directory, a replica's step: replicas keep the origin's
- * owner). */
-static bool ls_visible(const char *dir, uid_t viewer)
+/* Whether path exists and viewer may see what it stands for: root sees
+ * everything, a user what they own (a job's directory; a replica's
+ * manifest, which keeps the origin's owner). */
+static bool ls_visible(const char *path, uid_t viewer)
 {
 	struct stat st;
 
-	return viewer == 0 || (stat(dir, &st) == 0 && st.st_uid == viewer);
+	return lstat(path, &st) == 0 && (viewer == 0 || st.st_uid == viewer);
 }
 
-/* Whether viewer may see this node's job (ckpt_root/JOB). */
+/* Whether viewer may see this node's job (ckpt_root/JOB): root always
+ * (a job deleted here is still listed, to be restored). */
 static bool job_visible(const char *job, uid_t viewer)
 {
 	char dir[PATH_MAX];
 
 	snprintf(dir, sizeof(dir), "%s/%s", repl.cfg->ckpt_root, job);
-	return ls_visible(dir, viewer);
+	return viewer == 0 || ls_visible(dir, viewer);
 }
 
 void repl_status(struct msg *m, uid_t viewer)
@@ -837,10 +853,7 @@ static void ls_held(struct msg *m, uid_t viewer)
 				if (config_check_name(se->d_name, &w) < 0)
 					continue;
 				snprintf(mp, sizeof(mp), "%s/%s/.stage/manifest", sp, se->d_name);
-				if (access(mp, F_OK) < 0)
-					continue;
-				snprintf(mp, sizeof(mp), "%s/%s", sp, se->d_name);
-				if (!ls_visible(mp, viewer))
+				if (!ls_visible(mp, viewer))    /* the manifest is the owner's */
 					continue;
 				snprintf(name, sizeof(name), "%s/%s", je->d_name, se->d_name);
 				snprintf(v, sizeof(v), "origin=%s state=replica holder=%s", oe->d_name,

@@ -556,9 +556,12 @@ int rx_publish(struct rx *r)
 	while (rc >= 0 && (rc = mf_reader_next(mr, &e)) == 1) {
 		const char *what;
 
-		if (e.type == MF_DIR && (rc = treeops_set_meta_at(r->in_fd, e.path, false, r->chown,
-								   r->uid, r->gid, PEER_MODE(e.mode),
-								   e.mtime_ns, &what)) < 0)
+		/* Directories stay the daemon's: one of the owner's, reached
+		 * by path here, could be swapped for a link under root's feet
+		 * (the owner may have a shell on this node). */
+		if (e.type == MF_DIR && (rc = treeops_set_meta_at(r->in_fd, e.path, false, false,
+								   0, 0, PEER_MODE(e.mode), e.mtime_ns,
+								   &what)) < 0)
 			rx_fail(r, rc, "%s: %s", e.path, strerror(-rc));
 		mf_entry_free(&e);
 	}
@@ -566,9 +569,9 @@ int rx_publish(struct rx *r)
 		mf_reader_close(mr);
 	if (rc < 0)
 		return rx_fail(r, rc, "finishing the directories: %s", strerror(-rc));
-	if (r->chown && (fchown(r->in_fd, r->uid, r->gid) < 0 ||
-			 fchown(r->st_fd, r->uid, r->gid) < 0 ||
-			 fchownat(r->st_fd, "offer", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0))
+	/* The manifest is the owner's like the files (it says whose the
+	 * copy is); .stage and the step's directory stay the daemon's. */
+	if (r->chown && fchownat(r->st_fd, "offer", r->uid, r->gid, AT_SYMLINK_NOFOLLOW) < 0)
 		return rx_fail(r, -errno, "giving the copy to uid %u: %s", (unsigned)r->uid,
 			       strerror(errno));
 	if (syncfs(r->in_fd) < 0)

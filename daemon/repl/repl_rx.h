@@ -34,7 +34,8 @@ struct rx {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	digest_t root;
 	bool chown;                    /* the offer named an owner, and this daemon may give it */
-	uid_t uid;                     /* the owner every file and directory of the copy gets */
+	uid_t uid;                     /* the owner every file, link and the manifest of the
+					* copy get (directories stay the daemon's) */
 	gid_t gid;
 	struct rx_slot slot;
 	struct cbuild cb;              /* the file being built (engine/cbuild.h); opened at the

@@ -423,12 +423,15 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, rel, strerror(-step_fd));
 		return -ESTALE;
 	}
-	mf_fd = openat(step_fd, MF_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (mf_fd < 0 || fstat(mf_fd, &st) < 0) {
+	/* The step is a user's: a fifo in the manifest's place must not hold
+	 * this thread (O_NONBLOCK), nor anything but a file be read. */
+	mf_fd = openat(step_fd, MF_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	rc = mf_fd < 0 || fstat(mf_fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : 0;
+	if (rc < 0) {
 		snprintf(why, whylen, "%s/%s/%s: %s", repl.cfg->ckpt_root, rel, MF_NAME,
-			 strerror(errno));
+			 rc == -EINVAL ? "not a regular file" : strerror(-rc));
 		rc = -ESTALE;
-		goto out_close_step;
+		goto out_close_mf;
 	}
 	rc = send_offer(s, job, step, root, mf_fd, (uint64_t)st.st_size, why, whylen);
 	if (rc < 0)
@@ -458,7 +461,6 @@ out_close_mf:
 	free(bits);
 	if (mf_fd >= 0)
 		close(mf_fd);
-out_close_step:
 	close(step_fd);
 	return rc;
 }

@@ -135,8 +135,9 @@ int restore_fetch_serve(struct xport *x, const char *peer, const struct msg *req
 {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	char rel[3 * (CKPT_NAME_MAX + 1)], why[1024] = "", *hex = NULL, *path = NULL;
-	uint64_t off = 0, size = 0;
+	uint64_t off = 0, size = 0, uid = 0;
 	digest_t want, have;
+	struct stat st = { 0 };
 	int step_fd = -1, rc;
 
 	int prc = msg_get_str(req, K_PATH, &path);
@@ -180,6 +181,17 @@ int restore_fetch_serve(struct xport *x, const char *peer, const struct msg *req
 			 rc == -ENOENT ? "no copy here" : strerror(-rc));
 		log_warn("fetch from %s refused: %s", peer, why);
 		peer_send_error(x, -rc, "%s: %s", peers.cfg->name, why);
+		goto out;
+	}
+	if (msg_get_u64(req, K_UID, &uid) == 0 && uid != 0 &&
+	    (fstatat(step_fd, MF_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_uid != uid)) {
+		/* The copy is its owner's (the manifest's uid): a user of the
+		 * origin who is not its owner gets nothing of it. */
+		rc = -EACCES;
+		snprintf(why, sizeof(why), "%s/%s belongs to uid %u, not to uid %llu who asks",
+			 peers.cfg->replica_root, rel, (unsigned)st.st_uid, (unsigned long long)uid);
+		log_warn("fetch from %s refused: %s", peer, why);
+		peer_send_error(x, EACCES, "%s: %s", peers.cfg->name, why);
 		goto out;
 	}
 	x->ops->set_timeout(x, peers_io_ms());

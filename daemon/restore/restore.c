@@ -846,6 +846,12 @@ static void restore(struct job *j, const char *path, const char *from, const dig
 		job_result(j, 2, NULL, NULL, "restore: %s", r.why);
 		return;
 	}
+	/* Again, on the job this resolved to (a link swapped in since the
+	 * request was admitted leads nowhere). */
+	if (roots_job_owner_check(j->cfg, job, "restore", r.why, sizeof(r.why)) < 0) {
+		job_result(j, 2, NULL, NULL, "%s", r.why);
+		return;
+	}
 	if (from && strcmp(from, peers.cfg->name) == 0) {
 		job_result(j, 2, NULL, NULL, "--from %s names this node: restore fetches from "
 			   "another node's replica", from);

@@ -142,9 +142,14 @@ static void take(struct resume_in *in, const struct survey_flat *f)
  * here and now). Returns how many failed, each named in a note. */
 static size_t run_all(struct job *j, struct repair *r, size_t n)
 {
-	const struct cred *who = cred_current();
+	struct cred *who = cred_of_thread();      /* the kernel's: for a daemon that
+						   * does not switch, its own */
 	size_t failed = 0;
 
+	if (!who) {
+		job_note(j, LOG_ERROR, NULL, NULL, "out of memory: no repair asked");
+		return n;
+	}
 	for (size_t i = 0; i < n; i++) {
 		/* Each node repairs as the user who asked for the resume, as
 		 * this node does (the threads inherit the credentials). */
@@ -168,6 +173,7 @@ static size_t run_all(struct job *j, struct repair *r, size_t n)
 				 r[i].other, r[i].text);
 		}
 	}
+	free(who);
 	return failed;
 }
 

@@ -11,6 +11,7 @@
 #include "common/codec.h"
 #include "common/proto.h"
 #include "daemon/engine/uio.h"
+#include "daemon/fs/cred.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl.h"
 #include "daemon/peers/peers.h"
@@ -25,6 +26,10 @@ static void fetch_req(struct rsrc *s, struct msg *m)
 	msg_put_str(m, K_JOB, s->job);
 	msg_put_str(m, K_STEP, s->step);
 	msg_put_str(m, K_ROOT, hex);
+	/* The user the restore acts as: the holder gives a copy only to its
+	 * owner (a job not on this node any more is not proof of anything). */
+	if (!cred_is_root())
+		msg_put_u64(m, K_UID, cred_uid());
 }
 
 /* The next frame of a fetch: MSG_DATA/MSG_MANIFEST (1) or MSG_END (0, its

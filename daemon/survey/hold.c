@@ -17,6 +17,7 @@
 #include "daemon/ckpt/ckpt.h"
 #include "daemon/durable/tier.h"
 #include "daemon/job/job.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/net/peer.h"
 #include "daemon/pull/verify.h"
@@ -94,8 +95,21 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 		c.state = "incomplete";
 		add_text(&c, "%s has no manifest: never committed, or still being written", path);
 	} else {
+		struct cred *owner = NULL;
+		int switched = 0;
 		struct job j;
 
+		/* This node's own step is read (and its damage recorded) as its
+		 * owner when a thread of the daemon's does it (a peer's question;
+		 * a user's request here already acts as its user); a replica as
+		 * the daemon. */
+		if (own && (switched = cred_enter_owner(fd, &owner)) < 0) {
+			c.state = "damaged";
+			add_text(&c, "%s: cannot act as its owner", path);
+			close(fd);
+			hold_put(m, &c, false);
+			return;
+		}
 		job_begin(&j, -1, deep ? REQ_DEEP : 0, cfg, "verify", path);
 		rc = verify_tree(&j, path, fd, &(struct verify_opts){ .deep = deep, .bad = on_bad,
 							       .arg = &t, .root = &c.root,
@@ -104,6 +118,9 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 		c.files = atomic_load(&j.files_total);
 		c.bytes = atomic_load(&j.bytes_total);
 		job_end(&j);
+		if (switched)
+			cred_leave();
+		free(owner);
 		c.state = rc == 0 ? "ok" : "damaged";
 		if (rc == -EBADMSG)
 			add_text(&c, "%s/" MF_NAME " is damaged (truncated or edited)", path);

@@ -162,7 +162,8 @@ def test_a_pull_never_writes_into_another_users_destination(shared, users, make_
         assert "belongs to bob" in cp.stderr and "bobds" in cp.stderr, cp.stderr
         assert snapshot(d.stage_root / "bobds") == before
     cp = as_user(d, "alice", "pull", d.src_root / "alice/ds", "--to", d.stage_root / "bobds/inner")
-    assert cp.returncode != 0, cp.stdout
+    assert cp.returncode == 2, cp.stdout
+    assert "lies in a directory of bob" in cp.stderr, cp.stderr
     assert not (d.stage_root / "bobds/inner").exists()
     assert snapshot(d.stage_root / "bobds") == before
     d.assert_serving()
@@ -394,10 +395,12 @@ def test_a_user_outside_the_group_cannot_reach_the_daemon(shared, users, make_da
 
 
 def test_replicas_keep_their_owner_and_only_the_owner_restores(shared, users, make_cluster):
-    """Rows 21-22: alice's replicated commit: the partner's copy is hers
-    (numeric uid and gid); she restores a deleted shard, which comes back
+    """Rows 21-22 and 28: alice's replicated commit: the partner's copy is hers
+    (numeric uid and gid of every file and of its manifest; its directories
+    stay the daemon's); she restores a deleted shard, which comes back
     hers; bob's restore of her step is refused; on the partner, `stage ls`
-    shows her the copy and not bob."""
+    shows her the copy and not bob. Her job gone from its node, bob's
+    restore of it there is refused by the holder (the copy is hers)."""
     n0, n1 = make_cluster(2, disks={0: shared / "n0", 1: shared / "n1"}, start=False)
     for d in (n0, n1):
         open_to_users(d)
@@ -409,8 +412,11 @@ def test_replicas_keep_their_owner_and_only_the_owner_restores(shared, users, ma
     assert cp.returncode == 0, cp.stderr
     rep = replica(n1, n0, job="ajob", step="step-7")
     assert files_of(rep) == want
-    assert owners(rep) == {users["alice"][0]}
-    assert {os.lstat(p).st_gid for p in rep.rglob("*")} == {users["alice"][1]}
+    # files and the manifest hers; directories the daemon's (one of hers,
+    # reached by path as root, could be swapped for a link)
+    files = [p for p in rep.rglob("*") if not p.is_dir()]
+    assert {(os.lstat(p).st_uid, os.lstat(p).st_gid) for p in files} == {users["alice"]}, files
+    assert {os.lstat(p).st_uid for p in [rep, *rep.rglob("*")] if p.is_dir()} == {0}
     (step / "r0.bin").unlink()
     cp = as_user(n0, "bob", "restore", step)
     assert cp.returncode == 2 and "belongs to alice" in cp.stderr, (cp.stdout, cp.stderr)
@@ -418,11 +424,20 @@ def test_replicas_keep_their_owner_and_only_the_owner_restores(shared, users, ma
     cp = as_user(n0, "alice", "restore", step)
     assert cp.returncode == 0, cp.stderr
     assert files_of(step) == want
-    assert owners(step) == {users["alice"][0]}
+    assert owners(step) == {users["alice"][0]}, [(str(p), os.lstat(p).st_uid) for p in step.rglob("*")]
     assert "step-7" in as_user(n1, "alice", "ls").stdout
     assert "step-7" not in as_user(n1, "bob", "ls").stdout
     cp = as_user(n1, "bob", "verify", rep)
     assert cp.returncode == 2 and "belongs to alice" in cp.stderr, cp.stderr
+    # alice's job gone from n0 (a disk replaced): bob restoring it there is
+    # refused by the holder, whose copy is hers
+    rm_tree(n0.ckpt_root / "ajob")
+    cp = as_user(n0, "bob", "restore", step)
+    assert cp.returncode != 0, (cp.stdout, cp.stderr)
+    assert "belongs to uid" in cp.stderr, cp.stderr
+    got = [p for p in (n0.ckpt_root / "ajob").rglob("*") if p.is_file()] \
+        if (n0.ckpt_root / "ajob").exists() else []
+    assert not [p for p in got if ".stage" not in p.parts], got
 
 
 def test_a_cluster_pull_acts_as_its_user_on_every_node(shared, users, make_cluster):

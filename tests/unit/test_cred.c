@@ -165,6 +165,19 @@ static void test_a_thread_acts_as_the_user_alone(void **state)
 	pthread_join(o.t, NULL);
 	assert_int_equal(o.seen, 0);
 
+	/* the daemon's own work as an owner does not switch a thread that
+	 * already acts as a user (it would leave it as root after) */
+	{
+		struct cred *o = NULL;
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+
+		assert_true(dfd >= 0);
+		assert_int_equal(cred_enter_owner(dfd, &o), 0);
+		assert_null(o);
+		assert_int_equal(cred_uid(), NOBODY);
+		close(dfd);
+	}
+
 	/* stepping out for the daemon's own state, and back */
 	cred_daemon_begin();
 	assert_true(cred_is_root());
