@@ -168,12 +168,12 @@ static void test_a_thread_acts_as_the_user_alone(void **state)
 	/* the daemon's own work as an owner does not switch a thread that
 	 * already acts as a user (it would leave it as root after) */
 	{
-		struct cred *o = NULL;
+		struct cred *oc = NULL;
 		int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 
 		assert_true(dfd >= 0);
-		assert_int_equal(cred_enter_owner(dfd, &o), 0);
-		assert_null(o);
+		assert_int_equal(cred_enter_owner(dfd, &oc), 0);
+		assert_null(oc);
 		assert_int_equal(cred_uid(), NOBODY);
 		close(dfd);
 	}
