@@ -545,3 +545,40 @@ def test_status_shows_a_user_only_their_own_transfers(shared, users, make_cluste
             for who in ("alice", "bob")}
     assert "bobjob" in seen["bob"][0] and "bobjob" in seen["bob"][1], seen["bob"]
     assert "bobjob" not in seen["alice"][0] and "bobjob" not in seen["alice"][1], seen["alice"]
+
+
+def test_a_link_swapped_in_during_commits_never_commits_another_users_job(shared, users, make_daemon):
+    """Row 29, a seeded campaign (STAGE_RACE_ROUNDS, default 12, times 3):
+    alice's job directory and a link to bob's job are swapped again and
+    again under her commits of flip/step-1. Whatever each commit resolves,
+    bob's step is never committed: the request checks the job it resolved
+    to, not only the path it was given."""
+    rounds = 3 * int(os.environ.get("STAGE_RACE_ROUNDS", "12"))
+    rng = random.Random(int(os.environ.get("STAGE_RACE_SEED", "29")))
+    d = node(make_daemon, shared)
+    bob = make_owned(d.ckpt_root, "bobjob/step-1", users["bob"], {"w.bin": SECRET})
+    mine = make_owned(d.ckpt_root, "flip.real/step-1", users["alice"], {"a.bin": b"alice"})
+    link = d.ckpt_root / "flip.link"
+    os.symlink(bob.parent, link)
+    flip = d.ckpt_root / "flip"
+    stop = threading.Event()
+
+    def swapper():
+        while not stop.is_set():
+            os.rename(mine.parent, flip)
+            time.sleep(rng.random() / 2000)
+            os.rename(flip, mine.parent)
+            os.rename(link, flip)
+            time.sleep(rng.random() / 2000)
+            os.rename(flip, link)
+
+    t = threading.Thread(target=swapper)
+    t.start()
+    try:
+        codes = [as_user(d, "alice", "commit", flip / "step-1").returncode for _ in range(rounds)]
+    finally:
+        stop.set()
+        t.join()
+    assert not (bob / ".stage/manifest").exists(), codes
+    assert "bobjob" not in d.run("ls").stdout, codes
+    d.assert_serving()
