@@ -461,7 +461,7 @@ int mf_reader_open(struct mf_reader **rp, int dirfd, const char *name, enum mf_r
 		goto out_close_fd;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = -EINVAL;
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 		goto out_close_fd;
 	}
 	fp = fdopen(fd, "r");
