@@ -606,6 +606,52 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 	free(noted);
 }
 
+/* Under lock: until partner i has confirmed JOB/STEP (repl_resend). */
+static int resend_wait(const char *job, const char *step, size_t i, char *why, size_t whylen)
+{
+	const char *to = node_name(i);
+	uint64_t down_since = 0;
+
+	for (;;) {
+		struct record *r = repl_rec_find(job, step);
+		uint64_t now = mono_ns();
+
+		if (!r) {
+			snprintf(why, whylen, "newer steps of %s took the place of %s before its copy "
+				 "reached %s", job, step, to);
+			return -ESTALE;
+		}
+		if (r->state == R_FAILED) {
+			snprintf(why, whylen, "committing %s/%s again failed: %s", job, step, r->why);
+			return -EIO;
+		}
+		if (r->state == R_READY) {
+			const struct rcopy *c = &r->copies[i];
+			const struct partner *p = &repl.partners[i];
+
+			if (c->state == C_CONFIRMED)
+				return 0;
+			if (c->state == C_FAILED) {
+				snprintf(why, whylen, "the copy of %s/%s on %s failed: %s", job, step,
+					 to, c->why);
+				return -EIO;
+			}
+			down_since = p->state != PEER_DOWN ? 0 : down_since ? down_since : now;
+			if (down_since && now - down_since > (uint64_t)repl.cfg->peer_timeout *
+								1000000000ull) {
+				snprintf(why, whylen, "%s is down (%s): the copy of %s/%s is queued and "
+					 "goes when it is back", to, p->why, job, step);
+				return -EHOSTDOWN;
+			}
+		}
+		if (repl.stopping) {
+			snprintf(why, whylen, "the daemon is stopping");
+			return -ECANCELED;
+		}
+		repl_wait_until(now + 200000000ull);
+	}
+}
+
 int repl_resend(const char *job, const char *step, const char *holder, char *why, size_t whylen)
 {
 	struct record *r;
@@ -644,6 +690,8 @@ int repl_resend(const char *job, const char *step, const char *holder, char *why
 		}
 	}                       /* R_HASHING: it is sent once hashed */
 	pthread_cond_broadcast(&repl.cond);
+	if (rc == 0)
+		rc = resend_wait(job, step, i, why, whylen);
 	pthread_mutex_unlock(&repl.lock);
 	return rc;
 }

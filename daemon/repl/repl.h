@@ -35,8 +35,13 @@ void repl_commit_run(struct job *j, const char *path);
 /* Sends this node's JOB/STEP to partner `holder` again (it lost its copy:
  * a replacement node): the copy is queued anew if the commit's record is
  * kept, else the step is committed again (hashed, and offered to every
- * partner, which take only what they lack). 0, or -errno with why
- * (-ENOENT: not a partner, or no committed step; -EBUSY: being restored). */
+ * partner, which take only what they lack), and waits until `holder` has
+ * confirmed it, so that a `verify --cluster` right after a resume finds it.
+ * 0 confirmed, or -errno with why (-ENOENT: not a partner, or no committed
+ * step; -EBUSY: being restored; -EHOSTDOWN: the partner has been down for
+ * [cluster] peer_timeout: the copy stays queued and goes when it is back;
+ * -EIO: the copy failed; -ESTALE: newer steps took the record's place;
+ * -ECANCELED: the daemon is stopping). */
 int repl_resend(const char *job, const char *step, const char *holder, char *why, size_t whylen);
 /* K_NAME/K_VALUE pairs for `stage status` (peers, transfers): the
  * transfers of checkpoints viewer owns (root: all). */

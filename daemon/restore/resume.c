@@ -50,8 +50,8 @@ static void do_here(struct repair *r)
 
 		r->code = rc == 0 ? 0 : rc == -ENOENT ? 2 : 1;
 		if (rc == 0)
-			snprintf(r->text, sizeof(r->text), "%s/%s queued for %s again", r->job,
-				 r->step, r->other);
+			snprintf(r->text, sizeof(r->text), "%s/%s sent to %s again, confirmed there",
+				 r->job, r->step, r->other);
 		return;
 	}
 	/* The same restore a client asks for, as work of this node's own. */

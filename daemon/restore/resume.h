@@ -91,9 +91,9 @@ void resume_holdings(struct job *j, const char *job, const char *step,
  * node's ckpt_root/JOB/STEP). nodes: --nodes, or NULL. */
 void resume_run(struct job *j, const char *job, const char *nodes);
 /* MSG_RESTORE_ASK from the resuming node: restores this node's own copy of
- * JOB/STEP from K_HOLDER; MSG_RESEND_ASK: queues this node's JOB/STEP for
- * partner K_HOLDER again (repl_resend). Answers MSG_ASK_DONE with an exit
- * code and text. 0 to go on, -errno to close. */
+ * JOB/STEP from K_HOLDER; MSG_RESEND_ASK: sends this node's JOB/STEP to
+ * partner K_HOLDER again and waits for it to land (repl_resend). Answers
+ * MSG_ASK_DONE with an exit code and text. 0 to go on, -errno to close. */
 int resume_serve(struct xport *x, const char *peer, const struct msg *req);
 
 #endif
