@@ -644,7 +644,9 @@ static int resend_wait(const char *job, const char *step, size_t i, char *why, s
 				return -EHOSTDOWN;
 			}
 		}
-		if (repl.stopping) {
+		/* stage_stopping comes first at a shutdown: the peer layer waits
+		 * for this thread before replication is told to stop. */
+		if (repl.stopping || atomic_load(&stage_stopping)) {
 			snprintf(why, whylen, "the daemon is stopping");
 			return -ECANCELED;
 		}
