@@ -278,6 +278,12 @@ static void req_path(const struct ctl_req *r, const char *kind, uint16_t extra_k
 		restore_run(&j, path, extra, resume_holdings);
 	} else if (r->flags & REQ_CLUSTER) {
 		cverify_run(&j, path, extra);
+	} else if (roots_in_replicas(r->cfg, path)) {
+		/* The owner's replica (checked above), in directories of the
+		 * daemon's: read by the daemon. */
+		cred_daemon_begin();
+		verify_run(&j, path);
+		cred_daemon_end();
 	} else {
 		verify_run(&j, path);
 	}

@@ -721,6 +721,19 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *m
 		free(steps);
 		return;         /* out of memory: the next scan */
 	}
+	if (owner) {
+		/* A job directory the drain made as root before it acted as the
+		 * owner (an older staged, or the admin's) stays the daemon's to
+		 * write: the owner could not write in it. */
+		int djfd = treeops_open_beneath_path(dr.cfg->durable_root, job);
+
+		if (djfd >= 0 && fstat(djfd, &st) == 0 && st.st_uid == 0) {
+			free(owner);
+			owner = NULL;
+		}
+		if (djfd >= 0)
+			close(djfd);
+	}
 	state_load(job, &s);
 	before = s;
 	if (!s.seen[0] || strcmp(s.seen, "-") == 0) {

@@ -390,17 +390,43 @@ int roots_owner_check(const struct stage_config *cfg, const char *abs, const cha
 	if (croot && (rel = paths_rel(full, croot)) && *rel &&
 	    first_components(rel, 1, part, sizeof(part)) == 0) {
 		rc = roots_job_owner_check(cfg, part, verb, why, whylen);
-	} else if (rroot && (rel = paths_rel(full, rroot)) && *rel &&
-		   first_components(rel, 3, part, sizeof(part)) == 0) {
-		/* A replica is its manifest's owner's (repl_build.c). */
-		cred_daemon_begin();
-		rc = owner_beneath(rroot, part, MF_NAME, &uid);
-		cred_daemon_end();
-		rc = rc < 0 ? 0 : refuse("replica", rroot, part, uid, me, verb, why, whylen);
+	} else if (rroot && (rel = paths_rel(full, rroot)) && *rel) {
+		/* A replica is its manifest's owner's (repl_build.c); above a
+		 * step, replica_root holds every user's: root's business. */
+		rc = first_components(rel, 3, part, sizeof(part));
+		if (rc == 0) {
+			cred_daemon_begin();
+			rc = owner_beneath(rroot, part, MF_NAME, &uid);
+			cred_daemon_end();
+		} else {
+			snprintf(part, sizeof(part), "%s", rel);
+		}
+		if (rc < 0) {
+			snprintf(why, whylen, "%s/%s is not a replica with a manifest (%s): only root "
+				 "may %s it", rroot, part, strerror(-rc), verb);
+			rc = -EPERM;
+		} else {
+			rc = refuse("replica", rroot, part, uid, me, verb, why, whylen);
+		}
 	}
 out:
 	free(full);
 	free(croot);
 	free(rroot);
 	return rc;
+}
+
+bool roots_in_replicas(const struct stage_config *cfg, const char *abs)
+{
+	char *full = NULL, *rroot;
+	const char *rel;
+	bool in;
+
+	cred_daemon_begin();
+	rroot = realpath(cfg->replica_root, NULL);
+	in = rroot && roots_resolve(abs, &full) == 0 && (rel = paths_rel(full, rroot)) && *rel;
+	cred_daemon_end();
+	free(full);
+	free(rroot);
+	return in;
 }

@@ -46,6 +46,11 @@ int roots_resolve(const char *abs, char **out);
  * another -errno with why. */
 int roots_owner_check(const struct stage_config *cfg, const char *abs, const char *verb,
 		      char *why, size_t whylen);
+/* Whether abs lies beneath replica_root: the daemon's copies of other
+ * nodes' steps, whose directories are the daemon's (a user verifies their
+ * own replica through the daemon, once roots_owner_check said it is
+ * theirs). */
+bool roots_in_replicas(const struct stage_config *cfg, const char *abs);
 /* The same for the job named JOB (ckpt_root/JOB, reached with no link):
  * what a request checks again once it knows which job it works on, so
  * that a link swapped in after the first check leads nowhere. */

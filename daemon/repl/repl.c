@@ -606,14 +606,19 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 	free(noted);
 }
 
-/* Under lock: until partner i has confirmed JOB/STEP (repl_resend). */
+/* Under lock: until partner i has confirmed JOB/STEP (repl_resend). A copy
+ * makes progress while anything moves to that partner (it may wait behind
+ * other copies) or the step is hashed again; without any for [cluster]
+ * peer_timeout (a partner down, or one that takes a copy and drops it) it
+ * stays queued and the wait ends, naming why. */
 static int resend_wait(const char *job, const char *step, size_t i, char *why, size_t whylen)
 {
 	const char *to = node_name(i);
-	uint64_t down_since = 0;
+	uint64_t last = mono_ns(), moved = repl.partners[i].raw;
 
 	for (;;) {
 		struct record *r = repl_rec_find(job, step);
+		const struct partner *p = &repl.partners[i];
 		uint64_t now = mono_ns();
 
 		if (!r) {
@@ -627,7 +632,6 @@ static int resend_wait(const char *job, const char *step, size_t i, char *why, s
 		}
 		if (r->state == R_READY) {
 			const struct rcopy *c = &r->copies[i];
-			const struct partner *p = &repl.partners[i];
 
 			if (c->state == C_CONFIRMED)
 				return 0;
@@ -636,13 +640,19 @@ static int resend_wait(const char *job, const char *step, size_t i, char *why, s
 					 to, c->why);
 				return -EIO;
 			}
-			down_since = p->state != PEER_DOWN ? 0 : down_since ? down_since : now;
-			if (down_since && now - down_since > (uint64_t)repl.cfg->peer_timeout *
-								1000000000ull) {
+		}
+		if (r->state == R_HASHING || p->raw != moved) {
+			last = now;
+			moved = p->raw;
+		} else if (now - last > (uint64_t)repl.cfg->peer_timeout * 1000000000ull) {
+			if (p->state == PEER_DOWN)
 				snprintf(why, whylen, "%s is down (%s): the copy of %s/%s is queued and "
 					 "goes when it is back", to, p->why, job, step);
-				return -EHOSTDOWN;
-			}
+			else
+				snprintf(why, whylen, "nothing reached %s for %d s: the copy of %s/%s is "
+					 "queued and goes when it can", to, repl.cfg->peer_timeout, job,
+					 step);
+			return -EHOSTDOWN;
 		}
 		/* stage_stopping comes first at a shutdown: the peer layer waits
 		 * for this thread before replication is told to stop. */

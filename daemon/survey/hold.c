@@ -101,15 +101,16 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 
 		/* This node's own step is read (and its damage recorded) as its
 		 * owner when a thread of the daemon's does it (a peer's question;
-		 * a user's request here already acts as its user); a replica as
-		 * the daemon. */
+		 * a user's request here already acts as its user). A replica is
+		 * the daemon's to read, whoever asks (its directories are the
+		 * daemon's; who may see it was checked before the question). */
 		if (own && (switched = cred_enter_owner(fd, &owner)) < 0) {
 			c.state = "damaged";
 			add_text(&c, "%s: cannot act as its owner", path);
-			close(fd);
-			hold_put(m, &c, false);
-			return;
+			goto out;
 		}
+		if (!own)
+			cred_daemon_begin();
 		job_begin(&j, -1, deep ? REQ_DEEP : 0, cfg, "verify", path);
 		rc = verify_tree(&j, path, fd, &(struct verify_opts){ .deep = deep, .bad = on_bad,
 							       .arg = &t, .root = &c.root,
@@ -118,6 +119,8 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 		c.files = atomic_load(&j.files_total);
 		c.bytes = atomic_load(&j.bytes_total);
 		job_end(&j);
+		if (!own)
+			cred_daemon_end();
 		if (switched)
 			cred_leave();
 		free(owner);
@@ -133,6 +136,7 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 			add_text(&c, "and %s more", n);
 		}
 	}
+out:
 	close(fd);
 	hold_put(m, &c, false);
 	for (unsigned i = 0; i < c.ntext; i++)

@@ -406,11 +406,18 @@ def test_replicas_keep_their_owner_and_only_the_owner_restores(shared, users, ma
         open_to_users(d)
         d.start()
     step = make_owned(n0.ckpt_root, "ajob/step-7", users["alice"],
-                      {"r0.bin": os.urandom(200_000), "r1.bin": os.urandom(1000)})
+                      {"r0.bin": os.urandom(200_000), "sub/r1.bin": os.urandom(1000)},
+                      dmode=0o700)
     want = files_of(step)
     cp = as_user(n0, "alice", "commit", step, "--wait")
     assert cp.returncode == 0, cp.stderr
     rep = replica(n1, n0, job="ajob", step="step-7")
+    # hers to verify, though its directories (0700, the daemon's) are not
+    # hers to enter; and the cluster's verify of her step is clean
+    cp = as_user(n1, "alice", "verify", rep)
+    assert cp.returncode == 0, (cp.stdout, cp.stderr)
+    cp = as_user(n0, "alice", "verify", step, "--cluster")
+    assert cp.returncode == 0, (cp.stdout, cp.stderr)
     assert files_of(rep) == want
     # files and the manifest hers; directories the daemon's (one of hers,
     # reached by path as root, could be swapped for a link)
@@ -460,7 +467,8 @@ def test_a_cluster_pull_acts_as_its_user_on_every_node(shared, users, make_clust
         d.start()
     cp = as_user(nodes[0], "bob", "pull", ds, "--cluster", "--to", nodes[0].stage_root / "bobcopy")
     assert cp.returncode != 0, cp.stdout
-    assert "Permission denied" in cp.stderr, cp.stderr
+    for d in nodes:             # each node's part refused it, as bob
+        assert f"{d.name}: source '{ds}': Permission denied" in cp.stderr, cp.stderr
     for d in nodes:
         assert not (d.stage_root / "bobcopy" / "big.bin").exists()
     cp = as_user(nodes[0], "alice", "pull", ds, "--cluster", timeout=120)
@@ -562,15 +570,20 @@ def test_a_link_swapped_in_during_commits_never_commits_another_users_job(shared
     os.symlink(bob.parent, link)
     flip = d.ckpt_root / "flip"
     stop = threading.Event()
+    swaps, errors = [0], []
 
     def swapper():
-        while not stop.is_set():
-            os.rename(mine.parent, flip)
-            time.sleep(rng.random() / 2000)
-            os.rename(flip, mine.parent)
-            os.rename(link, flip)
-            time.sleep(rng.random() / 2000)
-            os.rename(flip, link)
+        try:
+            while not stop.is_set():
+                os.rename(mine.parent, flip)
+                time.sleep(rng.random() / 2000)
+                os.rename(flip, mine.parent)
+                os.rename(link, flip)
+                time.sleep(rng.random() / 2000)
+                os.rename(flip, link)
+                swaps[0] += 1
+        except OSError as e:
+            errors.append(e)
 
     t = threading.Thread(target=swapper)
     t.start()
@@ -579,6 +592,28 @@ def test_a_link_swapped_in_during_commits_never_commits_another_users_job(shared
     finally:
         stop.set()
         t.join()
+    assert not errors and swaps[0] > rounds, (errors, swaps)
+    # Each commit either took alice's own job (0) or was refused (2, bob's
+    # job or a link where a job belongs); some took hers.
+    assert set(codes) <= {0, 2} and 0 in codes, codes
+    wait_for(lambda: "state=hashing" not in d.run("ls").stdout, 30, "the commits hashed")
     assert not (bob / ".stage/manifest").exists(), codes
     assert "bobjob" not in d.run("ls").stdout, codes
     d.assert_serving()
+
+
+def test_a_durable_job_directory_of_roots_is_still_drained(shared, users, make_daemon):
+    """Row 30: a durable job directory that is root's (made by a staged that
+    drained as root, or by the admin) is still written: the drain of alice's
+    job writes there as the daemon, as before, rather than fail as alice."""
+    durable = shared / "durable"
+    (durable / "ajob").mkdir(parents=True)
+    d = node(make_daemon, shared, start=False)
+    d.durable = {"root": durable}
+    d.write_config()
+    d.start()
+    step = make_owned(d.ckpt_root, "ajob/step-4", users["alice"], {"r0.bin": os.urandom(50_000)})
+    assert as_user(d, "alice", "commit", step, "--wait").returncode == 0
+    out = durable / "ajob/step-4"
+    wait_for(lambda: (out / ".stage" / f"manifest.{d.name}").exists(), 30, "the drain")
+    assert files_of(out) == files_of(step)
