@@ -156,7 +156,8 @@ int damage_load(struct damage *d, int stage_fd, const char *mf)
 	 * regular file written by the user this thread acts as, or by root (the
 	 * daemon's own verify), is read. */
 	fd = openat(stage_fd, DAMAGE_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_uid != cred_uid() && st.st_uid != 0) ||
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (st.st_uid != cred_uid() && st.st_uid != 0) ||
 	    manifest_id(stage_fd, mf, want, sizeof(want)) < 0 || !(f = fdopen(fd, "r"))) {
 		if (fd >= 0)
 			close(fd);
