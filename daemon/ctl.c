@@ -247,6 +247,7 @@ static void req_doctor(const struct ctl_req *r)
 static void req_path(const struct ctl_req *r, const char *kind, uint16_t extra_key)
 {
 	char *path = NULL, *extra = NULL, *nodes = NULL, why[1024];
+	bool replica = false;
 	struct job j;
 
 	if (msg_get_str(r->m, K_PATH, &path) < 0 || path[0] != '/') {
@@ -258,7 +259,7 @@ static void req_path(const struct ctl_req *r, const char *kind, uint16_t extra_k
 		goto out;
 	}
 	if (r->m->type != MSG_PULL_REQ &&
-	    roots_owner_check(r->cfg, path, kind, why, sizeof(why)) < 0) {
+	    roots_owner_check(r->cfg, path, kind, &replica, why, sizeof(why)) < 0) {
 		reply_error(r->fd, 2, why);
 		goto out;
 	}
@@ -278,7 +279,7 @@ static void req_path(const struct ctl_req *r, const char *kind, uint16_t extra_k
 		restore_run(&j, path, extra, resume_holdings);
 	} else if (r->flags & REQ_CLUSTER) {
 		cverify_run(&j, path, extra);
-	} else if (roots_in_replicas(r->cfg, path)) {
+	} else if (replica) {
 		/* The owner's replica (checked above), in directories of the
 		 * daemon's: read by the daemon. */
 		cred_daemon_begin();
@@ -338,7 +339,8 @@ static void serve_one(const struct ctl_req *r, size_t i)
 		requests[i].serve_path(r, requests[i].kind, requests[i].extra_key);
 	else
 		requests[i].serve(r);
-	cred_leave();
+	if (requests[i].as_caller)
+		cred_leave();
 }
 
 static void serve(const struct stage_config *cfg, int fd)

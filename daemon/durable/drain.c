@@ -716,8 +716,7 @@ static void drain_job(const char *job, int jobfd, uint64_t *retry_at, int64_t *m
 		free(steps);
 		return;
 	}
-	if (cred_switching() && fstat(jobfd, &st) == 0 && st.st_uid != 0 &&
-	    cred_of_user(st.st_uid, st.st_gid, &owner) < 0) {
+	if (cred_of_owner(jobfd, &owner) < 0) {
 		free(steps);
 		return;         /* out of memory: the next scan */
 	}

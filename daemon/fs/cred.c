@@ -142,7 +142,8 @@ int cred_of_user(uid_t uid, gid_t gid, struct cred **out)
 	return 0;
 }
 
-char *cred_groups_text(const struct cred *c)
+/* c's groups as "g1,g2,..." (malloc'd; NULL: out of memory). */
+static char *groups_text(const struct cred *c)
 {
 	char *t = malloc((size_t)c->ngroups * 11 + 1), *p = t;
 
@@ -157,7 +158,9 @@ char *cred_groups_text(const struct cred *c)
 /* The kernel's own bound on supplementary groups (NGROUPS_MAX). */
 #define CRED_GROUPS_MAX 65536
 
-int cred_from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred **out)
+/* uid, gid and such a text (from a peer that holds the cluster key) into
+ * *out. 0, -EINVAL (a number out of range, too many groups) or -ENOMEM. */
+static int from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred **out)
 {
 	unsigned n = 0;
 	struct cred *c;
@@ -196,7 +199,7 @@ int cred_from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred *
 
 void cred_to_msg(struct msg *m, const struct cred *c)
 {
-	char *g = cred_groups_text(c);
+	char *g = groups_text(c);
 
 	msg_put_u64(m, K_UID, c->uid);
 	msg_put_u64(m, K_GID, c->gid);
@@ -215,7 +218,7 @@ int cred_from_msg(const struct msg *m, struct cred **out)
 		return 0;
 	if (msg_get_u64(m, K_GID, &gid) < 0 || msg_get_str(m, K_GROUPS, &groups) < 0)
 		return -EBADMSG;
-	rc = cred_from_text(uid, gid, groups, out);
+	rc = from_text(uid, gid, groups, out);
 	free(groups);
 	return rc == -ENOMEM ? rc : rc < 0 ? -EBADMSG : 0;
 }
@@ -308,11 +311,6 @@ const struct cred *cred_current(void)
 uid_t cred_uid(void)
 {
 	return fsuid_now();
-}
-
-gid_t cred_gid(void)
-{
-	return fsgid_now();
 }
 
 bool cred_is_root(void)
@@ -408,8 +406,8 @@ void cred_ring_stamp(struct io_uring *ring, unsigned personality)
 
 int cred_mkdirat_given(int dirfd, const char *name, mode_t mode)
 {
-	uid_t uid = cred_uid();
-	gid_t gid = cred_gid();
+	uid_t uid = fsuid_now();
+	gid_t gid = fsgid_now();
 	int ret = 0;
 
 	if (mkdirat(dirfd, name, mode) == 0 || errno == EEXIST)
@@ -425,22 +423,32 @@ int cred_mkdirat_given(int dirfd, const char *name, mode_t mode)
 	return ret;
 }
 
-int cred_enter_owner(int dirfd, struct cred **c)
+int cred_of_owner(int dirfd, struct cred **c)
 {
 	struct stat st;
-	int rc;
 
 	*c = NULL;
-	if (!switching || !cred_is_root())
+	if (!switching)
 		return 0;
 	if (fstat(dirfd, &st) < 0)
 		return -errno;
-	if (st.st_uid == own_uid)
+	return st.st_uid == own_uid ? 0 : cred_of_user(st.st_uid, st.st_gid, c);
+}
+
+int cred_enter_owner(int dirfd, struct cred **c)
+{
+	int rc;
+
+	*c = NULL;
+	if (!cred_is_root())
 		return 0;
-	rc = cred_of_user(st.st_uid, st.st_gid, c);
-	if (rc == 0 && (rc = cred_enter(*c)) < 0) {
+	rc = cred_of_owner(dirfd, c);
+	if (rc < 0 || !*c)
+		return rc;
+	if ((rc = cred_enter(*c)) < 0) {
 		free(*c);
 		*c = NULL;
+		return rc;
 	}
-	return rc < 0 ? rc : 1;
+	return 1;
 }

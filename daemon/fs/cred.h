@@ -66,12 +66,10 @@ int cred_of_user(uid_t uid, gid_t gid, struct cred **out);
 struct msg;
 void cred_to_msg(struct msg *m, const struct cred *c);
 int cred_from_msg(const struct msg *m, struct cred **out);
-/* c's groups as "g1,g2,..." (malloc'd; NULL: out of memory), and back:
- * uid, gid and such a text (from a peer that holds the cluster key) into
- * *out. 0, or -EINVAL for a number out of range or too many groups, or
- * -ENOMEM. */
-char *cred_groups_text(const struct cred *c);
-int cred_from_text(uint64_t uid, uint64_t gid, const char *groups, struct cred **out);
+/* The credentials of the owner of the directory dirfd, as cred_of_user has
+ * them: 0 and *c, NULL when there is nothing to switch to (the daemon's own
+ * uid owns it, or the daemon does not switch); or -errno. */
+int cred_of_owner(int dirfd, struct cred **c);
 /* A thread of the daemon's own acts as the owner of the directory dirfd
  * (its own work on what a user owns: a commit's hashing, a verify that
  * records damage). 1 when it switched: *c is what it entered, the caller
@@ -96,10 +94,9 @@ void cred_leave(void);
  * itself, or a thread that inherited a user's credentials from the thread
  * that started it: the functions below read the kernel, and cover both). */
 const struct cred *cred_current(void);
-/* The uid and gid this thread's files are created as (fsuid, fsgid), as
- * the kernel has them. */
+/* The uid this thread's files are created as (fsuid), as the kernel has
+ * it. */
 uid_t cred_uid(void);
-gid_t cred_gid(void);
 /* Whether this thread acts with root's file capabilities (chown to any
  * owner, read anything): fsuid 0 in a root daemon. */
 bool cred_is_root(void);

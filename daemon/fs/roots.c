@@ -364,13 +364,15 @@ int roots_job_owner_check(const struct stage_config *cfg, const char *job, const
 }
 
 int roots_owner_check(const struct stage_config *cfg, const char *abs, const char *verb,
-		      char *why, size_t whylen)
+		      bool *replica, char *why, size_t whylen)
 {
 	char *full = NULL, *croot = NULL, *rroot = NULL, part[PATH_MAX];
 	const char *rel;
 	uid_t uid = 0, me = cred_uid();
 	int rc = 0;
 
+	if (replica)
+		*replica = false;
 	if (cred_is_root())
 		return 0;
 	/* Metadata only, and the owner must be named even to a user who cannot
@@ -408,25 +410,12 @@ int roots_owner_check(const struct stage_config *cfg, const char *abs, const cha
 		} else {
 			rc = refuse("replica", rroot, part, uid, me, verb, why, whylen);
 		}
+		if (rc == 0 && replica)
+			*replica = true;
 	}
 out:
 	free(full);
 	free(croot);
 	free(rroot);
 	return rc;
-}
-
-bool roots_in_replicas(const struct stage_config *cfg, const char *abs)
-{
-	char *full = NULL, *rroot;
-	const char *rel;
-	bool in;
-
-	cred_daemon_begin();
-	rroot = realpath(cfg->replica_root, NULL);
-	in = rroot && roots_resolve(abs, &full) == 0 && (rel = paths_rel(full, rroot)) && *rel;
-	cred_daemon_end();
-	free(full);
-	free(rroot);
-	return in;
 }

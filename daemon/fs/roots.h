@@ -43,14 +43,11 @@ int roots_resolve(const char *abs, char **out);
  * manifest) are their owner's, whatever their modes let others do. 0 (also
  * for root, for a path in neither tree, and for a job not on this node:
  * the holders judge a restore of it), -EPERM with why naming the owner, or
- * another -errno with why. */
+ * another -errno with why. *replica (may be NULL): the path is a user's own
+ * replica, whose directories are the daemon's: the request reads it as the
+ * daemon. */
 int roots_owner_check(const struct stage_config *cfg, const char *abs, const char *verb,
-		      char *why, size_t whylen);
-/* Whether abs lies beneath replica_root: the daemon's copies of other
- * nodes' steps, whose directories are the daemon's (a user verifies their
- * own replica through the daemon, once roots_owner_check said it is
- * theirs). */
-bool roots_in_replicas(const struct stage_config *cfg, const char *abs);
+		      bool *replica, char *why, size_t whylen);
 /* The same for the job named JOB (ckpt_root/JOB, reached with no link):
  * what a request checks again once it knows which job it works on, so
  * that a link swapped in after the first check leads nowhere. */
