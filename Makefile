@@ -112,6 +112,13 @@ $(SYNCFS_SHIM): tests/tools/syncfs_shim.c
 	$(CC) $(CPPFLAGS) -O2 -g -std=c11 -Wall -Wextra -Werror -fPIC -shared -o $@ $<
 all: $(SYNCFS_SHIM)
 
+# The one-copy bound of tools/bench/dataplane (its comment says why not fio).
+COPYBOUND := $(BUILD)/tools/copybound
+$(COPYBOUND): tools/bench/copybound.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -luring
+all: $(COPYBOUND)
+
 integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND) $(SYNCFS_SHIM)
 	@tools/run-integration
 
@@ -196,6 +203,7 @@ bench-smoke: $(BIN)
 	@tools/bench/cpull --smoke
 	@tools/bench/fanout --smoke
 	@tools/bench/durable --smoke
+	@tools/bench/dataplane --smoke
 
 # libFuzzer targets, one per parser of outside bytes; built with clang.
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))

@@ -402,6 +402,7 @@ static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
 
+	pthread_setname_np(pthread_self(), "ctl");
 	serve(c->cfg, c->fd);
 	close(c->fd);
 	free(c);

@@ -209,6 +209,8 @@ static void *writer_main(void *arg)
 {
 	uint64_t period = (uint64_t)mx.cfg->metrics_interval * 1000000000ull;
 
+	pthread_setname_np(pthread_self(), "metrics");
+
 	pthread_mutex_lock(&mx.lock);
 	while (!mx.stopping) {
 		uint64_t next = mono_ns() + period;

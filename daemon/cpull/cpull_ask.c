@@ -282,6 +282,8 @@ static void *node_main(void *arg)
 	struct cask_node *nd = arg;
 	struct cask *c = nd->c;
 	struct xport *x = NULL;
+
+	pthread_setname_np(pthread_self(), "cpull ask");
 	char why[1024] = "";
 	bool early = false;
 	struct msg m;

@@ -661,6 +661,8 @@ static void *lane_main(void *arg)
 	struct lane *l = arg;
 	struct cfwd *fw = l->fw;
 
+	pthread_setname_np(pthread_self(), "cpull lane");
+
 	prio_background(peers.cfg->priority, "a cluster pull's lane");
 	pthread_mutex_lock(&fw->mu);
 	for (;;) {

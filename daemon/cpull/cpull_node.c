@@ -381,6 +381,7 @@ static void *report_main(void *arg)
 {
 	struct reporter *r = arg;
 
+	pthread_setname_np(pthread_self(), "cpull report");
 	pthread_mutex_lock(&r->mu);
 	while (!r->stop) {
 		struct timespec ts = mono_timespec(mono_ns() + REPORT_MS * 1000000ull);

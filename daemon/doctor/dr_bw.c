@@ -168,6 +168,7 @@ static void *stream_main(void *arg)
 {
 	struct stream *s = arg;
 
+	pthread_setname_np(pthread_self(), "doctor bw");
 	s->err = run_stream(s);
 	return NULL;
 }

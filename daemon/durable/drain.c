@@ -867,6 +867,8 @@ static void *drain_main(void *arg)
 	struct retry *rv = NULL;
 	size_t nr = 0;
 
+	pthread_setname_np(pthread_self(), "drain");
+
 	prio_background(dr.cfg->priority, "the drainer");
 	pthread_mutex_lock(&dr.lock);
 	while (!atomic_load(&dr.stopping)) {

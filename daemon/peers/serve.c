@@ -165,6 +165,8 @@ static void *conn_main(void *arg)
 	char why[512];
 	int rc;
 
+	pthread_setname_np(pthread_self(), "peer serve");
+
 	rc = peer_handshake(&c->x, &peers.key, peers.cfg->name, &peers.hosts, NULL,
 			    PEERS_HANDSHAKE_MS, c->peer, sizeof(c->peer), why, sizeof(why));
 	pthread_mutex_lock(&adm.mu);

@@ -124,6 +124,7 @@ static int enter_job_owner(const char *job, struct cred **owner, char *why, size
 
 static void *committer_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "commit");
 	repl_background("the committer");
 	pthread_mutex_lock(&repl.lock);
 	while (!repl.stopping) {
@@ -347,6 +348,7 @@ static void *watcher_main(void *arg)
 {
 	struct watch *w = arg;
 
+	pthread_setname_np(pthread_self(), "watch");
 	for (;;) {
 		struct pollfd p[2] = {
 			{ .fd = watch_fd(w), .events = POLLIN },

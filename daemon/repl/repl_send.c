@@ -550,7 +550,10 @@ void *repl_send_main(void *arg)
 	size_t i = (size_t)(p - repl.partners);
 	struct sender s = { .p = p, .h = &peers.hosts.v[p->host] };
 	int rc, crc;
+	char name[16];
 
+	snprintf(name, sizeof(name), "send %s", s.h->name);
+	pthread_setname_np(pthread_self(), name);
 	repl_background("a sender");
 	zp_init(&s.z, repl.cfg->compress);
 	rc = psend_open(&s.ps, repl.cfg->rate);

@@ -372,7 +372,10 @@ void *rlane_main(void *arg)
 {
 	struct rlane *l = arg;
 	struct restore *r = l->r;
-	int rc = l->src->opened ? 0 : rlane_open(l);
+	int rc;
+
+	pthread_setname_np(pthread_self(), "restore lane");
+	rc = l->src->opened ? 0 : rlane_open(l);
 
 	/* A lane that reaches no source leaves the work to the others; lane 0
 	 * is open already (the manifest came through it). */

@@ -121,6 +121,7 @@ static void *repair_main(void *arg)
 {
 	struct repair *r = arg;
 
+	pthread_setname_np(pthread_self(), "resume repair");
 	if (strcmp(r->node, peers.cfg->name) == 0)
 		do_here(r);
 	else

@@ -260,6 +260,8 @@ static void *worker(void *arg)
 	struct fanout *f = arg;
 	size_t gi;
 
+	pthread_setname_np(pthread_self(), "survey");
+
 	while ((gi = atomic_fetch_add(&f->next, 1)) < f->ngroups)
 		ask_group(f, &f->order[f->bound[gi]], f->bound[gi + 1] - f->bound[gi]);
 	return NULL;
