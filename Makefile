@@ -6,7 +6,7 @@
 
 CC       ?= cc
 BUILD    ?= build
-PKGS     := liburing libxxhash libzstd libsodium libibverbs librdmacm
+PKGS     := liburing libxxhash libzstd libsodium libcrypto libibverbs librdmacm
 CPPFLAGS += -I. -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
@@ -17,7 +17,7 @@ LDLIBS   += -lpthread -lm
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 ifeq ($(PKG_LIBS),)
-PKG_LIBS := -luring -lxxhash -lzstd -lsodium -libverbs -lrdmacm
+PKG_LIBS := -luring -lxxhash -lzstd -lsodium -lcrypto -libverbs -lrdmacm
 endif
 CFLAGS += $(PKG_CFLAGS)
 LDLIBS += $(PKG_LIBS)
@@ -119,6 +119,13 @@ $(COPYBOUND): tools/bench/copybound.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -luring
 all: $(COPYBOUND)
 
+# What sealing a frame costs per wire (docs/BENCHMARKS.md, "The seal").
+SEALSPEED := $(BUILD)/tools/sealspeed
+$(SEALSPEED): $(call obj,tools/bench/sealspeed.c) $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+all: $(SEALSPEED)
+
 integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND) $(SYNCFS_SHIM)
 	@tools/run-integration
 
@@ -212,7 +219,7 @@ FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address,undefi
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(COMMON_SRC)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash -lsodium -lzstd
+	clang $(FUZZ_FLAGS) -o $@ $^ -lxxhash -lsodium -lzstd -lcrypto
 
 # Targets that reach past common/.
 $(BUILD)/fuzz/fuzz_rflow: rdma/flow.c

@@ -36,14 +36,15 @@
 #include <sodium.h>
 
 #include "common/auth.h"
+#include "common/seal.h"
 
 #define KEY_LABEL "stage cluster key v1"
-#define MAC_LABEL "stage auth v1"
-#define SESSION_LABEL "stage session v1"
+#define MAC_LABEL "stage auth v2"
+#define SESSION_LABEL "stage session v2"
 
 enum { MSG_HELLO = 1, MSG_PROOF = 2 };
 enum { ROLE_INITIATOR = 1, ROLE_RESPONDER = 2 };
-#define AUTH_VERSION 1
+#define AUTH_VERSION 2
 #define AUTH_STEPS 4
 #define STEP_FAILED (-1)
 
@@ -63,6 +64,7 @@ struct auth_session {
 	uint8_t my_len, peer_len;             /* name lengths, 1..AUTH_NAME_MAX */
 	char my_name[AUTH_NAME_MAX + 1];      /* NUL-terminated */
 	char peer_name[AUTH_NAME_MAX + 1];    /* a claim until step 4 */
+	uint8_t my_wire, peer_wire;           /* enum seal_wire each side asks for */
 };
 
 static void say(char *err, size_t errlen, const char *fmt, ...)
@@ -248,6 +250,7 @@ int auth_begin(struct auth_session **out, const struct auth_key *k, const char *
 	s->key = k;
 	s->my_role = initiator ? ROLE_INITIATOR : ROLE_RESPONDER;
 	s->my_len = (uint8_t)len;
+	s->my_wire = SEAL_AUTHENTICATED;
 	memcpy(s->my_name, my_name, len);
 	randombytes_buf(s->my_nonce, sizeof(s->my_nonce));
 	*out = s;
@@ -276,9 +279,27 @@ static int fail(struct auth_session *s, int rc)
 	return rc;
 }
 
+int auth_set_wire(struct auth_session *s, int wire)
+{
+	if (wire != SEAL_AUTHENTICATED && wire != SEAL_ENCRYPTED)
+		return -EINVAL;
+	/* Only until this side's HELLO has gone. */
+	if (s->step < 0 || s->step > (s->my_role == ROLE_INITIATOR ? 0 : 1))
+		return -EPROTO;
+	s->my_wire = (uint8_t)wire;
+	return 0;
+}
+
+int auth_wire(const struct auth_session *s)
+{
+	if (!auth_done(s))
+		return -EPROTO;
+	return s->my_wire > s->peer_wire ? s->my_wire : s->peer_wire;
+}
+
 int auth_hello(struct auth_session *s, uint8_t *out, size_t cap, size_t *len)
 {
-	size_t n = 4 + AUTH_NONCE_BYTES + s->my_len;
+	size_t n = 4 + AUTH_NONCE_BYTES + s->my_len + 1;
 	int rc;
 
 	if ((rc = expect(s, OP_HELLO)) != 0)
@@ -291,6 +312,7 @@ int auth_hello(struct auth_session *s, uint8_t *out, size_t cap, size_t *len)
 	out[3] = s->my_len;
 	memcpy(out + 4, s->my_nonce, AUTH_NONCE_BYTES);
 	memcpy(out + 4 + AUTH_NONCE_BYTES, s->my_name, s->my_len);
+	out[4 + AUTH_NONCE_BYTES + s->my_len] = s->my_wire;
 	*len = n;
 	s->step++;
 	return 0;
@@ -303,13 +325,18 @@ int auth_on_hello(struct auth_session *s, const uint8_t *in, size_t len)
 
 	if ((rc = expect(s, OP_ON_HELLO)) != 0)
 		return rc;
+	/* Another version's HELLO is told apart from a malformed one, so that
+	 * the message can say what to do (run one version everywhere). */
+	if (len >= 2 && in[0] == MSG_HELLO && in[1] != AUTH_VERSION)
+		return fail(s, -EPROTONOSUPPORT);
 	if (len < AUTH_HELLO_MIN || len > AUTH_HELLO_MAX)
 		return fail(s, -EBADMSG);
 	role = in[2];
 	nlen = in[3];
-	if (in[0] != MSG_HELLO || in[1] != AUTH_VERSION || len != 4u + AUTH_NONCE_BYTES + nlen ||
+	if (in[0] != MSG_HELLO || len != 4u + AUTH_NONCE_BYTES + nlen + 1u ||
 	    (role != ROLE_INITIATOR && role != ROLE_RESPONDER) ||
-	    !auth_name_ok((const char *)in + 4 + AUTH_NONCE_BYTES, nlen))
+	    !auth_name_ok((const char *)in + 4 + AUTH_NONCE_BYTES, nlen) ||
+	    (in[len - 1] != SEAL_AUTHENTICATED && in[len - 1] != SEAL_ENCRYPTED))
 		return fail(s, -EBADMSG);
 	/* Our own HELLO reflected back has our role, name and nonce; any one
 	 * of them is enough to refuse it, and two nodes never share a name. */
@@ -322,13 +349,15 @@ int auth_on_hello(struct auth_session *s, const uint8_t *in, size_t len)
 	memcpy(s->peer_nonce, in + 4, AUTH_NONCE_BYTES);
 	memcpy(s->peer_name, in + 4 + AUTH_NONCE_BYTES, nlen);
 	s->peer_name[nlen] = '\0';
+	s->peer_wire = in[len - 1];
 	s->step++;
 	return 0;
 }
 
 /* HMAC(key, label || role || len || prover || len || verifier || verifier's
- * nonce || prover's nonce). The length bytes keep ("ab","c") apart from
- * ("a","bc"). */
+ * nonce || prover's nonce || prover's wire || verifier's wire). The length
+ * bytes keep ("ab","c") apart from ("a","bc"); the wires make a HELLO whose
+ * wire byte was altered on the way fail here, before anything is sealed. */
 static void proof_mac(const struct auth_session *s, bool mine, uint8_t mac[AUTH_MAC_BYTES])
 {
 	crypto_auth_hmacsha256_state st;
@@ -338,6 +367,7 @@ static void proof_mac(const struct auth_session *s, bool mine, uint8_t mac[AUTH_
 	const char *verifier = mine ? s->peer_name : s->my_name;
 	const uint8_t *vnonce = mine ? s->peer_nonce : s->my_nonce;
 	const uint8_t *pnonce = mine ? s->my_nonce : s->peer_nonce;
+	uint8_t pwire = mine ? s->my_wire : s->peer_wire, vwire = mine ? s->peer_wire : s->my_wire;
 
 	crypto_auth_hmacsha256_init(&st, s->key->mac, AUTH_KEY_BYTES);
 	crypto_auth_hmacsha256_update(&st, (const uint8_t *)MAC_LABEL, strlen(MAC_LABEL));
@@ -348,6 +378,8 @@ static void proof_mac(const struct auth_session *s, bool mine, uint8_t mac[AUTH_
 	crypto_auth_hmacsha256_update(&st, (const uint8_t *)verifier, vlen);
 	crypto_auth_hmacsha256_update(&st, vnonce, AUTH_NONCE_BYTES);
 	crypto_auth_hmacsha256_update(&st, pnonce, AUTH_NONCE_BYTES);
+	crypto_auth_hmacsha256_update(&st, &pwire, 1);
+	crypto_auth_hmacsha256_update(&st, &vwire, 1);
 	crypto_auth_hmacsha256_final(&st, mac);
 	sodium_memzero(&st, sizeof(st));
 }
@@ -400,19 +432,23 @@ const char *auth_peer_name(const struct auth_session *s)
 	return auth_done(s) ? s->peer_name : NULL;
 }
 
-/* HMAC(key, label || initiator's nonce || responder's nonce || len ||
- * initiator's name || len || responder's name): both sides get the same
- * key, and no other connection does (the nonces are fresh). */
+/* HMAC(key, label || wire || initiator's nonce || responder's nonce || len
+ * || initiator's name || len || responder's name): both sides get the same
+ * key, and no other connection does (the nonces are fresh); the agreed wire
+ * is bound in as well. */
 int auth_session_key(const struct auth_session *s, uint8_t out[AUTH_KEY_BYTES])
 {
 	crypto_auth_hmacsha256_state st;
+	uint8_t wire;
 	bool ini;
 
 	if (!auth_done(s))
 		return -EPROTO;
 	ini = s->my_role == ROLE_INITIATOR;
+	wire = (uint8_t)auth_wire(s);
 	crypto_auth_hmacsha256_init(&st, s->key->mac, AUTH_KEY_BYTES);
 	crypto_auth_hmacsha256_update(&st, (const uint8_t *)SESSION_LABEL, strlen(SESSION_LABEL));
+	crypto_auth_hmacsha256_update(&st, &wire, 1);
 	crypto_auth_hmacsha256_update(&st, ini ? s->my_nonce : s->peer_nonce, AUTH_NONCE_BYTES);
 	crypto_auth_hmacsha256_update(&st, ini ? s->peer_nonce : s->my_nonce, AUTH_NONCE_BYTES);
 	crypto_auth_hmacsha256_update(&st, ini ? &s->my_len : &s->peer_len, 1);

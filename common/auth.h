@@ -17,7 +17,8 @@
  * without the key never obtains a MAC from a daemon.
  *
  * Returns: 0 or -errno. -EPROTO a call out of order (or after a failure),
- * -EBADMSG a malformed message, -EACCES a PROOF that does not verify (a wrong
+ * -EBADMSG a malformed message, -EPROTONOSUPPORT a HELLO of another
+ * version of the protocol (another version of stage), -EACCES a PROOF that does not verify (a wrong
  * key, a reflected or replayed message), -ENOBUFS an output buffer too small
  * (the session is unchanged; retry with AUTH_MSG_MAX bytes). Any failure of
  * an auth_on_* call ends the session: every later call is -EPROTO.
@@ -35,8 +36,8 @@
 #define AUTH_NAME_MAX 255          /* node names: 1..255 of [A-Za-z0-9._-] */
 #define AUTH_SECRET_MIN 32         /* bytes of key-file text, after trimming */
 #define AUTH_KEY_FILE_MAX 4096
-#define AUTH_HELLO_MIN (4 + AUTH_NONCE_BYTES + 1)
-#define AUTH_HELLO_MAX (4 + AUTH_NONCE_BYTES + AUTH_NAME_MAX)
+#define AUTH_HELLO_MIN (4 + AUTH_NONCE_BYTES + 1 + 1)
+#define AUTH_HELLO_MAX (4 + AUTH_NONCE_BYTES + AUTH_NAME_MAX + 1)
 #define AUTH_PROOF_LEN (4 + AUTH_MAC_BYTES)
 #define AUTH_MSG_MAX AUTH_HELLO_MAX /* enough for either message */
 
@@ -66,6 +67,10 @@ struct auth_session;
 /* One connection's handshake, with a fresh nonce. k must outlive the
  * session. 0, -EINVAL (bad name or key), -ENOMEM, -EIO (libsodium). */
 int auth_begin(struct auth_session **s, const struct auth_key *k, const char *my_name, bool initiator);
+/* What this side asks of the wire after the handshake (enum seal_wire in
+ * common/seal.h; SEAL_AUTHENTICATED unless set), sent in its HELLO: before
+ * auth_hello. 0, -EINVAL, -EPROTO (too late). */
+int auth_set_wire(struct auth_session *s, int wire);
 int auth_hello(struct auth_session *s, uint8_t *out, size_t cap, size_t *len);
 int auth_on_hello(struct auth_session *s, const uint8_t *in, size_t len);
 int auth_proof(struct auth_session *s, uint8_t *out, size_t cap, size_t *len);
@@ -77,8 +82,13 @@ bool auth_done(const struct auth_session *s);
  * claim): NULL otherwise. It proves the peer holds the cluster key, not
  * that it is that node: every key holder can claim any name. */
 const char *auth_peer_name(const struct auth_session *s);
+/* The wire both sides seal with once auth_done: the stronger of the two
+ * asked for (encrypted if either side asked for it), or -EPROTO before. */
+int auth_wire(const struct auth_session *s);
 /* The key that seals the frames after the handshake (common/seal.h),
- * the same on both sides: 0, or -EPROTO before auth_done. */
+ * the same on both sides, and bound to auth_wire (the PROOFs cover both
+ * HELLOs' wire bytes too, so an altered one fails the handshake): 0, or
+ * -EPROTO before auth_done. */
 int auth_session_key(const struct auth_session *s, uint8_t out[AUTH_KEY_BYTES]);
 void auth_end(struct auth_session *s);
 

@@ -75,6 +75,9 @@ static const char *default_socket(const struct cfg_entry *e, char *buf, size_t l
 static const char *const transport_names[] = {
 	[CFG_TRANSPORT_AUTO] = "auto", [CFG_TRANSPORT_TCP] = "tcp", [CFG_TRANSPORT_RDMA] = "rdma", NULL,
 };
+static const char *const wire_names[] = {
+	[CFG_WIRE_AUTHENTICATED] = "authenticated", [CFG_WIRE_ENCRYPTED] = "encrypted", NULL,
+};
 static const char *const priority_names[] = {
 	[CFG_PRIORITY_LOW] = "low", [CFG_PRIORITY_NORMAL] = "normal", NULL,
 };
@@ -199,6 +202,10 @@ static const struct cfg_entry cfg_table[] = {
 	{ KEY_INT("cluster", "fanout", fanout), .min = 2, .max = 256, .def = "32",
 	  .doc = "the most nodes this node asks a question itself (verify --cluster, restore, "
 		 "resume); past that, the others are asked through relays, in a tree" },
+	{ KEY_ENUM("cluster", "wire", wire, wire_names), .def = "authenticated",
+	  .doc = "authenticated | encrypted: what peer connections ask for; every frame is "
+		 "authenticated (AES-256-GCM under the connection's key), and encrypted when "
+		 "either end asks for it" },
 
 	{ KEY_ENUM("transfer", "transport", transport, transport_names), .def = "auto",
 	  .doc = "auto | tcp | rdma" },

@@ -15,6 +15,7 @@
 #define CFG_REPLICAS_ALL (-1)
 
 enum cfg_transport { CFG_TRANSPORT_AUTO, CFG_TRANSPORT_TCP, CFG_TRANSPORT_RDMA };
+enum cfg_wire { CFG_WIRE_AUTHENTICATED, CFG_WIRE_ENCRYPTED };
 enum cfg_compress { CFG_COMPRESS_AUTO, CFG_COMPRESS_OFF, CFG_COMPRESS_ZSTD, CFG_COMPRESS_FLOAT };
 enum cfg_priority { CFG_PRIORITY_LOW, CFG_PRIORITY_NORMAL };
 
@@ -40,6 +41,7 @@ struct stage_config {
 	int keep;
 	int peer_timeout;           /* extension: seconds a talking peer may be silent */
 	int fanout;                 /* extension: nodes a question goes to directly; more relay */
+	int wire;                   /* extension: enum cfg_wire, what peer connections ask for */
 	/* [transfer] */
 	int transport;              /* enum cfg_transport */
 	int compress;               /* enum cfg_compress */

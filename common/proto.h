@@ -163,6 +163,8 @@ enum msg_key {
 			     * MSG_CPULL_ASK: the user the parts act as */
 	K_GID = 51,         /* u64: and its group; MSG_CPULL_ASK: the asking user's, with K_UID */
 	K_GROUPS = 52,      /* str: MSG_CPULL_ASK: that user's supplementary gids, comma-separated */
+	K_SEALED = 53,      /* bytes: an encrypted frame's fields, encrypted: its second and
+			     * last field, after K_MAC (common/seal.h, PROTOCOL.md) */
 };
 
 /* Request flags (K_FLAGS). */

@@ -1,64 +1,143 @@
-/* Frame tags (seal.h), with libsodium's ChaCha20 and Poly1305. */
+/* Frame tags and encryption (seal.h), with OpenSSL's AES-256-GCM. */
 #include "common/seal.h"
 
 #include <errno.h>
-#include <sodium.h>
-#include <stdlib.h>
+#include <limits.h>
+#include <openssl/evp.h>
 #include <string.h>
 
-void seal_init(struct seal *s, const uint8_t key[SEAL_KEY_BYTES], bool initiator)
+#define IV_BYTES 12
+
+static EVP_CIPHER_CTX *keyed(const uint8_t key[SEAL_KEY_BYTES], bool enc)
 {
-	/* Idempotent: picks libsodium's implementations, once per process.
-	 * It cannot fail where the daemon runs (auth_key_load called it). */
-	if (sodium_init() < 0)
-		abort();
-	memcpy(s->key, key, SEAL_KEY_BYTES);
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+
+	/* The key schedule once; each frame sets only its nonce. */
+	if (c && EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, key, NULL, enc ? 1 : 0) == 1 &&
+	    EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_IVLEN, IV_BYTES, NULL) == 1)
+		return c;
+	EVP_CIPHER_CTX_free(c);
+	return NULL;
+}
+
+int seal_init(struct seal *s, const uint8_t key[SEAL_KEY_BYTES], bool initiator,
+	      enum seal_wire wire)
+{
+	memset(s, 0, sizeof(*s));
+	if (wire != SEAL_AUTHENTICATED && wire != SEAL_ENCRYPTED)
+		return -EINVAL;
+	s->tx_ctx = keyed(key, true);
+	s->rx_ctx = keyed(key, false);
+	if (!s->tx_ctx || !s->rx_ctx) {
+		seal_end(s);
+		return -ENOMEM;
+	}
+	s->wire = wire;
 	s->tx_dir = initiator ? 1 : 2;
 	s->rx_dir = initiator ? 2 : 1;
-	s->tx = s->rx = 0;
+	return 0;
 }
 
 void seal_end(struct seal *s)
 {
-	sodium_memzero(s, sizeof(*s));
+	/* EVP_CIPHER_CTX_free cleanses the key schedule. */
+	EVP_CIPHER_CTX_free(s->tx_ctx);
+	EVP_CIPHER_CTX_free(s->rx_ctx);
+	memset(s, 0, sizeof(*s));
 }
 
-static void tag_of(const struct seal *s, uint32_t dir, uint64_t n, const struct iovec *iov,
-		   int niov, uint8_t tag[SEAL_TAG_BYTES])
+const char *seal_wire_name(enum seal_wire w)
 {
-	uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES] = { 0 };
-	uint8_t otk[crypto_onetimeauth_KEYBYTES];
-	crypto_onetimeauth_state st;
+	return w == SEAL_ENCRYPTED ? "encrypted" : w == SEAL_AUTHENTICATED ? "authenticated" : "?";
+}
 
+static void nonce(uint32_t dir, uint64_t n, uint8_t iv[IV_BYTES])
+{
 	for (int i = 0; i < 4; i++)
-		nonce[i] = (uint8_t)(dir >> (8 * i));
+		iv[i] = (uint8_t)(dir >> (8 * i));
 	for (int i = 0; i < 8; i++)
-		nonce[4 + i] = (uint8_t)(n >> (8 * i));
-	crypto_stream_chacha20_ietf(otk, sizeof(otk), nonce, s->key);
-	crypto_onetimeauth_init(&st, otk);
-	for (int i = 0; i < niov; i++)
-		crypto_onetimeauth_update(&st, iov[i].iov_base, iov[i].iov_len);
-	crypto_onetimeauth_final(&st, tag);
-	sodium_memzero(otk, sizeof(otk));
-	sodium_memzero(&st, sizeof(st));
+		iv[4 + i] = (uint8_t)(n >> (8 * i));
 }
 
-void seal_tag(struct seal *s, const struct iovec *iov, int n, uint8_t tag[SEAL_TAG_BYTES])
+/* Additional data: p[0..n) in pieces an int can count. */
+static bool aad(EVP_CIPHER_CTX *c, const uint8_t *p, size_t n)
 {
+	int got;
+
+	while (n) {
+		int k = n > INT_MAX / 2 ? INT_MAX / 2 : (int)n;
+
+		if (EVP_CipherUpdate(c, NULL, &got, p, k) != 1)
+			return false;
+		p += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+/* Encrypts or decrypts in[0..n) into out, exactly n bytes (GCM is a
+ * stream: no padding, nothing held back). */
+static bool cipher(EVP_CIPHER_CTX *c, uint8_t *out, const uint8_t *in, size_t n)
+{
+	int got;
+
+	while (n) {
+		int k = n > INT_MAX / 2 ? INT_MAX / 2 : (int)n;
+
+		if (EVP_CipherUpdate(c, out, &got, in, k) != 1 || got != k)
+			return false;
+		in += k;
+		out += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+int seal_tag(struct seal *s, const struct iovec *head, int nh, const struct iovec *body, int nb,
+	     uint8_t *const *out, uint8_t tag[SEAL_TAG_BYTES])
+{
+	EVP_CIPHER_CTX *c = s->tx_ctx;
+	uint8_t iv[IV_BYTES];
+	bool ok;
+	int got;
+
 	if (s->tx == UINT64_MAX)
-		abort();        /* a nonce is never used twice: 2^64 frames, never */
-	tag_of(s, s->tx_dir, s->tx++, iov, n, tag);
+		return -EIO;    /* a nonce is never used twice: 2^64 frames, never */
+	nonce(s->tx_dir, s->tx, iv);
+	ok = EVP_CipherInit_ex(c, NULL, NULL, NULL, iv, 1) == 1;
+	for (int i = 0; ok && i < nh; i++)
+		ok = aad(c, head[i].iov_base, head[i].iov_len);
+	for (int i = 0; ok && i < nb; i++)
+		ok = s->wire == SEAL_ENCRYPTED
+			? cipher(c, out[i], body[i].iov_base, body[i].iov_len)
+			: aad(c, body[i].iov_base, body[i].iov_len);
+	ok = ok && EVP_CipherFinal_ex(c, iv, &got) == 1 &&
+	     EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, SEAL_TAG_BYTES, tag) == 1;
+	if (!ok)
+		return -EIO;
+	s->tx++;
+	return 0;
 }
 
-int seal_check(struct seal *s, const struct iovec *iov, int n, const uint8_t tag[SEAL_TAG_BYTES])
+int seal_check(struct seal *s, const struct iovec *head, int nh, uint8_t *body, size_t n,
+	       const uint8_t tag[SEAL_TAG_BYTES])
 {
-	uint8_t want[SEAL_TAG_BYTES];
-	int bad;
+	EVP_CIPHER_CTX *c = s->rx_ctx;
+	uint8_t iv[IV_BYTES], t[SEAL_TAG_BYTES];
+	bool ok;
+	int got;
 
-	tag_of(s, s->rx_dir, s->rx, iov, n, want);
-	bad = crypto_verify_16(want, tag);
-	sodium_memzero(want, sizeof(want));
-	if (bad)
+	nonce(s->rx_dir, s->rx, iv);
+	memcpy(t, tag, sizeof(t));
+	ok = EVP_CipherInit_ex(c, NULL, NULL, NULL, iv, 0) == 1;
+	for (int i = 0; ok && i < nh; i++)
+		ok = aad(c, head[i].iov_base, head[i].iov_len);
+	if (ok)
+		ok = s->wire == SEAL_ENCRYPTED ? cipher(c, body, body, n) : aad(c, body, n);
+	/* The final call compares the tag in constant time. */
+	ok = ok && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, SEAL_TAG_BYTES, t) == 1 &&
+	     EVP_CipherFinal_ex(c, iv, &got) == 1;
+	if (!ok)
 		return -EBADMSG;
 	s->rx++;
 	return 0;

@@ -2,6 +2,6 @@
 #ifndef STAGE_VERSION_H
 #define STAGE_VERSION_H
 
-#define STAGE_VERSION "0.1.0"
+#define STAGE_VERSION "0.2.0"
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/proto.h"
+#include "common/version.h"
 #include "daemon/net/xport_seal.h"
 
 int peer_error_of(const struct msg *m, char text[PEER_TEXT_MAX + 1])
@@ -107,6 +108,16 @@ static int refused(struct hs *h, const struct msg *m)
 /* auth_on_hello / auth_on_proof refused what the peer sent. */
 static int auth_refused(struct hs *h, uint16_t type, int rc)
 {
+	if (rc == -EPROTONOSUPPORT) {
+		if (!h->initiator)
+			peer_send_error(h->x, EPROTONOSUPPORT, "this node speaks the peer protocol of "
+					"stage %s: run the same version of stage on every node",
+					STAGE_VERSION);
+		snprintf(h->why, h->whylen, "%s speaks another version of the peer protocol than "
+			 "this node (stage %s): run the same version of stage on every node", h->who,
+			 STAGE_VERSION);
+		return rc;
+	}
 	if (rc != -EACCES) {
 		snprintf(h->why, h->whylen, "%s sent a %s this staged cannot read (%s): staged of "
 			 "another version, or not staged at that address", h->who, type_name(type),
@@ -191,7 +202,7 @@ static int check_name(struct hs *h, const char *name, const char *my_name,
 	return 0;
 }
 
-int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my_name,
+int peer_handshake(struct xport **xp, const struct auth_key *key, int wire, const char *my_name,
 		   const struct hosts *hosts, const char *expect, int timeout_ms,
 		   char *peer_name, size_t cap, char *why, size_t whylen)
 {
@@ -213,6 +224,8 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 		return rc;
 	}
 	rc = auth_begin(&h.s, key, my_name, h.initiator);
+	if (rc == 0 && (rc = auth_set_wire(h.s, wire)) < 0)
+		auth_end(h.s);
 	if (rc) {
 		snprintf(why, whylen, "%s: cannot start the handshake as node '%s': %s", who,
 			 my_name ? my_name : "(none)", strerror(-rc));
@@ -241,7 +254,7 @@ int peer_handshake(struct xport **xp, const struct auth_key *key, const char *my
 
 		rc = auth_session_key(h.s, sk);
 		if (rc == 0)
-			rc = xport_seal(xp, sk, h.initiator);
+			rc = xport_seal(xp, sk, h.initiator, (enum seal_wire)auth_wire(h.s));
 		explicit_bzero(sk, sizeof(sk));
 		if (rc < 0) {
 			snprintf(why, whylen, "%s: cannot seal the connection: %s", who,

@@ -19,20 +19,31 @@
 #include <stdint.h>
 
 #include "common/auth.h"
+#include "common/config.h"
 #include "common/hosts.h"
+#include "common/seal.h"
 #include "common/xport.h"
 
 /* Runs the handshake on *x within timeout_ms (x's timeout is left at that
  * value); once both sides have proven the key, *x is replaced by the
  * sealed connection over it (daemon/net/xport_seal.h), which owns it: every
  * frame after the handshake carries a tag, a refusal of the proven name
- * included. On failure the caller closes *x, whichever it is then. expect: the node the initiator dialled (its name must answer), or
+ * included; wire (enum seal_wire) is what this side asks for: the
+ * connection is encrypted if either side asks for it. On failure the
+ * caller closes *x, whichever it is then. expect: the node the initiator
+ * dialled (its name must answer), or
  * NULL for a responder. hosts: the responder looks up the peer's name there.
  * On success 0 and peer_name (cap >= AUTH_NAME_MAX + 1). Errors: -EACCES a
  * wrong key or an unknown or unexpected name (why says which; the responder
  * has sent MSG_ERROR before returning), -EBADMSG a frame that is not the
  * next handshake message, -ETIMEDOUT, or the transport's -errno. */
-int peer_handshake(struct xport **x, const struct auth_key *key, const char *my_name,
+/* [cluster] wire as the handshake's enum seal_wire. */
+static inline int peer_wire_of(int cfg_wire)
+{
+	return cfg_wire == CFG_WIRE_ENCRYPTED ? SEAL_ENCRYPTED : SEAL_AUTHENTICATED;
+}
+
+int peer_handshake(struct xport **x, const struct auth_key *key, int wire, const char *my_name,
 		   const struct hosts *hosts, const char *expect, int timeout_ms,
 		   char *peer_name, size_t cap, char *why, size_t whylen);
 

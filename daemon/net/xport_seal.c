@@ -1,12 +1,21 @@
 /* Sealed connections (xport_seal.h).
  *
  * Out: the frame goes as K_MAC (16 bytes) first, then the caller's fields
- * and tail; the tag covers every byte of it but the tag's own 16: the
- * 16-byte header (whose length counts the K_MAC field), K_MAC's field
- * header, the fields, the tail's field header and the tail. The tail is
- * not copied. In: the first field must be K_MAC of 16 bytes and check;
- * then it is cut off. A frame that fails is -EBADMSG and the connection is
- * dead both ways (a forger or a broken path: nothing after it is trusted).
+ * and tail. The head (the 16-byte header, whose length counts the K_MAC
+ * field, and K_MAC's field header) is authenticated as it is; the body
+ * (the fields, the tail's field header and the tail) is authenticated as
+ * it is on an authenticated wire, sent without copying the tail. On an
+ * encrypted wire the body is encrypted into one buffer of the connection's
+ * (the encryption writes its output somewhere anyway: no extra pass over
+ * the bytes) as the bytes of a second field, K_SEALED, whose header joins
+ * the head; that buffer then goes as the frame's payload. In: the first
+ * field must be K_MAC of 16 bytes and check; on an encrypted wire the
+ * second must be K_SEALED running to the end, its bytes decrypted in place
+ * and then held to the framing rules a plain payload is (the transport
+ * could only check the two outer fields). Then the seal's fields are cut
+ * off. A frame that fails is -EBADMSG
+ * and the connection is dead both ways (a forger or a broken path: nothing
+ * after it is trusted).
  */
 #include "daemon/net/xport_seal.h"
 
@@ -15,38 +24,93 @@
 #include <string.h>
 
 #define MAC_FIELD (PROTO_FIELD_HDR_LEN + SEAL_TAG_BYTES)
+#define SEALED_HEAD (MAC_FIELD + PROTO_FIELD_HDR_LEN)   /* K_MAC, K_SEALED's header */
 
 struct sealed {
 	struct xport base;
 	struct xport_ops ops;      /* the table below, named as the inner one */
 	struct xport *inner;
 	struct seal seal;
+	uint8_t *out;              /* an encrypted frame's payload, made here */
+	size_t out_cap;            /* at most PROTO_MAX_PAYLOAD: one per connection */
 	int dead;                  /* 0, or the first failure: sticky */
 	bool rx_failed;            /* it was on the way in: recv_last too is over */
 };
 
-static int s_send_tail(struct xport *x, const struct msg *m, uint16_t key, const void *tail,
-		       size_t n)
+/* A field header: key, 0, length (proto.c's layout). */
+static void field_hdr(uint8_t *p, uint16_t key, uint32_t len)
 {
-	struct sealed *s = (struct sealed *)x;
-	uint8_t hdr[PROTO_HDR_LEN], fhdr[PROTO_FIELD_HDR_LEN];
-	struct iovec iov[4], cover[6];
-	struct msg m2 = { .type = m->type, .flags = m->flags };
-	int niov, nc = 0, rc;
+	p[0] = (uint8_t)(key & 0xff);
+	p[1] = (uint8_t)(key >> 8);
+	p[2] = p[3] = 0;
+	for (int i = 0; i < 4; i++)
+		p[4 + i] = (uint8_t)(len >> (8 * i));
+}
 
-	if (s->dead)
-		return s->dead;
-	if (m->err)
-		return m->err;
+/* The payload: K_MAC, then K_SEALED holding the fields (and the tail's
+ * field) encrypted; the three headers are the additional data. */
+static int send_encrypted(struct sealed *s, const struct msg *m, uint16_t key, const void *tail,
+			  size_t n)
+{
+	size_t body = m->len + (tail ? PROTO_FIELD_HDR_LEN + n : 0);
+	size_t total = SEALED_HEAD + body;
+	uint8_t hdr[PROTO_HDR_LEN], fhdr[PROTO_FIELD_HDR_LEN];
+	struct iovec head[3], in[3];
+	uint8_t *outs[3], *p;
+	struct msg m2 = { .type = m->type, .flags = m->flags };
+	int nb = 0, rc;
+
+	if (total > PROTO_MAX_PAYLOAD)
+		return -E2BIG;
+	if (s->out_cap < total) {
+		p = realloc(s->out, total);
+		if (!p)
+			return -ENOMEM;
+		s->out = p;
+		s->out_cap = total;
+	}
+	p = s->out;
+	field_hdr(p, K_MAC, SEAL_TAG_BYTES);
+	field_hdr(p + MAC_FIELD, K_SEALED, (uint32_t)body);
+	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)total);
+	head[0] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
+	head[1] = (struct iovec){ .iov_base = p, .iov_len = PROTO_FIELD_HDR_LEN };
+	head[2] = (struct iovec){ .iov_base = p + MAC_FIELD, .iov_len = PROTO_FIELD_HDR_LEN };
+	p += SEALED_HEAD;
+	outs[nb] = p;
+	in[nb++] = (struct iovec){ .iov_base = m->buf, .iov_len = m->len };
+	if (tail) {
+		field_hdr(fhdr, key, (uint32_t)n);
+		outs[nb] = p + m->len;
+		in[nb++] = (struct iovec){ .iov_base = fhdr, .iov_len = sizeof(fhdr) };
+		outs[nb] = p + m->len + PROTO_FIELD_HDR_LEN;
+		in[nb++] = (struct iovec){ .iov_base = (void *)tail, .iov_len = n };
+	}
+	rc = seal_tag(&s->seal, head, 3, in, nb, outs, s->out + PROTO_FIELD_HDR_LEN);
+	if (rc == 0) {
+		m2.buf = s->out;
+		m2.len = m2.cap = total;
+		rc = s->inner->ops->send(s->inner, &m2);
+	}
+	if (rc < 0)
+		s->dead = rc;
+	return rc;
+}
+
+static int send_authenticated(struct sealed *s, const struct msg *m, uint16_t key,
+			      const void *tail, size_t n)
+{
+	uint8_t hdr[PROTO_HDR_LEN], fhdr[PROTO_FIELD_HDR_LEN];
+	struct iovec iov[4], head[2], body[3];
+	struct msg m2 = { .type = m->type, .flags = m->flags };
+	int niov, nb = 0, rc;
+
 	m2.len = m2.cap = MAC_FIELD + m->len;
 	m2.buf = malloc(m2.len);
 	if (!m2.buf)
 		return -ENOMEM;
-	/* K_MAC's field header: key, 0, length (proto.c's layout) */
-	memset(m2.buf, 0, MAC_FIELD);
-	m2.buf[0] = (uint8_t)(K_MAC & 0xff);
-	m2.buf[1] = (uint8_t)(K_MAC >> 8);
-	m2.buf[4] = SEAL_TAG_BYTES;
+	field_hdr(m2.buf, K_MAC, SEAL_TAG_BYTES);
+	memset(m2.buf + PROTO_FIELD_HDR_LEN, 0, SEAL_TAG_BYTES);
 	if (m->len)
 		memcpy(m2.buf + MAC_FIELD, m->buf, m->len);
 	niov = msg_frame_iov(&m2, key, tail, n, hdr, fhdr, iov);
@@ -55,19 +119,31 @@ static int s_send_tail(struct xport *x, const struct msg *m, uint16_t key, const
 		return niov;
 	}
 	/* iov[1] is m2.buf: everything of it but the tag */
-	cover[nc++] = iov[0];
-	cover[nc++] = (struct iovec){ .iov_base = m2.buf, .iov_len = PROTO_FIELD_HDR_LEN };
-	if (m2.len > MAC_FIELD)
-		cover[nc++] = (struct iovec){ .iov_base = m2.buf + MAC_FIELD,
-					      .iov_len = m2.len - MAC_FIELD };
+	head[0] = iov[0];
+	head[1] = (struct iovec){ .iov_base = m2.buf, .iov_len = PROTO_FIELD_HDR_LEN };
+	body[nb++] = (struct iovec){ .iov_base = m2.buf + MAC_FIELD, .iov_len = m2.len - MAC_FIELD };
 	for (int i = 2; i < niov; i++)
-		cover[nc++] = iov[i];
-	seal_tag(&s->seal, cover, nc, m2.buf + PROTO_FIELD_HDR_LEN);
-	rc = s->inner->ops->send_tail(s->inner, &m2, key, tail, n);
-	free(m2.buf);
+		body[nb++] = iov[i];
+	rc = seal_tag(&s->seal, head, 2, body, nb, NULL, m2.buf + PROTO_FIELD_HDR_LEN);
+	if (rc == 0)
+		rc = s->inner->ops->send_tail(s->inner, &m2, key, tail, n);
 	if (rc < 0)
 		s->dead = rc;
+	free(m2.buf);
 	return rc;
+}
+
+static int s_send_tail(struct xport *x, const struct msg *m, uint16_t key, const void *tail,
+		       size_t n)
+{
+	struct sealed *s = (struct sealed *)x;
+
+	if (s->dead)
+		return s->dead;
+	if (m->err)
+		return m->err;
+	return s->seal.wire == SEAL_ENCRYPTED ? send_encrypted(s, m, key, tail, n)
+					      : send_authenticated(s, m, key, tail, n);
 }
 
 static int s_send(struct xport *x, const struct msg *m)
@@ -76,29 +152,44 @@ static int s_send(struct xport *x, const struct msg *m)
 }
 
 /* m came from the inner transport: check and unwrap it. */
+static bool is_field(const uint8_t *p, uint16_t key, uint32_t len)
+{
+	uint8_t want[PROTO_FIELD_HDR_LEN];
+
+	field_hdr(want, key, len);
+	return memcmp(p, want, sizeof(want)) == 0;
+}
+
 static int open_frame(struct sealed *s, struct msg *m)
 {
 	uint8_t hdr[PROTO_HDR_LEN];
-	struct iovec cover[3];
-	int nc = 0, rc;
+	struct iovec head[3];
+	size_t at = MAC_FIELD;
+	int nh = 2, rc = -EBADMSG;
 
-	if (m->len < MAC_FIELD || m->buf[0] != (K_MAC & 0xff) || m->buf[1] != (K_MAC >> 8) ||
-	    m->buf[2] || m->buf[3] || m->buf[4] != SEAL_TAG_BYTES || m->buf[5] || m->buf[6] ||
-	    m->buf[7]) {
-		rc = -EBADMSG;
+	if (m->len < MAC_FIELD || !is_field(m->buf, K_MAC, SEAL_TAG_BYTES))
 		goto bad;
-	}
 	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)m->len);
-	cover[nc++] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
-	cover[nc++] = (struct iovec){ .iov_base = m->buf, .iov_len = PROTO_FIELD_HDR_LEN };
-	if (m->len > MAC_FIELD)
-		cover[nc++] = (struct iovec){ .iov_base = m->buf + MAC_FIELD,
-					      .iov_len = m->len - MAC_FIELD };
-	rc = seal_check(&s->seal, cover, nc, m->buf + PROTO_FIELD_HDR_LEN);
+	head[0] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
+	head[1] = (struct iovec){ .iov_base = m->buf, .iov_len = PROTO_FIELD_HDR_LEN };
+	if (s->seal.wire == SEAL_ENCRYPTED) {
+		if (m->len < SEALED_HEAD ||
+		    !is_field(m->buf + MAC_FIELD, K_SEALED, (uint32_t)(m->len - SEALED_HEAD)))
+			goto bad;
+		head[nh++] = (struct iovec){ .iov_base = m->buf + MAC_FIELD,
+					     .iov_len = PROTO_FIELD_HDR_LEN };
+		at = SEALED_HEAD;
+	}
+	rc = seal_check(&s->seal, head, nh, m->buf + at, m->len - at,
+			m->buf + PROTO_FIELD_HDR_LEN);
 	if (rc < 0)
 		goto bad;
-	memmove(m->buf, m->buf + MAC_FIELD, m->len - MAC_FIELD);
-	m->len -= MAC_FIELD;
+	memmove(m->buf, m->buf + at, m->len - at);
+	m->len -= at;
+	if (at == SEALED_HEAD && proto_check_payload(m->buf, m->len) < 0) {
+		rc = -EBADMSG;      /* a key holder's malformed fields */
+		goto bad;
+	}
 	return 0;
 bad:
 	msg_free(m);
@@ -171,15 +262,23 @@ static void s_close(struct xport *x)
 		return;
 	s->inner->ops->close(s->inner);
 	seal_end(&s->seal);
+	free(s->out);
 	free(s);
 }
 
-int xport_seal(struct xport **x, const uint8_t key[SEAL_KEY_BYTES], bool initiator)
+int xport_seal(struct xport **x, const uint8_t key[SEAL_KEY_BYTES], bool initiator,
+	       enum seal_wire wire)
 {
 	struct sealed *s = calloc(1, sizeof(*s));
+	int rc;
 
 	if (!s)
 		return -ENOMEM;
+	rc = seal_init(&s->seal, key, initiator, wire);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
 	s->ops = (struct xport_ops){
 		.name = (*x)->ops->name,
 		.send = s_send,
@@ -194,7 +293,6 @@ int xport_seal(struct xport **x, const uint8_t key[SEAL_KEY_BYTES], bool initiat
 	s->base.ops = &s->ops;
 	memcpy(s->base.peer, (*x)->peer, sizeof(s->base.peer));
 	s->inner = *x;
-	seal_init(&s->seal, key, initiator);
 	*x = &s->base;
 	return 0;
 }

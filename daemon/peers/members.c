@@ -69,7 +69,7 @@ int peers_dial(size_t host, int connect_ms, int io_ms, struct xport **out, char 
 	rc = net_connect(h, connect_ms, &x, why, whylen);
 	if (rc < 0)
 		return rc;
-	rc = peer_handshake(&x, &peers.key, peers.cfg->name, &peers.hosts, h->name,
+	rc = peer_handshake(&x, &peers.key, peer_wire_of(peers.cfg->wire), peers.cfg->name, &peers.hosts, h->name,
 			    PEERS_HANDSHAKE_MS, name, sizeof(name), why, whylen);
 	if (rc < 0) {
 		x->ops->close(x);

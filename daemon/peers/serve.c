@@ -167,7 +167,7 @@ static void *conn_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "peer serve");
 
-	rc = peer_handshake(&c->x, &peers.key, peers.cfg->name, &peers.hosts, NULL,
+	rc = peer_handshake(&c->x, &peers.key, peer_wire_of(peers.cfg->wire), peers.cfg->name, &peers.hosts, NULL,
 			    PEERS_HANDSHAKE_MS, c->peer, sizeof(c->peer), why, sizeof(why));
 	pthread_mutex_lock(&adm.mu);
 	adm.handshaking--;

@@ -1,7 +1,9 @@
-"""Hostile paths between nodes: a proxy between n0 and n1 that alters what
-passes. Every frame after the handshake is sealed (docs/PROTOCOL.md), so an
-altered byte ends the connection; the sender reconnects, the receiver's
-journal resumes the copy, and the replica comes out exact."""
+"""Hostile paths between nodes: a proxy between n0 and n1 that alters or
+records what passes. Every frame after the handshake is sealed
+(docs/PROTOCOL.md), on both wires, so an altered byte ends the connection;
+the sender reconnects, the receiver's journal resumes the copy, and the
+replica comes out exact. On an encrypted wire what the frames carry is not
+on the path."""
 import socket
 import threading
 import time
@@ -17,11 +19,13 @@ MiB = 1 << 20
 
 class Proxy:
     """127.0.0.1:port -> target; in the client-to-server direction, flips one
-    byte at stream offset flip_at (counted over every connection), once."""
+    byte at stream offset flip_at (counted over every connection), once;
+    record: keeps every byte of that direction in self.recorded."""
 
-    def __init__(self, target, flip_at):
+    def __init__(self, target, flip_at, record=False):
         self.target = target
         self.flip_at = flip_at
+        self.recorded = bytearray() if record else None
         self.seen = 0
         self.flipped = False
         self.conns = 0
@@ -65,6 +69,8 @@ class Proxy:
                         if not self.flipped and start <= self.flip_at < self.seen:
                             b[self.flip_at - start] ^= 0x20
                             self.flipped = True
+                        if self.recorded is not None:
+                            self.recorded += b
                 dst.sendall(bytes(b))
         except OSError:
             pass
@@ -79,16 +85,27 @@ class Proxy:
         self.ls.close()
 
 
-def test_byte_altered_in_transit(make_cluster):
-    """One byte of n0's stream to n1 altered mid-transfer: the sealed frame
-    fails its tag, n1 drops the connection, n0 reconnects and resumes, and
-    the replica is exact. Nothing altered ever lands."""
+def proxied(make_cluster, wires=("authenticated", "authenticated"), **proxy_args):
+    """n0 and n1 ([cluster] wire per node), n0 reaching n1 through a Proxy;
+    not started."""
     n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"}, start=False)
+    n0.cluster["wire"], n1.cluster["wire"] = wires
+    for d in (n0, n1):
+        d.write_config()
     real = n1.listen
     host, port = real.rsplit(":", 1)
-    proxy = Proxy((host, int(port)), flip_at=3 * MiB + 12345)
+    proxy = Proxy((host, int(port)), **proxy_args)
     hosts = n0.cluster["hosts"]
     hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{proxy.port}"))
+    return n0, n1, proxy
+
+
+@pytest.mark.parametrize("wire", ["authenticated", "encrypted"])
+def test_byte_altered_in_transit(make_cluster, wire):
+    """One byte of n0's stream to n1 altered mid-transfer: the sealed frame
+    fails its tag, n1 drops the connection, n0 reconnects and resumes, and
+    the replica is exact. Nothing altered ever lands. On both wires."""
+    n0, n1, proxy = proxied(make_cluster, (wire, wire), flip_at=3 * MiB + 12345)
     try:
         n0.start()
         n1.start()
@@ -102,6 +119,37 @@ def test_byte_altered_in_transit(make_cluster):
     finally:
         proxy.close()
 
+
+@pytest.mark.parametrize("wires,encrypted", [
+    (("encrypted", "authenticated"), True),
+    (("authenticated", "encrypted"), True),
+    (("authenticated", "authenticated"), False),
+])
+def test_wire_what_the_path_sees(make_cluster, wires, encrypted):
+    """Everything n0 sends n1 recorded on the path: with [cluster] wire =
+    encrypted on either end, neither the checkpoint's bytes nor its job's
+    name are in it; with both ends at the default (authenticated) both are
+    (the recording would show them: the test can fail). The replica is
+    exact either way."""
+    n0, n1, proxy = proxied(make_cluster, wires, flip_at=1 << 62, record=True)
+    marker = b"the-weights-nobody-else-may-read:"
+    try:
+        n0.start()
+        n1.start()
+        step = make_tree(ckpt(n0, job="job-secret-name"),
+                         [F("w.bin", data=marker * 4096), F("x.bin", size=MiB)])
+        commit_wait(n0, step)
+        assert_replica_of(step, replica(n1, n0, job="job-secret-name"))
+        seen = bytes(proxy.recorded)
+        assert len(seen) > len(marker) * 4096, f"the proxy saw {len(seen)} bytes only"
+        if encrypted:
+            assert marker not in seen, "checkpoint bytes crossed the encrypted wire in clear"
+            assert b"job-secret-name" not in seen, "the job's name crossed in clear"
+        else:
+            assert seen.count(marker) >= 4000, "the authenticated wire should carry the bytes as they are"
+            assert b"job-secret-name" in seen
+    finally:
+        proxy.close()
 
 
 def threads_of(d):

@@ -228,7 +228,7 @@ static int dial(struct ctx *c)
 	int rc = xport_tcp_ops.connect(c->ph, 5000, &c->x, why, sizeof(why));
 
 	if (rc == 0) {
-		rc = peer_handshake(&c->x, &c->key, c->cfg.name, &c->hosts, c->peer, 10000, name,
+		rc = peer_handshake(&c->x, &c->key, peer_wire_of(c->cfg.wire), c->cfg.name, &c->hosts, c->peer, 10000, name,
 				    sizeof(name), why, sizeof(why));
 		if (rc < 0) {
 			c->x->ops->close(c->x);

@@ -662,7 +662,7 @@ static int accept_peer(struct ctx *c, struct xport_listener *l, int lfd)
 		say("FAIL: %s did not connect within 60 s", c->peer);
 		return -EPROTO;
 	}
-	rc = peer_handshake(&c->x, &c->key, c->cfg.name, &c->hosts, NULL, 10000, name,
+	rc = peer_handshake(&c->x, &c->key, peer_wire_of(c->cfg.wire), c->cfg.name, &c->hosts, NULL, 10000, name,
 			    sizeof(name), why, sizeof(why));
 	if (rc < 0 || strcmp(name, c->peer) != 0) {
 		say("FAIL: handshake: %s", rc < 0 ? why : name);

@@ -18,6 +18,7 @@
 #include <sodium.h>
 
 #include "common/auth.h"
+#include "common/seal.h"
 
 #define HEX64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define OTHER "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
@@ -236,7 +237,8 @@ static void test_handshake(void **state)
 	(void)state;
 	pair_begin(&p, HEX64, HEX64);
 	pair_hellos(&p);
-	assert_int_equal(p.hello_i_len, 4 + 32 + 6);
+	assert_int_equal(p.hello_i_len, 4 + 32 + 6 + 1);
+	assert_int_equal(p.hello_i[p.hello_i_len - 1], SEAL_AUTHENTICATED);  /* the default */
 	assert_int_equal(p.proof_i_len, AUTH_PROOF_LEN);
 	assert_false(auth_done(p.r));
 	assert_null(auth_peer_name(p.r));
@@ -271,7 +273,7 @@ static void doc_proof(const char *secret, const uint8_t *hello_i, const uint8_t 
 	crypto_auth_hmacsha256_update(&st, (const uint8_t *)"stage cluster key v1", 20);
 	crypto_auth_hmacsha256_final(&st, key);
 	crypto_auth_hmacsha256_init(&st, key, 32);
-	crypto_auth_hmacsha256_update(&st, (const uint8_t *)"stage auth v1", 13);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)"stage auth v2", 13);
 	crypto_auth_hmacsha256_update(&st, &role, 1);
 	crypto_auth_hmacsha256_update(&st, hello_r + 3, 1);               /* prover: len */
 	crypto_auth_hmacsha256_update(&st, hello_r + 36, hello_r[3]);     /* name */
@@ -279,8 +281,10 @@ static void doc_proof(const char *secret, const uint8_t *hello_i, const uint8_t 
 	crypto_auth_hmacsha256_update(&st, hello_i + 36, hello_i[3]);     /* name */
 	crypto_auth_hmacsha256_update(&st, hello_i + 4, 32);              /* verifier's nonce */
 	crypto_auth_hmacsha256_update(&st, hello_r + 4, 32);              /* prover's nonce */
+	crypto_auth_hmacsha256_update(&st, hello_r + 36 + hello_r[3], 1); /* prover's wire */
+	crypto_auth_hmacsha256_update(&st, hello_i + 36 + hello_i[3], 1); /* verifier's wire */
 	out[0] = 2;
-	out[1] = 1;
+	out[1] = 2;
 	out[2] = role;
 	out[3] = 0;
 	crypto_auth_hmacsha256_final(&st, out + 4);
@@ -487,35 +491,116 @@ static int hello_into_responder(const uint8_t *m, size_t n)
 	return rc;
 }
 
+/* The wire: the stronger of what the two sides ask for, the same on both,
+ * and bound into the session key, so that a HELLO whose wire byte was
+ * altered on the way gives the sides different keys. */
+static void test_wire(void **state)
+{
+	static const int ask[4][3] = {
+		/* initiator, responder, agreed */
+		{ SEAL_ENCRYPTED, SEAL_ENCRYPTED, SEAL_ENCRYPTED },
+		{ SEAL_AUTHENTICATED, SEAL_ENCRYPTED, SEAL_ENCRYPTED },
+		{ SEAL_ENCRYPTED, SEAL_AUTHENTICATED, SEAL_ENCRYPTED },
+		{ SEAL_AUTHENTICATED, SEAL_AUTHENTICATED, SEAL_AUTHENTICATED },
+	};
+	uint8_t ki[AUTH_KEY_BYTES], kr[AUTH_KEY_BYTES];
+	struct pair p;
+
+	(void)state;
+	for (int c = 0; c < 4; c++) {
+		pair_begin(&p, HEX64, HEX64);
+		assert_int_equal(auth_set_wire(p.i, ask[c][0]), 0);
+		assert_int_equal(auth_set_wire(p.r, ask[c][1]), 0);
+		pair_hellos(&p);
+		assert_int_equal(auth_wire(p.i), -EPROTO);
+		assert_int_equal(auth_on_proof(p.r, p.proof_i, p.proof_i_len), 0);
+		assert_int_equal(auth_proof(p.r, p.proof_r, sizeof(p.proof_r), &p.proof_r_len), 0);
+		assert_int_equal(auth_on_proof(p.i, p.proof_r, p.proof_r_len), 0);
+		assert_int_equal(auth_wire(p.i), ask[c][2]);
+		assert_int_equal(auth_wire(p.r), ask[c][2]);
+		assert_int_equal(auth_session_key(p.i, ki), 0);
+		assert_int_equal(auth_session_key(p.r, kr), 0);
+		assert_memory_equal(ki, kr, sizeof(ki));
+		pair_end(&p);
+	}
+	/* An encrypted wire pushed down to authenticated on the way: the
+	 * responder sees "authenticated" in the initiator's HELLO, but the
+	 * initiator's PROOF covers the wire it sent, so the responder refuses
+	 * it before anything is sealed. */
+	pair_begin(&p, HEX64, HEX64);
+	assert_int_equal(auth_set_wire(p.i, SEAL_ENCRYPTED), 0);
+	assert_int_equal(auth_set_wire(p.r, SEAL_AUTHENTICATED), 0);
+	assert_int_equal(auth_hello(p.i, p.hello_i, sizeof(p.hello_i), &p.hello_i_len), 0);
+	p.hello_i[p.hello_i_len - 1] = SEAL_AUTHENTICATED;
+	assert_int_equal(auth_on_hello(p.r, p.hello_i, p.hello_i_len), 0);
+	assert_int_equal(auth_hello(p.r, p.hello_r, sizeof(p.hello_r), &p.hello_r_len), 0);
+	assert_int_equal(auth_on_hello(p.i, p.hello_r, p.hello_r_len), 0);
+	assert_int_equal(auth_proof(p.i, p.proof_i, sizeof(p.proof_i), &p.proof_i_len), 0);
+	assert_int_equal(auth_on_proof(p.r, p.proof_i, p.proof_i_len), -EACCES);
+	assert_int_equal(auth_wire(p.r), -EPROTO);
+	assert_int_equal(auth_session_key(p.r, kr), -EPROTO);
+	pair_end(&p);
+	/* and the responder's wire altered on its way to the initiator */
+	pair_begin(&p, HEX64, HEX64);
+	assert_int_equal(auth_set_wire(p.r, SEAL_ENCRYPTED), 0);
+	assert_int_equal(auth_hello(p.i, p.hello_i, sizeof(p.hello_i), &p.hello_i_len), 0);
+	assert_int_equal(auth_on_hello(p.r, p.hello_i, p.hello_i_len), 0);
+	assert_int_equal(auth_hello(p.r, p.hello_r, sizeof(p.hello_r), &p.hello_r_len), 0);
+	p.hello_r[p.hello_r_len - 1] = SEAL_AUTHENTICATED;
+	assert_int_equal(auth_on_hello(p.i, p.hello_r, p.hello_r_len), 0);
+	assert_int_equal(auth_proof(p.i, p.proof_i, sizeof(p.proof_i), &p.proof_i_len), 0);
+	assert_int_equal(auth_on_proof(p.r, p.proof_i, p.proof_i_len), -EACCES);
+	pair_end(&p);
+	pair_begin(&p, HEX64, HEX64);
+	assert_int_equal(auth_hello(p.i, p.hello_i, sizeof(p.hello_i), &p.hello_i_len), 0);
+	/* too late once the HELLO has gone; a wire that is neither */
+	assert_int_equal(auth_set_wire(p.i, SEAL_ENCRYPTED), -EPROTO);
+	pair_end(&p);
+	pair_begin(&p, HEX64, HEX64);
+	assert_int_equal(auth_set_wire(p.i, 0), -EINVAL);
+	assert_int_equal(auth_set_wire(p.i, 3), -EINVAL);
+	pair_end(&p);
+}
+
 static void test_malformed(void **state)
 {
 	uint8_t good[AUTH_MSG_MAX + 8], bad[AUTH_MSG_MAX + 8];
-	size_t n = 4 + 32 + 6;
+	size_t n = 4 + 32 + 6 + 1;
 	struct pair p;
 
 	(void)state;
 	good[0] = 1;
-	good[1] = 1;
+	good[1] = 2;
 	good[2] = 1;
 	good[3] = 6;
 	memset(good + 4, 0x5a, 32);
 	memcpy(good + 36, "node-a", 6);
+	good[42] = SEAL_AUTHENTICATED;
 	assert_int_equal(hello_into_responder(good, n), 0);
 	for (size_t len = 0; len < n; len++)
 		assert_int_equal(hello_into_responder(good, len), -EBADMSG);
+	/* Another version of the protocol, told apart from a malformed HELLO
+	 * (version 1 was 36 + n bytes, with no wire byte). */
+	memcpy(bad, good, n);
+	bad[1] = 1;
+	assert_int_equal(hello_into_responder(bad, n - 1), -EPROTONOSUPPORT);
+	bad[1] = 3;
+	assert_int_equal(hello_into_responder(bad, n), -EPROTONOSUPPORT);
 	assert_int_equal(hello_into_responder(good, n + 1), -EBADMSG);  /* trailing byte */
 
 	/* Longest name is fine, one more byte is too long. */
 	memcpy(bad, good, 36);
 	memset(bad + 36, 'n', AUTH_NAME_MAX + 1);
 	bad[3] = 255;
+	bad[AUTH_HELLO_MAX - 1] = SEAL_ENCRYPTED;
 	assert_int_equal(hello_into_responder(bad, AUTH_HELLO_MAX), 0);
 	assert_int_equal(hello_into_responder(bad, AUTH_HELLO_MAX + 1), -EBADMSG);
 
 	/* Each header byte and the name, wrong in turn. */
 	struct { size_t off; uint8_t v; } cases[] = {
-		{ 0, 0 }, { 0, 2 }, { 1, 0 }, { 1, 2 }, { 2, 0 }, { 2, 3 }, { 3, 0 }, { 3, 5 },
+		{ 0, 0 }, { 0, 2 }, { 2, 0 }, { 2, 3 }, { 3, 0 }, { 3, 5 },
 		{ 3, 7 }, { 36, '/' }, { 38, ' ' }, { 41, '\0' }, { 40, 0xff },
+		{ 42, 0 }, { 42, 3 },           /* the wire: 1 or 2 */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		memcpy(bad, good, n);
@@ -537,7 +622,7 @@ static void test_malformed(void **state)
 		case 0: len--; break;
 		case 1: bad[len++] = 0; break;
 		case 2: bad[0] = 1; break;
-		case 3: bad[1] = 2; break;
+		case 3: bad[1] = 1; break;
 		case 4: bad[3] = 1; break;
 		case 5: len = 0; break;
 		}
@@ -557,6 +642,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_key_modes),
+		cmocka_unit_test(test_wire),
 		cmocka_unit_test(test_key_not_regular),
 		cmocka_unit_test(test_key_short),
 		cmocka_unit_test(test_key_size_limit),

@@ -99,6 +99,7 @@ struct side {
 	struct xport *x;
 	const struct auth_key *key;
 	const char *me, *expect;
+	int wire;               /* 0: authenticated */
 	int timeout_ms;
 	int rc;
 	char name[AUTH_NAME_MAX + 1];
@@ -107,7 +108,7 @@ struct side {
 
 static void run_side(struct side *s)
 {
-	s->rc = peer_handshake(&s->x, s->key, s->me, &hosts, s->expect, s->timeout_ms, s->name,
+	s->rc = peer_handshake(&s->x, s->key, s->wire ? s->wire : SEAL_AUTHENTICATED, s->me, &hosts, s->expect, s->timeout_ms, s->name,
 			       sizeof(s->name), s->why, sizeof(s->why));
 }
 
@@ -171,6 +172,48 @@ static void test_same_key(void **state)
 	assert_int_equal(m.type, MSG_END);
 	msg_free(&m);
 	close_both(&ini, &resp);
+}
+
+/* Each side's [cluster] wire: any mix connects, frames pass both ways, and
+ * the connection is encrypted when either side asked for it (a frame
+ * sealed for the other wire would fail: test_seal's test_wires_differ). */
+static void test_wires(void **state)
+{
+	static const int ask[3][2] = {
+		{ SEAL_AUTHENTICATED, SEAL_AUTHENTICATED },
+		{ SEAL_AUTHENTICATED, SEAL_ENCRYPTED },
+		{ SEAL_ENCRYPTED, SEAL_AUTHENTICATED },
+	};
+
+	(void)state;
+	for (int c = 0; c < 3; c++) {
+		struct side ini = { .key = &key, .me = "a", .expect = "b", .wire = ask[c][0],
+				    .timeout_ms = TIMEOUT };
+		struct side resp = { .key = &key, .me = "b", .wire = ask[c][1],
+				     .timeout_ms = TIMEOUT };
+		struct msg m;
+		char *job;
+
+		handshake(&ini, &resp);
+		assert_int_equal(ini.rc, 0);
+		assert_int_equal(resp.rc, 0);
+		msg_init(&m, MSG_OFFER);
+		msg_put_str(&m, K_JOB, "job1");
+		assert_int_equal(ini.x->ops->send(ini.x, &m), 0);
+		msg_free(&m);
+		assert_int_equal(resp.x->ops->recv(resp.x, &m), 0);
+		assert_int_equal(msg_get_str(&m, K_JOB, &job), 0);
+		assert_string_equal(job, "job1");
+		free(job);
+		msg_free(&m);
+		msg_init(&m, MSG_END);
+		assert_int_equal(resp.x->ops->send(resp.x, &m), 0);
+		msg_free(&m);
+		assert_int_equal(ini.x->ops->recv(ini.x, &m), 0);
+		assert_int_equal(m.type, MSG_END);
+		msg_free(&m);
+		close_both(&ini, &resp);
+	}
 }
 
 static void test_wrong_key(void **state)
@@ -363,6 +406,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_same_key),
+		cmocka_unit_test(test_wires),
 		cmocka_unit_test(test_wrong_key),
 		cmocka_unit_test(test_name_not_in_hosts),
 		cmocka_unit_test(test_unexpected_name),
