@@ -229,6 +229,9 @@ static const struct cfg_entry cfg_table[] = {
 	  .def = "4MiB", .doc = "manifest hashing granularity; a power of two" },
 	{ KEY_INT("transfer", "restore_streams", restore_streams), .min = 1, .max = 4, .def = "4",
 	  .doc = "connections a restore fetches over at once, spread over the holders of intact copies" },
+	{ KEY_INT("transfer", "streams", streams), .min = 1, .max = 16, .def = "1",
+	  .doc = "connections each copy to a partner goes on, a thread each side per connection "
+		 "(its pieces round robin over them)" },
 	{ KEY_ENUM("transfer", "priority", priority, priority_names), .def = "low",
 	  .doc = "low | normal: CPU and I/O priority of hashing commits, sending and receiving replicas" },
 

@@ -55,6 +55,7 @@ struct stage_config {
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
 	int priority;               /* extension: enum cfg_priority of replication's threads */
 	int restore_streams;        /* extension: a restore's lanes, 1..4 */
+	int streams;                /* extension: connections a copy's pieces go on, 1..16 */
 	/* [doctor]: extension, stage doctor's measurements */
 	char *doctor_ports;         /* portlist (common/portlist.h) */
 	char *doctor_port_range;    /* ephemeral | none | LO-HI */

@@ -93,6 +93,10 @@ enum msg_type {
 			     * them), then MSG_END; or MSG_ERROR */
 	MSG_RELAY_ANS = 53, /* relay: K_NAME, K_ERRNO (0: K_TYPE and K_DATA are the node's
 			     * answer frame; else it was not reached, K_TEXT says why) */
+	MSG_STREAM = 54,    /* sender, on another connection of its own: K_JOB, K_STEP,
+			     * K_ROOT, K_INDEX: this connection is stream K_INDEX of that
+			     * offer (K_STREAMS in its MSG_OFFER); its MSG_DATA follow, then
+			     * MSG_END. No answer (docs/PROTOCOL.md, "Streams") */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group
@@ -165,6 +169,8 @@ enum msg_key {
 	K_GROUPS = 52,      /* str: MSG_CPULL_ASK: that user's supplementary gids, comma-separated */
 	K_SEALED = 53,      /* bytes: an encrypted frame's fields, encrypted: its second and
 			     * last field, after K_MAC (common/seal.h, PROTOCOL.md) */
+	K_STREAMS = 54,     /* u64: MSG_OFFER: the connections its pieces go on, 1..16 */
+	K_INDEX = 55,       /* u64: MSG_STREAM: which of them this one is, 1.. */
 };
 
 /* Request flags (K_FLAGS). */

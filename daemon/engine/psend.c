@@ -4,11 +4,18 @@
  * is the oldest, n are in flight or landed. The invariant between calls is
  * n == 0: a range drains what it started before it returns, so the file can
  * be closed and the next range can start anywhere.
+ *
+ * With streams, a landed slot may be handed to a stream's thread instead of
+ * being sent here: it leaves the ring (head moves on) but stays busy until
+ * that thread has sent it, and no read goes into a busy slot. Between calls
+ * no slot is busy either: a range waits for its pieces to be sent, since
+ * the hooks' argument lives no longer than the range.
  */
 #include "daemon/engine/psend.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +25,35 @@
 #include "common/proto.h"
 
 
+/* One piece handed to a stream. */
+struct item {
+	unsigned slot;
+	uint64_t idx, at;
+	size_t len;
+	const struct codec_ops *want;
+	struct codec_params cp;
+	const struct psend_hooks *h;
+};
+
+struct psend_stream {
+	struct psend *ps;
+	struct xport *x;
+	pthread_t thread;
+	bool started, stop;             /* stop: under ps->mu */
+	uint8_t *frame;
+	struct item q[PSEND_DEPTH];     /* under ps->mu */
+	unsigned qh, qn;
+};
+
 int psend_open(struct psend *ps, uint64_t rate)
 {
 	int rc;
 
 	memset(ps, 0, sizeof(*ps));
 	ps->fd = -1;
+	ps->nstreams = 1;
+	pthread_mutex_init(&ps->mu, NULL);
+	pthread_cond_init(&ps->cv, NULL);
 	pace_init(&ps->pace, rate);
 	ps->cap = &ps->pace;
 	ps->frame_cap = codec_chunk_bound(PSEND_PIECE);
@@ -50,10 +80,137 @@ out_free:
 
 void psend_close(struct psend *ps)
 {
+	psend_streams_end(ps, false);
 	io_uring_queue_exit(&ps->ring);
 	for (unsigned i = 0; i < PSEND_DEPTH; i++)
 		free(ps->buf[i]);
 	free(ps->frame);
+	pthread_mutex_destroy(&ps->mu);
+	pthread_cond_destroy(&ps->cv);
+}
+
+static void *stream_main(void *arg)
+{
+	struct psend_stream *t = arg;
+	struct psend *ps = t->ps;
+
+	pthread_setname_np(pthread_self(), "send stream");
+	pthread_mutex_lock(&ps->mu);
+	for (;;) {
+		struct item it;
+		size_t flen = 0;
+		int rc = 0, err;
+
+		while (!t->qn && !t->stop)
+			pthread_cond_wait(&ps->cv, &ps->mu);
+		if (!t->qn)
+			break;
+		it = t->q[t->qh];
+		t->qh = (t->qh + 1) % PSEND_DEPTH;
+		t->qn--;
+		err = ps->err;
+		pthread_mutex_unlock(&ps->mu);
+		/* After a stream failed the copy is lost: what is queued is
+		 * only given back. */
+		if (!err) {
+			rc = codec_chunk_encode(ps->buf[it.slot], it.len, it.want, &it.cp, t->frame,
+						ps->frame_cap, &flen);
+			if (rc == 0) {
+				struct msg m;
+
+				pace_take(ps->cap, flen);
+				msg_init(&m, MSG_DATA);
+				if (it.idx != PSEND_NO_FILE)
+					msg_put_u64(&m, K_FILE, it.idx);
+				msg_put_u64(&m, K_OFFSET, it.at);
+				rc = t->x->ops->send_tail(t->x, &m, K_DATA, t->frame, flen);
+				msg_free(&m);
+			}
+		}
+		pthread_mutex_lock(&ps->mu);
+		ps->busy[it.slot] = false;
+		if (rc < 0 && !ps->err)
+			ps->err = rc;
+		if (rc == 0 && !err && it.h->sent)
+			it.h->sent(it.h->arg, it.at, it.len, flen, t->frame[0]);
+		pthread_cond_broadcast(&ps->cv);
+	}
+	pthread_mutex_unlock(&ps->mu);
+	codec_thread_end();
+	return NULL;
+}
+
+int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n)
+{
+	if (n < 1 || n > PSEND_MAX_STREAMS || ps->nstreams > 1)
+		return -EINVAL;
+	ps->k = 0;
+	ps->err = 0;
+	if (n == 1)
+		return 0;
+	ps->st = calloc(n, sizeof(*ps->st));
+	if (!ps->st)
+		return -ENOMEM;
+	ps->nstreams = n;
+	for (unsigned j = 1; j < n; j++) {
+		struct psend_stream *t = &ps->st[j];
+
+		t->ps = ps;
+		t->x = xs[j];
+		t->frame = malloc(ps->frame_cap);
+		if (!t->frame || pthread_create(&t->thread, NULL, stream_main, t) != 0) {
+			psend_streams_end(ps, false);
+			return -ENOMEM;
+		}
+		t->started = true;
+	}
+	return 0;
+}
+
+int psend_streams_end(struct psend *ps, bool ok)
+{
+	int rc;
+
+	if (ps->nstreams <= 1)
+		return 0;
+	pthread_mutex_lock(&ps->mu);
+	for (unsigned j = 1; j < ps->nstreams; j++)
+		ps->st[j].stop = true;
+	pthread_cond_broadcast(&ps->cv);
+	pthread_mutex_unlock(&ps->mu);
+	for (unsigned j = 1; j < ps->nstreams; j++)
+		if (ps->st[j].started)
+			pthread_join(ps->st[j].thread, NULL);
+	rc = ps->err;
+	/* Each stream's end, after its last piece: the receiver then knows
+	 * where the round robin stops. */
+	for (unsigned j = 1; ok && rc == 0 && j < ps->nstreams; j++) {
+		struct msg m;
+
+		msg_init(&m, MSG_END);
+		rc = ps->st[j].x->ops->send(ps->st[j].x, &m);
+		msg_free(&m);
+	}
+	for (unsigned j = 1; j < ps->nstreams; j++)
+		free(ps->st[j].frame);
+	free(ps->st);
+	ps->st = NULL;
+	ps->nstreams = 1;
+	memset(ps->busy, 0, sizeof(ps->busy));
+	return rc;
+}
+
+/* Whether a stream still sends from slot s. */
+static bool slot_busy(struct psend *ps, unsigned s)
+{
+	bool busy;
+
+	if (ps->nstreams <= 1)
+		return false;
+	pthread_mutex_lock(&ps->mu);
+	busy = ps->busy[s];
+	pthread_mutex_unlock(&ps->mu);
+	return busy;
 }
 
 static void submit(struct psend *ps)
@@ -63,8 +220,11 @@ static void submit(struct psend *ps)
 		uint64_t len = ps->end - ps->next < PSEND_PIECE ? ps->end - ps->next : PSEND_PIECE;
 		/* A direct read of the range's last piece asks for whole blocks. */
 		uint64_t ask = ps->direct ? (len + PSEND_ALIGN - 1) / PSEND_ALIGN * PSEND_ALIGN : len;
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&ps->ring);
+		struct io_uring_sqe *sqe;
 
+		if (slot_busy(ps, s))
+			break;          /* a stream still sends from it */
+		sqe = io_uring_get_sqe(&ps->ring);
 		if (!sqe)
 			break;
 		io_uring_prep_read(sqe, ps->fd, ps->buf[s], (unsigned)ask, ps->next);
@@ -131,6 +291,52 @@ static void drain(struct psend *ps)
 	ps->fd = -1;
 }
 
+/* A short read mid-range: the rest is read in order from `at`, through
+ * the cache (the offset is no longer aligned). */
+static void restart_at(struct psend *ps, int fd, int fl, uint64_t at)
+{
+	drain(ps);
+	if (ps->direct)
+		fcntl(fd, F_SETFL, fl);
+	ps->direct = false;
+	ps->fd = fd;
+	ps->next = at;
+	ps->n = 0;
+}
+
+/* Waits until slot s is no stream's: 0, or a stream's failure. */
+static int wait_slot(struct psend *ps, unsigned s)
+{
+	int rc;
+
+	pthread_mutex_lock(&ps->mu);
+	while (ps->busy[s] && !ps->err)
+		pthread_cond_wait(&ps->cv, &ps->mu);
+	rc = ps->err;
+	pthread_mutex_unlock(&ps->mu);
+	return rc;
+}
+
+/* Queues a landed slot on stream t (waiting while its queue is full): 0, or
+ * a stream's failure (the slot stays the ring's). */
+static int hand_over(struct psend *ps, struct psend_stream *t, const struct item *it)
+{
+	int rc;
+
+	pthread_mutex_lock(&ps->mu);
+	while (t->qn == PSEND_DEPTH && !ps->err)
+		pthread_cond_wait(&ps->cv, &ps->mu);
+	rc = ps->err;
+	if (rc == 0) {
+		t->q[(t->qh + t->qn) % PSEND_DEPTH] = *it;
+		t->qn++;
+		ps->busy[it->slot] = true;
+		pthread_cond_broadcast(&ps->cv);
+	}
+	pthread_mutex_unlock(&ps->mu);
+	return rc;
+}
+
 int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64_t idx,
 		uint64_t off, uint64_t end, struct codec_params *cp, const struct psend_hooks *h,
 		const char *name, char *why, size_t whylen)
@@ -151,12 +357,17 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		     !(fl & O_DIRECT) && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
 	submit(ps);
 	while (off < end) {
-		const struct codec_ops *want = h->pick ? h->pick(h->arg) : &codec_none_ops;
+		const struct codec_ops *want;
 		uint8_t *p = ps->buf[ps->head];
 		size_t len, flen, asked;
 		uint64_t at;
 		struct msg m;
 
+		/* Every slot is with a stream: wait for the oldest. */
+		if (ps->n == 0 && (rc = wait_slot(ps, ps->head)) < 0)
+			break;
+		submit(ps);
+		want = h->pick ? h->pick(h->arg) : &codec_none_ops;
 		rc = head_ready(ps);
 		if (rc == -EINVAL && ps->direct) {
 			/* O_DIRECT accepted by fcntl, refused by the read (an
@@ -188,6 +399,25 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		 * it on every file). */
 		if (cp->dtype == CODEC_DT_COUNT && (!want || want->id == CODEC_FLOAT))
 			cp->dtype = codec_detect_dtype(p, len, at == 0 ? size : len);
+		if (ps->nstreams > 1 && ps->k % ps->nstreams != 0) {
+			/* Another stream's piece: its thread encodes and sends it. */
+			if (h->before)
+				h->before(h->arg);
+			rc = hand_over(ps, &ps->st[ps->k % ps->nstreams],
+				       &(struct item){ .slot = ps->head, .idx = idx, .at = at,
+						       .len = len, .want = want, .cp = *cp, .h = h });
+			if (h->after)
+				h->after(h->arg, rc);
+			if (rc < 0)
+				break;
+			ps->k++;
+			release(ps);
+			if (len < asked)
+				restart_at(ps, fd, fl, at + len);
+			submit(ps);
+			off = at + len;
+			continue;
+		}
 		rc = codec_chunk_encode(p, len, want, cp, ps->frame, ps->frame_cap, &flen);
 		if (rc < 0) {
 			snprintf(why, whylen, "encoding %s: %s", name, strerror(-rc));
@@ -204,28 +434,34 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		msg_free(&m);
 		if (h->after)
 			h->after(h->arg, rc);
+		ps->k++;
 		release(ps);
 		if (rc < 0)
 			break;
-		if (len < asked) {
-			/* A short read mid-range: read the rest in order from
-			 * here, through the cache (the offset is no longer
-			 * aligned). */
-			drain(ps);
-			if (ps->direct)
-				fcntl(fd, F_SETFL, fl);
-			ps->direct = false;
-			ps->fd = fd;
-			ps->next = at + len;
-			ps->head = ps->n = 0;
-		}
+		if (len < asked)
+			restart_at(ps, fd, fl, at + len);
 		submit(ps);
-		if (h->sent)
+		if (h->sent) {
+			if (ps->nstreams > 1)
+				pthread_mutex_lock(&ps->mu);
 			h->sent(h->arg, at, len, flen, ps->frame[0]);
+			if (ps->nstreams > 1)
+				pthread_mutex_unlock(&ps->mu);
+		}
 		off = at + len;
 	}
 	drain(ps);
 	if (ps->direct)
 		fcntl(fd, F_SETFL, fl);
+	/* The pieces handed to streams: sent before the range returns. */
+	if (ps->nstreams > 1) {
+		pthread_mutex_lock(&ps->mu);
+		for (unsigned i = 0; i < PSEND_DEPTH; i++)
+			while (ps->busy[i])
+				pthread_cond_wait(&ps->cv, &ps->mu);
+		if (rc == 0 && ps->err)
+			rc = ps->err;
+		pthread_mutex_unlock(&ps->mu);
+	}
 	return rc;
 }

@@ -14,6 +14,16 @@
  * (docs/BENCHMARKS.md, replicate). A read that O_DIRECT refuses (EINVAL) is
  * read again through the cache.
  *
+ * Streams (psend_streams_begin): the pieces of one copy may go on several
+ * connections to the same peer, piece k on stream k % n. Stream 0 is the
+ * caller's connection, sent on the caller's thread as before; each other
+ * stream has a thread of its own that encodes, seals and sends the pieces
+ * handed to it, so the codec, the seal and the socket's copies of one
+ * transfer spread over n cores. The order of the pieces is implicit in the
+ * round robin: a receiver takes piece k from stream k % n (docs/PROTOCOL.md,
+ * "Streams"). A buffer handed to a stream is read into again only once that
+ * stream has sent it; a range returns once every piece of it is sent.
+ *
  * One psend per thread that sends: psend_open and psend_close are mirrors;
  * nothing in it is shared but the cap, when the caller points it at a
  * bucket of its own. The rate cap is a token bucket over wire bytes that
@@ -24,6 +34,7 @@
 #define STAGE_PSEND_H
 
 #include <liburing.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +48,9 @@
 #define PSEND_DEPTH 8                   /* pieces read ahead */
 #define PSEND_NO_FILE UINT64_MAX        /* no K_FILE field in the frames */
 #define PSEND_ALIGN 4096u               /* O_DIRECT's alignment of offsets, lengths, buffers */
+#define PSEND_MAX_STREAMS 16
+
+struct psend_stream;
 
 struct psend {
 	struct io_uring ring;           /* reads only; PSEND_DEPTH entries */
@@ -53,6 +67,14 @@ struct psend {
 	size_t frame_cap;
 	struct pace pace;               /* its own cap, over wire bytes */
 	struct pace *cap;               /* the cap it takes from: &pace, or a shared one */
+	/* Streams, between psend_streams_begin and _end; nstreams 1 otherwise. */
+	unsigned nstreams;
+	struct psend_stream *st;        /* [nstreams]; [0] unused (the caller's) */
+	uint64_t k;                     /* pieces handed out since begin */
+	pthread_mutex_t mu;             /* the queues, busy, err; the sent hook */
+	pthread_cond_t cv;
+	bool busy[PSEND_DEPTH];         /* handed to a stream, not sent yet */
+	int err;                        /* a stream's first failure: the copy's */
 };
 
 /* What a caller adds to each piece. Any hook may be NULL. */
@@ -70,6 +92,16 @@ struct psend_hooks {
 /* 0 or -errno. rate: bytes per second on the wire, 0 for none. */
 int psend_open(struct psend *ps, uint64_t rate);
 void psend_close(struct psend *ps);
+
+/* The pieces of the ranges sent until psend_streams_end go round robin on
+ * xs[0..n): xs[0] the x every psend_range is given, xs[1..n) each served
+ * by a thread started here (they must stay open until _end). n is 1 to
+ * PSEND_MAX_STREAMS; with n == 1 nothing changes. 0, or -errno (no thread
+ * left running). */
+int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n);
+/* Sends MSG_END on xs[1..n) after their last pieces (when ok), stops their
+ * threads. 0, or the first failure of a stream (-errno). */
+int psend_streams_end(struct psend *ps, bool ok);
 
 /* Sends bytes [off, end) of fd (a file of size bytes, for the dtype guess)
  * as MSG_DATA frames with K_FILE idx (unless PSEND_NO_FILE), K_OFFSET and

@@ -423,7 +423,8 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 		snprintf(why, whylen, "cannot place this node's copies: %s", strerror(-rc));
 		return rc;
 	}
-	if ((rc = peers_serve(MSG_OFFER, repl_recv_offer, repl_recv_end)) < 0) {
+	if ((rc = peers_serve(MSG_OFFER, repl_recv_offer, repl_recv_end)) < 0 ||
+	    (rc = peers_serve(MSG_STREAM, repl_recv_stream, NULL)) < 0) {
 		snprintf(why, whylen, "cannot serve offers: %s", strerror(-rc));
 		goto out_close_partners;
 	}
@@ -509,9 +510,14 @@ void repl_close(void)
 {
 	pthread_mutex_lock(&repl.lock);
 	repl.stopping = true;
-	for (size_t i = 0; i < repl.npartners; i++)
-		if (repl.partners[i].x)
-			repl.partners[i].x->ops->shutdown(repl.partners[i].x);
+	for (size_t i = 0; i < repl.npartners; i++) {
+		struct partner *p = &repl.partners[i];
+
+		if (p->x)
+			p->x->ops->shutdown(p->x);
+		for (unsigned j = 1; j < p->nx; j++)
+			p->xs[j]->ops->shutdown(p->xs[j]);
+	}
 	pthread_cond_broadcast(&repl.cond);
 	pthread_mutex_unlock(&repl.lock);
 	for (size_t i = 0; i < repl.npartners; i++)
@@ -829,13 +835,23 @@ void repl_status(struct msg *m, uid_t viewer)
 		if (!p)
 			snprintf(v, sizeof(v), "%s %s:%u: not a partner of this node", hp->name,
 				 hp->host, hp->port);
-		else if (p->state == PEER_UP)
+		else if (p->state == PEER_UP) {
+			unsigned n = p->streams ? p->streams : 1;
+			char sw[96];
+
+			/* Why that many: the setting, or the connections it got. */
+			if (n < (unsigned)repl.cfg->streams && p->streams)
+				snprintf(sw, sizeof(sw), "of %d configured: the others could not be "
+					 "opened", repl.cfg->streams);
+			else
+				snprintf(sw, sizeof(sw), "[transfer] streams = %d", repl.cfg->streams);
 			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
-				 "%llu bytes sent as %llu, %llu bytes held there", hp->name,
-				 hp->host, hp->port, p->x ? p->x->ops->name : "-",
+				 "%llu bytes sent as %llu, %llu bytes held there, %u stream%s (%s)",
+				 hp->name, hp->host, hp->port, p->x ? p->x->ops->name : "-",
 				 p->codec ? p->codec : "-",
 				 (unsigned long long)p->raw, (unsigned long long)p->wire,
-				 (unsigned long long)p->held);
+				 (unsigned long long)p->held, n, n == 1 ? "" : "s", sw);
+		}
 		else if (p->state == PEER_DOWN)
 			snprintf(v, sizeof(v), "%s %s:%u: partner, down: %s (retry in %llu ms)",
 				 hp->name, hp->host, hp->port, p->why,

@@ -38,6 +38,7 @@
 
 #define REPL_PIECE PSEND_PIECE         /* raw bytes per MSG_DATA */
 #define REPL_MAX_TRIES 5
+#define REPL_MAX_STREAMS PSEND_MAX_STREAMS     /* connections one copy may go on */
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
 
 
@@ -75,6 +76,9 @@ struct partner {
 	char why[1024];            /* PEER_DOWN: the last error */
 	uint64_t retry_at_ns;      /* PEER_DOWN: next attempt (monotonic) */
 	struct xport *x;           /* the sender's connection; shutdown() at stop */
+	struct xport *xs[PSEND_MAX_STREAMS];   /* its streams, [0] x; shutdown() at stop */
+	unsigned nx;               /* of them open (under repl.lock) */
+	unsigned streams;          /* the last copy went on this many, for status */
 	const char *codec;         /* what the last piece went as, for status */
 	uint64_t wire, raw;        /* bytes sent on the wire / their raw size, ever */
 	uint64_t held;             /* bytes not sent: the partner held them, ever */
@@ -129,6 +133,9 @@ void *repl_send_main(void *arg);
 /* repl_recv.c: an offer on a peer's connection (MSG_OFFER, in the peer
  * layer's table), and what it kept on the connection, at its end. */
 int repl_recv_offer(struct xport *x, const char *peer, const struct msg *req);
+/* MSG_STREAM: this connection carries pieces of an offer being received
+ * (repl_streams.c). */
+int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req);
 void repl_recv_end(void *state);
 /* Lines for `stage status` about transfers being received. Under lock. */
 void repl_recv_status(struct msg *m, uid_t viewer);

@@ -139,7 +139,7 @@ static void plan_held(struct rx *r)
 static int serve_offer(struct rx *r, const struct msg *offer)
 {
 	char *hex = NULL, rel[3 * (CKPT_NAME_MAX + 1) + 32];
-	uint64_t size;
+	uint64_t size, streams = 1;
 	digest_t have;
 	struct msg m;
 	int rc;
@@ -177,6 +177,10 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 			    r->peer, r->origin);
 	if (size == 0 || size > REPL_MF_MAX)
 		return rx_fail(r, -EFBIG, "a manifest of %llu bytes", (unsigned long long)size);
+	msg_get_u64(offer, K_STREAMS, &streams);
+	if (streams < 1 || streams > REPL_MAX_STREAMS)
+		return rx_fail(r, -EINVAL, "an offer on %llu streams (1 to %d)",
+			       (unsigned long long)streams, REPL_MAX_STREAMS);
 	/* The builder (a ring and 4 MiB of buffers) only for a connection that
 	 * offers: most connections carry a question or a fetch, and setting it
 	 * up and tearing it down for each was a third of the CPU of a
@@ -188,6 +192,9 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	r->slot.x = r->x;
 	r->slot.got = r->slot.local = 0;
 	r->slot.owner = r->uid;
+	if ((rc = rx_streams_open(r, (unsigned)streams)) < 0)
+		return rx_fail(r, rc, "cannot take %llu streams: %s", (unsigned long long)streams,
+			       strerror(-rc));
 	rx_register(r);
 	r->x->ops->set_timeout(r->x, peers_io_ms());
 	rc = rx_take_offer(r, size);
@@ -228,7 +235,9 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		goto out;
 	}
 	for (;;) {
-		rc = r->x->ops->recv(r->x, &m);
+		rc = rx_recv(r, &m);
+		if (rc < 0 && r->why[0])
+			goto out;       /* a stream's failure, said */
 		if (rc < 0) {
 			rx_fail(r, rc, "receiving: %s", rc == -ENOTCONN ? "the sender closed" :
 			     rc == -EBADMSG ? "a frame failed its seal or is malformed (altered "
@@ -257,6 +266,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	log_info("%s: received and published (%llu bytes received, %llu from local copies)",
 		 r->slot.key, (unsigned long long)r->slot.got, (unsigned long long)r->slot.local);
 out:
+	rx_streams_close(r);
 	close_transfer(r);
 	rx_unregister(r);
 	return rc;
@@ -270,12 +280,17 @@ static int rx_new(struct xport *x, const char *peer, struct rx **out)
 	if (!r)
 		return -ENOMEM;
 	r->x = x;
+	r->nstreams = 1;
+	pthread_mutex_init(&r->smu, NULL);
+	mono_cond_init(&r->scv);
 	snprintf(r->peer, sizeof(r->peer), "%s", peer);
 	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
 	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (r->rr_fd < 0) {
 		int rc = -errno;
 
+		pthread_mutex_destroy(&r->smu);
+		pthread_cond_destroy(&r->scv);
 		free(r);
 		return rc;
 	}
@@ -289,6 +304,8 @@ void repl_recv_end(void *state)
 
 	cbuild_close(&r->cb);
 	close(r->rr_fd);
+	pthread_mutex_destroy(&r->smu);
+	pthread_cond_destroy(&r->scv);
 	free(r);
 }
 

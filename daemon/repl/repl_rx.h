@@ -20,6 +20,20 @@ _Static_assert(WQ_BUF == REPL_PIECE, "a write buffer holds one piece");
 #define SYNC_EVERY (64ull << 20)   /* a big file is journaled this often */
 #define INCOMING ".incoming"
 
+#define RX_STREAM_DEPTH 4          /* pieces a further stream may hold ready */
+
+/* A further stream of the offer (repl_streams.c): its connection is served
+ * by a thread of its own, which queues the pieces for the offer's. */
+struct rx_stream {
+	struct xport *x;               /* while attached: that thread's connection */
+	bool attached;                 /* a thread serves it now */
+	bool used;                     /* it has attached, this offer */
+	int err;                       /* it failed: the offer fails (-errno) */
+	struct msg q[RX_STREAM_DEPTH]; /* its pieces, then its MSG_END */
+	unsigned qh, qn;
+	char why[1024];
+};
+
 struct rx_slot {                   /* a transfer in progress, in repl.rx */
 	char key[3 * (CKPT_NAME_MAX + 1)];   /* ORIGIN/JOB/STEP */
 	struct xport *x;
@@ -61,6 +75,15 @@ struct rx {
 	int fd;
 	uint64_t synced;               /* offset journaled (made durable first) */
 	uint64_t asked;                /* offset a sync was last asked for */
+	/* Streams (docs/PROTOCOL.md, "Streams"): piece k of the offer comes
+	 * on stream k % nstreams, stream 0 being x itself. */
+	unsigned nstreams;             /* 1: x alone */
+	struct rx_stream *streams;     /* [nstreams], [0] unused */
+	uint64_t k;                    /* pieces taken this offer */
+	bool data_end;                 /* a stream ended: x's MSG_END is next */
+	bool closing;                  /* the offer is over: no stream may attach */
+	pthread_mutex_t smu;           /* streams, closing */
+	pthread_cond_t scv;
 	char why[1024];
 };
 
@@ -78,5 +101,12 @@ int rx_take_offer(struct rx *r, uint64_t size);
 int rx_publish(struct rx *r);
 /* The offer stored in .incoming is not needed. */
 void rx_drop_incoming(struct rx *r);
+/* Room for n streams (before the slot is registered): 0 or -errno. */
+int rx_streams_open(struct rx *r, unsigned n);
+/* Ends the streams of the offer: none attached, nothing queued. */
+void rx_streams_close(struct rx *r);
+/* The offer's next frame: x's, or with streams the next piece in order
+ * and, after the last, x's MSG_END. 0, or -errno with r->why. */
+int rx_recv(struct rx *r, struct msg *m);
 
 #endif

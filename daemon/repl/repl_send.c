@@ -48,6 +48,8 @@ struct sender {
 	struct partner *p;
 	const struct host *h;
 	struct xport *x;                /* NULL while disconnected */
+	struct xport *xs[PSEND_MAX_STREAMS];    /* [0] is x; [1..nx) more streams */
+	unsigned nx;                    /* streams open, x among them (0: none) */
 	struct psend ps;                /* reads ahead, encodes, caps the rate */
 	struct zpolicy z;
 	unsigned backoff_ms;
@@ -273,7 +275,7 @@ static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct
 /* MSG_OFFER and the manifest (mf_fd, size bytes) in MSG_MANIFEST slices.
  * 0, or -errno with why (-ESTALE: the manifest could not be read). */
 static int send_offer(struct sender *s, const char *job, const char *step, digest_t root,
-		      int mf_fd, uint64_t mf_size, char *why, size_t whylen)
+		      int mf_fd, uint64_t mf_size, unsigned streams, char *why, size_t whylen)
 {
 	char hex[DIGEST_HEX_LEN + 1];
 	uint8_t *slice;
@@ -288,6 +290,8 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 	msg_put_str(&m, K_STEP, step);
 	msg_put_str(&m, K_ROOT, hex);
 	msg_put_u64(&m, K_SIZE, mf_size);
+	if (streams > 1)
+		msg_put_u64(&m, K_STREAMS, streams);
 	/* The owner goes with the copy: the cluster shares one uid space. */
 	if (fstat(mf_fd, &st) == 0) {
 		msg_put_u64(&m, K_UID, st.st_uid);
@@ -401,9 +405,77 @@ static int finish(struct sender *s, const struct out *o, char *why, size_t whyle
 	return rc;
 }
 
+/* The connections this copy goes on: s->x and up to [transfer] streams - 1
+ * more, kept open from copy to copy. One that cannot be dialled costs the
+ * copy nothing: it goes on fewer (status says so). */
+static unsigned open_streams(struct sender *s)
+{
+	unsigned want = (unsigned)repl.cfg->streams;
+
+	if (s->nx == 0) {
+		s->xs[0] = s->x;
+		s->nx = 1;
+	}
+	while (s->nx < want && !repl.stopping) {
+		struct xport *x;
+		char why[512];
+
+		if (peers_dial(s->p->host, PEERS_HANDSHAKE_MS, peers_io_ms(), &x, why,
+			       sizeof(why)) < 0) {
+			log_warn("peer %s: another stream: %s; sending on %u", s->h->name, why,
+				 s->nx);
+			break;
+		}
+		pthread_mutex_lock(&repl.lock);
+		s->xs[s->nx++] = x;
+		s->p->xs[0] = s->x;
+		s->p->xs[s->nx - 1] = x;
+		s->p->nx = s->nx;
+		if (repl.stopping)
+			x->ops->shutdown(x);
+		pthread_mutex_unlock(&repl.lock);
+	}
+	pthread_mutex_lock(&repl.lock);
+	s->p->streams = s->nx < want ? s->nx : want;
+	pthread_mutex_unlock(&repl.lock);
+	return s->nx < want ? s->nx : want;
+}
+
+/* Tells each further stream which offer its pieces are for, and starts
+ * their threads. The receiver gives no answer: a refusal ends the stream's
+ * connection, which the pieces then fail on. */
+static int attach_streams(struct sender *s, const char *job, const char *step, digest_t root,
+			  unsigned n, uint64_t total, char *why, size_t whylen)
+{
+	char hex[DIGEST_HEX_LEN + 1];
+	int rc = 0;
+
+	digest_to_hex(root, hex);
+	for (unsigned j = 1; rc == 0 && j < n; j++) {
+		struct msg m;
+
+		msg_init(&m, MSG_STREAM);
+		msg_put_str(&m, K_JOB, job);
+		msg_put_str(&m, K_STEP, step);
+		msg_put_str(&m, K_ROOT, hex);
+		msg_put_u64(&m, K_INDEX, j);
+		/* The receiver may stop reading a stream while it copies held
+		 * chunks for another: as long as for the whole step. */
+		s->xs[j]->ops->set_timeout(s->xs[j], held_ms(total, peers_io_ms()));
+		rc = s->xs[j]->ops->send(s->xs[j], &m);
+		msg_free(&m);
+		if (rc < 0)
+			snprintf(why, whylen, "stream %u: %s", j, strerror(-rc));
+	}
+	if (rc == 0 && (rc = psend_streams_begin(&s->ps, s->xs, n)) < 0)
+		snprintf(why, whylen, "cannot start the streams: %s", strerror(-rc));
+	return rc;
+}
+
 static int send_copy(struct sender *s, const char *job, const char *step, uint64_t seq,
 		     digest_t root, uint64_t total, char *why, size_t whylen)
 {
+	unsigned n;
 	char rel[2 * CKPT_NAME_MAX + 2];
 	struct msg m;
 	uint64_t code = 0, want_idx = 0, want_off = 0;
@@ -433,7 +505,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		rc = -ESTALE;
 		goto out_close_mf;
 	}
-	rc = send_offer(s, job, step, root, mf_fd, (uint64_t)st.st_size, why, whylen);
+	n = open_streams(s);
+	rc = send_offer(s, job, step, root, mf_fd, (uint64_t)st.st_size, n, why, whylen);
 	if (rc < 0)
 		goto out_close_mf;
 	s->x->ops->set_timeout(s->x, REPL_FINISH_MS);
@@ -454,7 +527,15 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		rc = 0;         /* it already holds this very checkpoint */
 		goto out_close_mf;
 	}
+	if (n > 1 && (rc = attach_streams(s, job, step, root, n, total, why, whylen)) < 0)
+		goto out_close_mf;
 	rc = send_files(s, &o, step_fd, want_idx, want_off, why, whylen);
+	if (n > 1) {
+		int erc = psend_streams_end(&s->ps, rc == 0);
+
+		if (rc == 0 && erc < 0)
+			rc = send_failed(s, erc, why, whylen);
+	}
 	if (rc == 0)
 		rc = finish(s, &o, why, whylen);
 out_close_mf:
@@ -472,7 +553,11 @@ static void disconnect(struct sender *s)
 	zp_drop(&s->z);         /* a window cut by a failure measures nothing */
 	pthread_mutex_lock(&repl.lock);
 	s->p->x = NULL;
+	s->p->nx = 0;
 	pthread_mutex_unlock(&repl.lock);
+	for (unsigned j = 1; j < s->nx; j++)
+		s->xs[j]->ops->close(s->xs[j]);
+	s->nx = 0;
 	s->x->ops->close(s->x);
 	s->x = NULL;
 }

@@ -139,14 +139,17 @@ def test_destination_eio_mid_pull(fault_mount, make_daemon):
 
 
 @pytest.mark.timeout(90 + 60 * ROUNDS)
-def test_replica_disk_eio(fault_mount, make_cluster):
+@pytest.mark.parametrize("streams", [1, 3])
+def test_replica_disk_eio(fault_mount, make_cluster, streams):
     """n1's disk fails a write of a replica part-way: that copy is refused
     and counted as a try (retried, then failed in `stage ls`), n2's copy is
     confirmed, the origin is untouched, nothing of n1's copy stands under
-    its final name; a later commit, the fault gone, reaches n1."""
+    its final name; a later commit, the fault gone, reaches n1. On one
+    connection, or on three streams to each partner."""
     m = fault_mount()
     n0, n1, n2 = make_cluster(3, replicas=2, disks={1: m.mnt}, exec_prefix={1: m.env_prefix()},
-                              transfer={"compress": "off", "watch": "off"}, start=False)
+                              transfer={"compress": "off", "watch": "off", "streams": streams},
+                              start=False)
     for n in (n0, n1, n2):
         n.start()
     rng = rng_for("replica disk EIO")

@@ -182,6 +182,23 @@ def test_data_not_matching_refused(trio):
     t.legit_commit()
 
 
+def test_streams_refused(trio):
+    """Streams (docs/PROTOCOL.md, "Streams") that break their rules: a
+    stream of an offer nobody made, an offer on more than 16, a stream
+    beyond the offer's count, and a piece on stream 0 in stream 1's turn
+    after stream 1 ended. Each is refused, naming what was wrong; nothing is
+    published; a real commit then replicates."""
+    t = trio
+    run_refusals(t, [
+        ("stream_no_offer", rf"from n2: no offer of n2/{JOB}/stream_no_offer is being received"),
+        ("stream_too_many", r"from n2: an offer on 17 streams \(1 to 16\)"),
+        ("stream_index_range", "from n2: stream 2 of an offer of 2 streams"),
+        ("stream_out_of_turn", "from n2: frame type 37 after the streams ended"),
+    ])
+    assert t.published() == []
+    t.legit_commit()
+
+
 def test_frames_out_of_place_refused(trio):
     """(d) After the handshake: frames of an unknown or wrong type (sealed,
     so they reach the protocol layer), and frames the framing layer refuses

@@ -20,12 +20,15 @@ MiB = 1 << 20
 class Proxy:
     """127.0.0.1:port -> target; in the client-to-server direction, flips one
     byte at stream offset flip_at (counted over every connection), once;
-    record: keeps every byte of that direction in self.recorded."""
+    record: keeps every byte of that direction in self.recorded; cut_conn:
+    the connection of that number (from 1, in accept order) is cut once
+    cut_after bytes of it have passed that way."""
 
-    def __init__(self, target, flip_at, record=False):
+    def __init__(self, target, flip_at, record=False, cut_conn=None, cut_after=0):
         self.target = target
         self.flip_at = flip_at
         self.recorded = bytearray() if record else None
+        self.cut_conn, self.cut_after, self.cut = cut_conn, cut_after, False
         self.seen = 0
         self.flipped = False
         self.conns = 0
@@ -52,15 +55,22 @@ class Proxy:
             s.settimeout(None)
             with self.lock:
                 self.conns += 1
-            threading.Thread(target=self.pump, args=(c, s, True), daemon=True).start()
-            threading.Thread(target=self.pump, args=(s, c, False), daemon=True).start()
+                num = self.conns
+            threading.Thread(target=self.pump, args=(c, s, True, num), daemon=True).start()
+            threading.Thread(target=self.pump, args=(s, c, False, num), daemon=True).start()
 
-    def pump(self, src, dst, forward):
+    def pump(self, src, dst, forward, num=0):
+        passed = 0
         try:
             while True:
                 b = src.recv(65536)
                 if not b:
                     break
+                if forward and num == self.cut_conn:
+                    passed += len(b)
+                    if passed >= self.cut_after:
+                        self.cut = True
+                        break
                 if forward:
                     b = bytearray(b)
                     with self.lock:

@@ -139,10 +139,12 @@ def log_excerpt(d, lines=40):
 
 
 @pytest.mark.timeout(300)
-def test_kill9_campaign(make_cluster):
+@pytest.mark.parametrize("streams", [1, 3])
+def test_kill9_campaign(make_cluster, streams):
     """20 kill -9s of n0 (the sender, also hashing commits) or n1 (the
     receiver) at random moments, at least 10 of them while a copy is in
-    flight. Proves that after every kill nothing partial or foreign is under
+    flight; copies on one connection, or on three streams ([transfer]
+    streams: a kill then cuts every stream of the copy at once). Proves that after every kill nothing partial or foreign is under
     a final replica name, the origin's checkpoints are never modified and
     its manifests are never half-written; and that once both daemons are up
     again every committed step completes: confirmed in n0's ls, an exact
@@ -151,7 +153,7 @@ def test_kill9_campaign(make_cluster):
     plan = [(round(rng.uniform(0.05, 1.0), 3), rng.choice(("n0", "n1"))) for _ in range(KILLS)]
     print(f"seed {SEED} (STAGE_KILL9_SEED); plan (sleep s, victim): {plan}")
     n0, n1 = make_cluster(2, keep=1000, transfer={"watch": "off", "compress": "off"},
-                          node_transfer={0: {"rate": "40MiB"}})
+                          node_transfer={0: {"rate": "40MiB", "streams": streams}})
     nodes = {"n0": n0, "n1": n1}
     steps, manifests, schedule = {}, {}, []
     data_rng = random.Random(SEED * 1_000_003 + 17)

@@ -230,10 +230,13 @@ def confirmed(n0):
 
 
 @pytest.mark.timeout(150 + 40 * CUTS)
-def test_power_cut_while_receiving_a_replica(fault_mount, make_cluster):
+@pytest.mark.parametrize("streams", [1, 3])
+def test_power_cut_while_receiving_a_replica(fault_mount, make_cluster, streams):
+    """n1's power cut while it receives copies (on one connection, or on
+    three streams): what it acknowledged stays, the rest comes again."""
     m = fault_mount()
     n0, n1 = make_cluster(2, keep=100, disks={1: m.mnt}, exec_prefix={1: m.env_prefix()},
-                          transfer={"compress": "off"}, start=False)
+                          transfer={"compress": "off", "streams": streams}, start=False)
     n0.start()
     n1.start()
     m.cmd("rate", RATE)

@@ -251,13 +251,15 @@ def big_ckpt(d, nfiles=6, size=48 * MiB, step="step-100"):
                      + [F("meta/index.json", size=4000), F("empty", data=b"")])
 
 
-def test_kill9_receiver_resumes(make_cluster):
+@pytest.mark.parametrize("streams", [1, 3])
+def test_kill9_receiver_resumes(make_cluster, streams):
     """kill -9 of the receiver mid-transfer (288 MiB at 60 MiB/s): nothing
     ever appears under the final replica name before the copy is complete;
     after a restart the sender reconnects, the copy resumes from the
     journal (what was durable is not sent again) and commit --wait
-    succeeds with an exact replica."""
-    n0, n1 = cluster(make_cluster, 2, node_transfer={0: {"rate": "60MiB"}})
+    succeeds with an exact replica. On one connection, and on three
+    streams (docs/PROTOCOL.md, "Streams")."""
+    n0, n1 = cluster(make_cluster, 2, node_transfer={0: {"rate": "60MiB", "streams": streams}})
     step = big_ckpt(n0)
     total = sum(st.st_size for st in landed_files(step).values())
     final, inc = replica(n1, n0), incoming(n1, n0)
@@ -305,10 +307,12 @@ def test_kill9_receiver_resumes(make_cluster):
     assert v.returncode == 0, v.stdout + v.stderr
 
 
-def test_kill9_origin_resumes_from_records(make_cluster):
+@pytest.mark.parametrize("streams", [1, 3])
+def test_kill9_origin_resumes_from_records(make_cluster, streams):
     """kill -9 of the origin mid-copy (commit without --wait): restarted, it
-    finds the unconfirmed copy in state_dir/commits/ and completes it."""
-    n0, n1 = cluster(make_cluster, 2, node_transfer={0: {"rate": "40MiB"}})
+    finds the unconfirmed copy in state_dir/commits/ and completes it, on
+    one connection or three streams."""
+    n0, n1 = cluster(make_cluster, 2, node_transfer={0: {"rate": "40MiB", "streams": streams}})
     step = big_ckpt(n0, nfiles=4, size=32 * MiB)
     cp = n0.run("commit", step)
     assert cp.returncode == 0, cp.stderr

@@ -222,7 +222,7 @@ void say(const char *fmt, ...)
 	fflush(stdout);
 }
 
-static int dial(struct ctx *c)
+int dial(struct ctx *c)
 {
 	char why[512], name[AUTH_NAME_MAX + 1];
 	int rc = xport_tcp_ops.connect(c->ph, 5000, &c->x, why, sizeof(why));

@@ -93,6 +93,7 @@ void manifest(const struct ctx *c, struct buf *b, const struct ent *v, size_t n,
 	      digest_t *root);
 size_t std_tree(const struct ctx *c, struct ent v[E_COUNT]);
 const char *type_name(uint16_t t);
+int dial(struct ctx *c);
 int sendm(struct ctx *c, struct msg *m);
 int raw_fd(const struct ctx *c);
 void show(const struct msg *m);

@@ -774,8 +774,90 @@ out:
 
 /* ---- the table ---- */
 
+/* ---- scenarios: streams (docs/PROTOCOL.md, "Streams") ---- */
+
+enum { S_NO_OFFER, S_TOO_MANY, S_INDEX_RANGE, S_OUT_OF_TURN };
+
+/* MSG_STREAM on c for the offer of c->step, stream idx. */
+static int stream_attach(struct ctx *c, digest_t root, uint64_t idx)
+{
+	char hex[DIGEST_HEX_LEN + 1];
+	struct msg m;
+
+	digest_to_hex(root, hex);
+	msg_init(&m, MSG_STREAM);
+	msg_put_str(&m, K_JOB, c->job);
+	msg_put_str(&m, K_STEP, c->step);
+	msg_put_str(&m, K_ROOT, hex);
+	msg_put_u64(&m, K_INDEX, idx);
+	return sendm(c, &m);
+}
+
+static int scn_stream(struct ctx *c, int how)
+{
+	struct ent v[E_COUNT];
+	struct buf mf = { 0 };
+	struct want w = { 0 };
+	struct ctx c2;
+	struct msg m;
+	digest_t root;
+	int rc, verdict;
+
+	manifest(c, &mf, v, std_tree(c, v), CHUNK, &root);
+	if (how == S_NO_OFFER) {        /* a stream of an offer nobody made */
+		free(mf.p);
+		rc = stream_attach(c, root, 1);
+		return rc < 0 ? FAIL : expect_refusal(c, true);
+	}
+	offer_fields(c, &m, root, mf.n);
+	msg_put_u64(&m, K_STREAMS, how == S_TOO_MANY ? 17 : 2);
+	rc = sendm(c, &m);
+	if (how == S_TOO_MANY) {
+		if (rc == 0)
+			send_slices(c, mf.p, mf.n, 0);
+		free(mf.p);
+		return expect_refusal(c, true);
+	}
+	rc = rc ? rc : send_slices(c, mf.p, mf.n, 0);
+	free(mf.p);
+	if (rc < 0 || get_want(c, &w) < 0 || w.code != 0) {
+		say("FAIL: the daemon did not take a well-formed offer on 2 streams");
+		free(w.held);
+		return FAIL;
+	}
+	free(w.held);
+	/* The second connection, a stream of this offer. */
+	c2 = *c;
+	c2.x = NULL;
+	if (dial(&c2) < 0)
+		return SETUP;
+	if (how == S_INDEX_RANGE) {     /* stream 2 of an offer of 2 */
+		rc = stream_attach(&c2, root, 2);
+		verdict = rc < 0 ? FAIL : expect_refusal(&c2, true);
+		c2.x->ops->close(c2.x);
+		return verdict;
+	}
+	/* S_OUT_OF_TURN: stream 1 ends at once, stream 0 sends piece 0 and
+	 * then piece 1, whose turn was stream 1's: the round robin ended at
+	 * piece 1, so stream 0's next frame must be MSG_END. */
+	rc = stream_attach(&c2, root, 1);
+	msg_init(&m, MSG_END);
+	rc = rc ? rc : sendm(&c2, &m);
+	rc = rc ? rc : send_bytes(c, E_A, 0, CHUNK, UINT64_MAX);
+	rc = rc ? rc : send_bytes(c, E_A, CHUNK, 2 * CHUNK, UINT64_MAX);
+	if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
+		say("evilpeer: sending: %s", strerror(-rc));
+	verdict = expect_refusal(c, true);
+	c2.x->ops->close(c2.x);
+	return verdict;
+}
+
 const struct scenario evil_scenarios[] = {
 	{ "offer_ok", scn_offer, O_OK },
+	{ "stream_no_offer", scn_stream, S_NO_OFFER },
+	{ "stream_too_many", scn_stream, S_TOO_MANY },
+	{ "stream_index_range", scn_stream, S_INDEX_RANGE },
+	{ "stream_out_of_turn", scn_stream, S_OUT_OF_TURN },
 	{ "offer_setid", scn_offer, O_SETID },
 	{ "offer_unknown_keys", scn_offer, O_UNKNOWN_KEYS },
 	{ "offer_other_origin", scn_offer, O_OTHER_ORIGIN },

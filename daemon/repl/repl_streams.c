@@ -1,0 +1,291 @@
+/* The receiver's further streams (docs/PROTOCOL.md, "Streams").
+ *
+ * An offer with K_STREAMS n > 1 gets its pieces round robin over n
+ * connections from its sender: piece k on stream k % n, stream 0 the
+ * offer's own connection. Each further stream arrives as MSG_STREAM on a
+ * connection of its own, served by that connection's thread here
+ * (repl_recv_stream): it receives and checks the seal of its pieces and
+ * queues them, at most RX_STREAM_DEPTH, for the offer's thread, which takes
+ * them in order (rx_recv) and builds the copy as from one connection: the
+ * journal, the held chunks and every check are unchanged.
+ *
+ * States of a further stream, under r->smu:
+ *
+ *   free --MSG_STREAM--> attached --its MSG_END queued--> ended (detached)
+ *                           |--a failure, or the offer closing--> failed
+ *
+ * Invariants: a stream attaches only while the offer is registered and not
+ * closing; rx_streams_close sets closing, shuts every attached stream's
+ * connection and waits until none is attached before the offer's memory
+ * goes, so no stream thread ever touches a freed offer. A stream's MSG_END
+ * is the last thing it queues. The order of pieces is the round robin
+ * itself, so once a stream has ended every other stream's next is its
+ * MSG_END too, and then stream 0's MSG_END: anything else is refused.
+ *
+ * No deadlock: the offer's thread waits only for the piece due, k. Every
+ * piece below k is taken, so the queue of k's stream holds nothing before
+ * k: when full, k is at its head.
+ */
+#include "daemon/repl/repl_rx.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "daemon/net/peer.h"
+
+int rx_streams_open(struct rx *r, unsigned n)
+{
+	r->nstreams = 1;
+	r->k = 0;
+	r->data_end = r->closing = false;
+	if (n <= 1)
+		return 0;
+	r->streams = calloc(n, sizeof(*r->streams));
+	if (!r->streams)
+		return -ENOMEM;
+	r->nstreams = n;
+	return 0;
+}
+
+void rx_streams_close(struct rx *r)
+{
+	if (!r->streams)
+		return;
+	pthread_mutex_lock(&r->smu);
+	r->closing = true;
+	for (unsigned j = 1; j < r->nstreams; j++)
+		if (r->streams[j].attached)
+			r->streams[j].x->ops->shutdown(r->streams[j].x);
+	pthread_cond_broadcast(&r->scv);
+	for (unsigned j = 1; j < r->nstreams; j++)
+		while (r->streams[j].attached)
+			pthread_cond_wait(&r->scv, &r->smu);
+	pthread_mutex_unlock(&r->smu);
+	for (unsigned j = 1; j < r->nstreams; j++) {
+		struct rx_stream *st = &r->streams[j];
+
+		while (st->qn) {
+			msg_free(&st->q[st->qh]);
+			st->qh = (st->qh + 1) % RX_STREAM_DEPTH;
+			st->qn--;
+		}
+	}
+	free(r->streams);
+	r->streams = NULL;
+	r->nstreams = 1;
+}
+
+/* The next thing stream j queued, waiting up to the peer timeout. */
+static int pop(struct rx *r, unsigned j, struct msg *m)
+{
+	struct rx_stream *st = &r->streams[j];
+	struct timespec until;
+	int rc = 0;
+
+	until = mono_timespec(mono_ns() + (uint64_t)peers_io_ms() * 1000000ull);
+	pthread_mutex_lock(&r->smu);
+	while (!st->qn && !st->err && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&r->scv, &r->smu, &until);
+	if (st->qn) {
+		*m = st->q[st->qh];
+		st->qh = (st->qh + 1) % RX_STREAM_DEPTH;
+		st->qn--;
+		pthread_cond_broadcast(&r->scv);
+		rc = 0;
+	} else if (st->err) {
+		rx_fail(r, st->err, "stream %u: %s", j, st->why);
+		rc = st->err;
+	} else {
+		rx_fail(r, -ETIMEDOUT, "stream %u: %s", j, st->used ? "nothing came for the peer "
+			"timeout" : "it never attached");
+		rc = -ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&r->smu);
+	return rc;
+}
+
+/* After the first stream to end: every other further stream's next must
+ * be its MSG_END (skip: the one already taken). */
+static int all_ended(struct rx *r, unsigned skip)
+{
+	for (unsigned j = 1; j < r->nstreams; j++) {
+		struct msg m;
+		int rc;
+
+		if (j == skip)
+			continue;
+		if ((rc = pop(r, j, &m)) < 0)
+			return rc;
+		rc = m.type;
+		msg_free(&m);
+		if (rc != MSG_END)
+			return rx_fail(r, -EPROTO, "stream %u: a piece after another stream "
+				       "ended (out of the round robin)", j);
+	}
+	return 0;
+}
+
+int rx_recv(struct rx *r, struct msg *m)
+{
+	unsigned j;
+	int rc;
+
+	if (r->nstreams <= 1 || r->data_end) {
+		rc = r->x->ops->recv(r->x, m);
+		if (rc == 0 && r->data_end && m->type != MSG_END) {
+			msg_free(m);
+			return rx_fail(r, -EPROTO, "frame type %u after the streams ended",
+				       m->type);
+		}
+		return rc;
+	}
+	j = (unsigned)(r->k % r->nstreams);
+	if (j == 0) {
+		rc = r->x->ops->recv(r->x, m);
+		if (rc < 0 || m->type != MSG_END) {
+			if (rc == 0 && m->type == MSG_DATA)
+				r->k++;
+			return rc;      /* the caller says what a stray type is */
+		}
+		r->data_end = true;
+		if ((rc = all_ended(r, 0)) < 0)
+			msg_free(m);
+		return rc;
+	}
+	if ((rc = pop(r, j, m)) < 0)
+		return rc;
+	if (m->type == MSG_DATA) {
+		r->k++;
+		return 0;
+	}
+	msg_free(m);            /* stream j's MSG_END: the pieces are all here */
+	r->data_end = true;
+	if ((rc = all_ended(r, j)) < 0)
+		return rc;
+	return rx_recv(r, m);
+}
+
+/* Queues m on st, waiting while it is full: 0, or -ECANCELED (the offer
+ * is closing; m freed). Under r->smu. */
+static int push(struct rx *r, struct rx_stream *st, struct msg *m)
+{
+	while (st->qn == RX_STREAM_DEPTH && !r->closing)
+		pthread_cond_wait(&r->scv, &r->smu);
+	if (r->closing) {
+		msg_free(m);
+		return -ECANCELED;
+	}
+	st->q[(st->qh + st->qn) % RX_STREAM_DEPTH] = *m;
+	st->qn++;
+	pthread_cond_broadcast(&r->scv);
+	return 0;
+}
+
+/* The offer stream idx is for, attached: under repl.lock (the offer stays
+ * registered, so alive, while we look). NULL with why. */
+static struct rx *attach(struct xport *x, const char *key, digest_t root, uint64_t idx,
+			 char *why, size_t whylen)
+{
+	struct rx *r = NULL;
+
+	for (struct rx_slot *s = repl.rx; s; s = s->next)
+		if (strcmp(s->key, key) == 0)
+			r = (struct rx *)((char *)s - offsetof(struct rx, slot));
+	if (!r) {
+		snprintf(why, whylen, "no offer of %s is being received", key);
+		return NULL;
+	}
+	pthread_mutex_lock(&r->smu);
+	if (!digest_eq(r->root, root))
+		snprintf(why, whylen, "the offer of %s being received is of another commit", key);
+	else if (idx < 1 || idx >= r->nstreams)
+		snprintf(why, whylen, "stream %llu of an offer of %u stream%s",
+			 (unsigned long long)idx, r->nstreams, r->nstreams == 1 ? "" : "s");
+	else if (r->closing || r->streams[idx].used)
+		snprintf(why, whylen, "stream %llu of %s is taken or over",
+			 (unsigned long long)idx, key);
+	else {
+		r->streams[idx].x = x;
+		r->streams[idx].attached = r->streams[idx].used = true;
+		pthread_mutex_unlock(&r->smu);
+		return r;
+	}
+	pthread_mutex_unlock(&r->smu);
+	return NULL;
+}
+
+int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
+{
+	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], key[3 * (CKPT_NAME_MAX + 1)];
+	char *hex = NULL, why[1024] = "";
+	struct rx_stream *st;
+	struct rx *r = NULL;
+	digest_t root;
+	uint64_t idx;
+	int rc = 0;
+
+	if (ckpt_get_name(req, K_JOB, job) < 0 || ckpt_get_name(req, K_STEP, step) < 0 ||
+	    msg_get_str(req, K_ROOT, &hex) < 0 || digest_from_hex(hex, strlen(hex), &root) < 0 ||
+	    msg_get_u64(req, K_INDEX, &idx) < 0) {
+		snprintf(why, sizeof(why), "a malformed MSG_STREAM");
+		rc = -EBADMSG;
+	} else {
+		/* Only the node that offers may add streams to its offer: the
+		 * key is ORIGIN/JOB/STEP with the proven name as ORIGIN. */
+		snprintf(key, sizeof(key), "%s/%s/%s", peer, job, step);
+		pthread_mutex_lock(&repl.lock);
+		r = attach(x, key, root, idx, why, sizeof(why));
+		pthread_mutex_unlock(&repl.lock);
+		if (!r)
+			rc = -EPROTO;
+	}
+	free(hex);
+	if (rc < 0) {
+		log_warn("from %s: %s", peer, why);
+		peer_send_error(x, -rc, "%s: %s", repl.cfg->name, why);
+		return rc;
+	}
+	st = &r->streams[idx];
+	x->ops->set_timeout(x, peers_io_ms());
+	for (;;) {
+		struct msg m;
+
+		rc = x->ops->recv(x, &m);
+		if (rc < 0) {
+			snprintf(why, sizeof(why), "%s", rc == -ENOTCONN ? "the sender closed it" :
+				 rc == -EBADMSG ? "a frame failed its seal or is malformed" :
+				 strerror(-rc));
+			break;
+		}
+		if (m.type != MSG_DATA && m.type != MSG_END) {
+			snprintf(why, sizeof(why), "frame type %u on a stream", m.type);
+			msg_free(&m);
+			rc = -EPROTO;
+			break;
+		}
+		pthread_mutex_lock(&r->smu);
+		rc = push(r, st, &m);
+		pthread_mutex_unlock(&r->smu);
+		if (rc < 0) {
+			snprintf(why, sizeof(why), "the offer ended");
+			break;
+		}
+		if (m.type == MSG_END)
+			break;  /* the connection goes back to serving requests */
+	}
+	pthread_mutex_lock(&r->smu);
+	if (rc < 0 && !st->err) {
+		st->err = rc;
+		snprintf(st->why, sizeof(st->why), "%s", why);
+	}
+	st->attached = false;
+	st->x = NULL;
+	pthread_cond_broadcast(&r->scv);
+	pthread_mutex_unlock(&r->smu);
+	return rc;
+}
