@@ -160,6 +160,7 @@ VG_TESTS := $(addprefix tests/integration/, \
 	test_restore.py::test_holder_down \
 	test_dedup.py::test_damaged_local_copy_is_fetched_instead \
 	test_hostile.py \
+	test_streams.py \
 	test_evil_peer.py \
 	test_doctor.py::test_loopback_fact_values \
 	test_doctor.py::test_bad_input \

@@ -99,15 +99,13 @@ def test_stream_cut_mid_copy(make_cluster):
         proxy.close()
 
 
-def test_stream_for_no_offer_refused(make_cluster):
-    """A MSG_STREAM for no offer being received, from a key holder (n0's own
-    daemon on a cut-short copy is not needed: a raw attach through the
-    daemon's own sender is what a restarted n1 sees after n0's offer is
-    gone) is refused without harm: n1 keeps serving, the next copy works."""
+def test_streams_after_partner_restart(make_cluster):
+    """A copy committed while its partner is down goes on two streams once
+    the partner is back: the sender dials every stream again and the copy
+    is exact."""
     n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": 2})
     step = tree(n0)
     n1.stop()
-    # n0 offers while n1 is down; n1 comes back to a sender that reconnects
     cp = n0.run("commit", step)
     assert cp.returncode == 0, cp.stderr
     time.sleep(0.5)
@@ -115,3 +113,4 @@ def test_stream_for_no_offer_refused(make_cluster):
     wait_for(lambda: replica(n1, n0).exists(), 60,
              f"the copy after n1's restart:\n{n0.log()[-2000:]}")
     assert_replica_of(step, replica(n1, n0))
+    assert streams_said(n0, n1)[0] == 2
