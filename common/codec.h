@@ -88,6 +88,10 @@ size_t codec_chunk_bound(size_t n);
  * chunk never grows by more than its header. */
 int codec_chunk_encode(const void *in, size_t n, const struct codec_ops *want,
 		       const struct codec_params *p, void *out, size_t cap, size_t *outlen);
+/* The header of n raw bytes at in sent as they are (codec none), written
+ * to hdr: the frame is hdr then the n bytes, so a caller with room before
+ * its bytes frames them where they lie, without copying them. */
+void codec_chunk_raw_hdr(const void *in, size_t n, uint8_t hdr[CODEC_CHUNK_HDR]);
 /* Parses and checks a header (n >= CODEC_CHUNK_HDR bytes at in). */
 int codec_chunk_parse_hdr(const void *in, size_t n, struct codec_chunk_hdr *h);
 /* Decodes one frame from in[0..n): *used is the frame's size, *outlen the raw

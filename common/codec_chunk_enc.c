@@ -15,6 +15,18 @@
 static _Thread_local uint8_t *alt;
 static _Thread_local size_t alt_len;
 
+static void put_hdr(uint8_t *o, uint8_t codec, uint8_t dtype, const void *in, size_t n,
+		    size_t len)
+{
+	o[0] = codec;
+	o[1] = dtype;
+	o[2] = o[3] = 0;
+	chunk_put32(o + 4, (uint32_t)n);
+	chunk_put32(o + 8, (uint32_t)len);
+	chunk_put32(o + 12, chunk_hdr_check(o));
+	chunk_put64(o + 16, XXH3_64bits(in, n));
+}
+
 size_t codec_chunk_bound(size_t n)
 {
 	size_t b = n;
@@ -95,15 +107,15 @@ int codec_chunk_encode(const void *in, size_t n, const struct codec_ops *want,
 		len = n;
 	}
 
-	o[0] = used->id;
-	o[1] = (uint8_t)(used->id == CODEC_FLOAT ? p->dtype : CODEC_DT_BYTES);
-	o[2] = o[3] = 0;
-	chunk_put32(o + 4, (uint32_t)n);
-	chunk_put32(o + 8, (uint32_t)len);
-	chunk_put32(o + 12, chunk_hdr_check(o));
-	chunk_put64(o + 16, XXH3_64bits(in, n));
+	put_hdr(o, used->id, (uint8_t)(used->id == CODEC_FLOAT ? p->dtype : CODEC_DT_BYTES), in, n,
+		len);
 	*outlen = CODEC_CHUNK_HDR + len;
 	return 0;
+}
+
+void codec_chunk_raw_hdr(const void *in, size_t n, uint8_t hdr[CODEC_CHUNK_HDR])
+{
+	put_hdr(hdr, CODEC_NONE, CODEC_DT_BYTES, in, n, n);
 }
 
 void codec_chunk_enc_thread_end(void)

@@ -61,11 +61,13 @@ int psend_open(struct psend *ps, uint64_t rate)
 	if (!ps->frame)
 		return -ENOMEM;
 	for (unsigned i = 0; i < PSEND_DEPTH; i++) {
-		if (posix_memalign((void **)&ps->buf[i], PSEND_ALIGN, PSEND_PIECE) != 0) {
-			ps->buf[i] = NULL;
+		if (posix_memalign((void **)&ps->base[i], PSEND_ALIGN,
+				   PSEND_ALIGN + PSEND_PIECE) != 0) {
+			ps->base[i] = NULL;
 			rc = -ENOMEM;
 			goto out_free;
 		}
+		ps->buf[i] = ps->base[i] + PSEND_ALIGN;
 	}
 	rc = io_uring_queue_init(PSEND_DEPTH, &ps->ring, 0);
 	if (rc < 0)
@@ -73,9 +75,25 @@ int psend_open(struct psend *ps, uint64_t rate)
 	return 0;
 out_free:
 	for (unsigned i = 0; i < PSEND_DEPTH; i++)
-		free(ps->buf[i]);
+		free(ps->base[i]);
 	free(ps->frame);
 	return rc;
+}
+
+/* The frame of a piece of len raw bytes at p (a slot's buffer): a raw
+ * piece is framed where it lies, its header in the room before it; any
+ * other codec encodes into frame. *out and *flen: the frame. */
+static int encode(struct psend *ps, uint8_t *p, size_t len, const struct codec_ops *want,
+		  struct codec_params *cp, uint8_t *frame, uint8_t **out, size_t *flen)
+{
+	if (want && want->id == CODEC_NONE && len <= CODEC_CHUNK_MAX) {
+		codec_chunk_raw_hdr(p, len, p - CODEC_CHUNK_HDR);
+		*out = p - CODEC_CHUNK_HDR;
+		*flen = CODEC_CHUNK_HDR + len;
+		return 0;
+	}
+	*out = frame;
+	return codec_chunk_encode(p, len, want, cp, frame, ps->frame_cap, flen);
 }
 
 void psend_close(struct psend *ps)
@@ -83,7 +101,7 @@ void psend_close(struct psend *ps)
 	psend_streams_end(ps, false);
 	io_uring_queue_exit(&ps->ring);
 	for (unsigned i = 0; i < PSEND_DEPTH; i++)
-		free(ps->buf[i]);
+		free(ps->base[i]);
 	free(ps->frame);
 	pthread_mutex_destroy(&ps->mu);
 	pthread_cond_destroy(&ps->cv);
@@ -98,6 +116,7 @@ static void *stream_main(void *arg)
 	pthread_mutex_lock(&ps->mu);
 	for (;;) {
 		struct item it;
+		uint8_t *f = NULL;
 		size_t flen = 0;
 		int rc = 0, err;
 
@@ -113,8 +132,8 @@ static void *stream_main(void *arg)
 		/* After a stream failed the copy is lost: what is queued is
 		 * only given back. */
 		if (!err) {
-			rc = codec_chunk_encode(ps->buf[it.slot], it.len, it.want, &it.cp, t->frame,
-						ps->frame_cap, &flen);
+			rc = encode(ps, ps->buf[it.slot], it.len, it.want, &it.cp, t->frame, &f,
+				    &flen);
 			if (rc == 0) {
 				struct msg m;
 
@@ -123,7 +142,7 @@ static void *stream_main(void *arg)
 				if (it.idx != PSEND_NO_FILE)
 					msg_put_u64(&m, K_FILE, it.idx);
 				msg_put_u64(&m, K_OFFSET, it.at);
-				rc = t->x->ops->send_tail(t->x, &m, K_DATA, t->frame, flen);
+				rc = t->x->ops->send_tail(t->x, &m, K_DATA, f, flen);
 				msg_free(&m);
 			}
 		}
@@ -132,7 +151,7 @@ static void *stream_main(void *arg)
 		if (rc < 0 && !ps->err)
 			ps->err = rc;
 		if (rc == 0 && !err && it.h->sent)
-			it.h->sent(it.h->arg, it.at, it.len, flen, t->frame[0]);
+			it.h->sent(it.h->arg, it.at, it.len, flen, f[0]);
 		pthread_cond_broadcast(&ps->cv);
 	}
 	pthread_mutex_unlock(&ps->mu);
@@ -304,6 +323,20 @@ static void restart_at(struct psend *ps, int fd, int fl, uint64_t at)
 	ps->n = 0;
 }
 
+/* The hooks are the caller's, written for one thread: with streams they
+ * are called under ps->mu, the streams' sent hook included. */
+static void hooks_lock(struct psend *ps)
+{
+	if (ps->nstreams > 1)
+		pthread_mutex_lock(&ps->mu);
+}
+
+static void hooks_unlock(struct psend *ps)
+{
+	if (ps->nstreams > 1)
+		pthread_mutex_unlock(&ps->mu);
+}
+
 /* Waits until slot s is no stream's: 0, or a stream's failure. */
 static int wait_slot(struct psend *ps, unsigned s)
 {
@@ -358,16 +391,20 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 	submit(ps);
 	while (off < end) {
 		const struct codec_ops *want;
-		uint8_t *p = ps->buf[ps->head];
+		uint8_t *p = ps->buf[ps->head], *f;
 		size_t len, flen, asked;
 		uint64_t at;
 		struct msg m;
 
 		/* Every slot is with a stream: wait for the oldest. */
-		if (ps->n == 0 && (rc = wait_slot(ps, ps->head)) < 0)
-			break;
-		submit(ps);
+		if (ps->n == 0) {
+			if ((rc = wait_slot(ps, ps->head)) < 0)
+				break;
+			submit(ps);
+		}
+		hooks_lock(ps);
 		want = h->pick ? h->pick(h->arg) : &codec_none_ops;
+		hooks_unlock(ps);
 		rc = head_ready(ps);
 		if (rc == -EINVAL && ps->direct) {
 			/* O_DIRECT accepted by fcntl, refused by the read (an
@@ -401,13 +438,9 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 			cp->dtype = codec_detect_dtype(p, len, at == 0 ? size : len);
 		if (ps->nstreams > 1 && ps->k % ps->nstreams != 0) {
 			/* Another stream's piece: its thread encodes and sends it. */
-			if (h->before)
-				h->before(h->arg);
 			rc = hand_over(ps, &ps->st[ps->k % ps->nstreams],
 				       &(struct item){ .slot = ps->head, .idx = idx, .at = at,
 						       .len = len, .want = want, .cp = *cp, .h = h });
-			if (h->after)
-				h->after(h->arg, rc);
 			if (rc < 0)
 				break;
 			ps->k++;
@@ -418,22 +451,26 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 			off = at + len;
 			continue;
 		}
-		rc = codec_chunk_encode(p, len, want, cp, ps->frame, ps->frame_cap, &flen);
+		rc = encode(ps, p, len, want, cp, ps->frame, &f, &flen);
 		if (rc < 0) {
 			snprintf(why, whylen, "encoding %s: %s", name, strerror(-rc));
 			break;
 		}
 		pace_take(ps->cap, flen);
+		hooks_lock(ps);
 		if (h->before)
 			h->before(h->arg);
+		hooks_unlock(ps);
 		msg_init(&m, MSG_DATA);
 		if (idx != PSEND_NO_FILE)
 			msg_put_u64(&m, K_FILE, idx);
 		msg_put_u64(&m, K_OFFSET, at);
-		rc = x->ops->send_tail(x, &m, K_DATA, ps->frame, flen);
+		rc = x->ops->send_tail(x, &m, K_DATA, f, flen);
 		msg_free(&m);
+		hooks_lock(ps);
 		if (h->after)
 			h->after(h->arg, rc);
+		hooks_unlock(ps);
 		ps->k++;
 		release(ps);
 		if (rc < 0)
@@ -442,20 +479,26 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 			restart_at(ps, fd, fl, at + len);
 		submit(ps);
 		if (h->sent) {
-			if (ps->nstreams > 1)
-				pthread_mutex_lock(&ps->mu);
-			h->sent(h->arg, at, len, flen, ps->frame[0]);
-			if (ps->nstreams > 1)
-				pthread_mutex_unlock(&ps->mu);
+			hooks_lock(ps);
+			h->sent(h->arg, at, len, flen, f[0]);
+			hooks_unlock(ps);
 		}
 		off = at + len;
 	}
 	drain(ps);
 	if (ps->direct)
 		fcntl(fd, F_SETFL, fl);
-	/* The pieces handed to streams: sent before the range returns. */
+	/* The pieces handed to streams: sent before the range returns. A
+	 * failure here loses the copy: the streams drop what they hold, and a
+	 * stream blocked in a send is woken (its connection is dead then). */
 	if (ps->nstreams > 1) {
 		pthread_mutex_lock(&ps->mu);
+		if (rc < 0 && !ps->err) {
+			ps->err = rc;
+			for (unsigned j = 1; j < ps->nstreams; j++)
+				ps->st[j].x->ops->shutdown(ps->st[j].x);
+			pthread_cond_broadcast(&ps->cv);
+		}
 		for (unsigned i = 0; i < PSEND_DEPTH; i++)
 			while (ps->busy[i])
 				pthread_cond_wait(&ps->cv, &ps->mu);

@@ -54,7 +54,10 @@ struct psend_stream;
 
 struct psend {
 	struct io_uring ring;           /* reads only; PSEND_DEPTH entries */
-	uint8_t *buf[PSEND_DEPTH];      /* PSEND_PIECE each, PSEND_ALIGN-aligned, owned */
+	uint8_t *buf[PSEND_DEPTH];      /* PSEND_PIECE each, PSEND_ALIGN-aligned, with
+					 * PSEND_ALIGN bytes of room before (a raw piece's
+					 * frame header goes there: no copy) */
+	uint8_t *base[PSEND_DEPTH];     /* what was allocated: buf - PSEND_ALIGN, owned */
 	int res[PSEND_DEPTH];           /* bytes read or -errno; INT32_MIN in flight */
 	uint64_t off[PSEND_DEPTH];      /* file offset of each slot's read */
 	uint32_t len[PSEND_DEPTH];      /* bytes of the range in it (a direct read asks more) */

@@ -198,11 +198,12 @@ static void *conn_main(void *arg)
 /* Connections that have not proven the key cost a thread and buffers for up
  * to PEERS_HANDSHAKE_MS each: without a cap, anyone who can reach the port
  * could make the daemon allocate without end. Proven peers are few (a
- * sender, and a question or restore now and then, per node). */
+ * sender's [transfer] streams connections, kept open between copies, and a
+ * question or restore now and then, per node). */
 static bool admit(const struct xport *x)
 {
 	static uint64_t said_ns;
-	unsigned most = 4 * (unsigned)peers.hosts.n + 16;
+	unsigned most = (3 + (unsigned)peers.cfg->streams) * (unsigned)peers.hosts.n + 16;
 	const char *why = NULL;
 	bool ok;
 

@@ -44,6 +44,7 @@
 #include "daemon/repl/repl_rx.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,15 @@ static void rx_register(struct rx *r)
 		if (!s)
 			break;
 		s->x->ops->shutdown(s->x);  /* a stale connection of the same sender */
+		{
+			/* and its offer's thread, if it waits for a stream */
+			struct rx *old = (struct rx *)((char *)s - offsetof(struct rx, slot));
+
+			pthread_mutex_lock(&old->smu);
+			old->closing = true;
+			pthread_cond_broadcast(&old->scv);
+			pthread_mutex_unlock(&old->smu);
+		}
 		pthread_cond_wait(&repl.cond, &repl.lock);
 	}
 	r->slot.next = repl.rx;
@@ -177,7 +187,8 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 			    r->peer, r->origin);
 	if (size == 0 || size > REPL_MF_MAX)
 		return rx_fail(r, -EFBIG, "a manifest of %llu bytes", (unsigned long long)size);
-	msg_get_u64(offer, K_STREAMS, &streams);
+	if ((rc = msg_get_u64(offer, K_STREAMS, &streams)) < 0 && rc != -ENOENT)
+		return rx_fail(r, -EBADMSG, "a malformed offer");
 	if (streams < 1 || streams > REPL_MAX_STREAMS)
 		return rx_fail(r, -EINVAL, "an offer on %llu streams (1 to %d)",
 			       (unsigned long long)streams, REPL_MAX_STREAMS);
@@ -326,6 +337,7 @@ int repl_recv_offer(struct xport *x, const char *peer, const struct msg *req)
 		}
 	}
 	r->why[0] = '\0';
+	r->lost = false;
 	rc = serve_offer(r, req);
 	if (rc == -ENOSPC) {
 		/* Keeping the partial copy for a resume would keep the disk
@@ -340,7 +352,7 @@ int repl_recv_offer(struct xport *x, const char *peer, const struct msg *req)
 			peer_send_error(r->x, -rc, "%s: its replica_root %s is full (%s); free "
 					"space there, or keep fewer steps ([cluster] keep)",
 					repl.cfg->name, repl.cfg->replica_root, r->why);
-		else
+		else if (!r->lost)
 			peer_send_error(r->x, -rc, "%s: %s", repl.cfg->name, r->why);
 	}
 	return rc;

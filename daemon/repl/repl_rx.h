@@ -81,7 +81,9 @@ struct rx {
 	struct rx_stream *streams;     /* [nstreams], [0] unused */
 	uint64_t k;                    /* pieces taken this offer */
 	bool data_end;                 /* a stream ended: x's MSG_END is next */
-	bool closing;                  /* the offer is over: no stream may attach */
+	bool closing;                  /* the offer is over (or a newer one of the same
+					* sender took over): no stream may attach */
+	bool lost;                     /* a stream's connection failed: no refusal sent */
 	pthread_mutex_t smu;           /* streams, closing */
 	pthread_cond_t scv;
 	char why[1024];

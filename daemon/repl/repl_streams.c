@@ -89,7 +89,7 @@ static int pop(struct rx *r, unsigned j, struct msg *m)
 
 	until = mono_timespec(mono_ns() + (uint64_t)peers_io_ms() * 1000000ull);
 	pthread_mutex_lock(&r->smu);
-	while (!st->qn && !st->err && rc != ETIMEDOUT)
+	while (!st->qn && !st->err && !r->closing && rc != ETIMEDOUT)
 		rc = pthread_cond_timedwait(&r->scv, &r->smu, &until);
 	if (st->qn) {
 		*m = st->q[st->qh];
@@ -98,9 +98,17 @@ static int pop(struct rx *r, unsigned j, struct msg *m)
 		pthread_cond_broadcast(&r->scv);
 		rc = 0;
 	} else if (st->err) {
+		/* A stream's connection lost (not a rule broken: -EPROTO) loses
+		 * the copy as stream 0's would: no refusal is sent, the sender
+		 * reconnects and resumes without counting a try. */
+		r->lost = st->err != -EPROTO;
 		rx_fail(r, st->err, "stream %u: %s", j, st->why);
 		rc = st->err;
+	} else if (r->closing) {
+		r->lost = true;
+		rc = rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
 	} else {
+		r->lost = true;
 		rx_fail(r, -ETIMEDOUT, "stream %u: %s", j, st->used ? "nothing came for the peer "
 			"timeout" : "it never attached");
 		rc = -ETIMEDOUT;
@@ -233,7 +241,7 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 	    msg_get_str(req, K_ROOT, &hex) < 0 || digest_from_hex(hex, strlen(hex), &root) < 0 ||
 	    msg_get_u64(req, K_INDEX, &idx) < 0) {
 		snprintf(why, sizeof(why), "a malformed MSG_STREAM");
-		rc = -EBADMSG;
+		rc = -EPROTO;
 	} else {
 		/* Only the node that offers may add streams to its offer: the
 		 * key is ORIGIN/JOB/STEP with the proven name as ORIGIN. */
@@ -251,7 +259,13 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 		return rc;
 	}
 	st = &r->streams[idx];
-	x->ops->set_timeout(x, peers_io_ms());
+	/* A stream replicates: its thread yields to the trainer, as the
+	 * offer's does (repl_background is idempotent). It waits n pieces
+	 * between its own, so no timeout of its own: the offer's thread waits
+	 * at most the peer timeout for each piece due and ends the streams
+	 * then, and keepalive finds a dead peer. */
+	repl_background("a stream of a copy");
+	x->ops->set_timeout(x, 0);
 	for (;;) {
 		struct msg m;
 
@@ -270,13 +284,21 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 		}
 		pthread_mutex_lock(&r->smu);
 		rc = push(r, st, &m);
+		if (rc == 0 && m.type == MSG_END) {
+			/* Detached with its end queued, in one step: the offer,
+			 * finishing, never shuts a stream that ended well. The
+			 * connection goes back to serving requests. */
+			st->attached = false;
+			st->x = NULL;
+			pthread_cond_broadcast(&r->scv);
+			pthread_mutex_unlock(&r->smu);
+			return 0;
+		}
 		pthread_mutex_unlock(&r->smu);
 		if (rc < 0) {
 			snprintf(why, sizeof(why), "the offer ended");
 			break;
 		}
-		if (m.type == MSG_END)
-			break;  /* the connection goes back to serving requests */
 	}
 	pthread_mutex_lock(&r->smu);
 	if (rc < 0 && !st->err) {

@@ -77,7 +77,8 @@ def test_streams_leave_out_held_chunks(make_cluster):
 def test_stream_cut_mid_copy(make_cluster):
     """The second connection n0 opens to n1 (its first further stream) is
     cut after 6 MiB: n1 names the stream that failed, n0 reconnects every
-    stream, the copy resumes from n1's journal, and the replica is exact."""
+    stream, the copy resumes from n1's journal (a lost connection, not a
+    refusal: no try counted), and the replica is exact."""
     n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
                           node_transfer={0: {"streams": 3, "rate": "40MiB"}}, start=False)
     real = n1.listen
@@ -95,6 +96,8 @@ def test_stream_cut_mid_copy(make_cluster):
         assert_replica_of(step, replica(n1, n0))
         wait_for(lambda: re.search(r"stream \d+: ", n1.log()) and "resuming" in n1.log(), 10,
                  f"n1 to name the stream and resume:\n{n1.log()[-3000:]}")
+        # A lost stream is a lost connection, not a refusal: no try counted.
+        assert "refused" not in n0.log(), n0.log()[-3000:]
     finally:
         proxy.close()
 

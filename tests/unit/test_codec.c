@@ -392,6 +392,40 @@ static void test_container_empty(void **state)
 	fclose(in);
 }
 
+/* A raw frame made where its bytes lie (codec_chunk_raw_hdr, the piece
+ * sender's way) is the frame codec_chunk_encode makes with codec none, byte
+ * for byte, and decodes back; a flipped byte is caught. */
+static void test_raw_hdr_in_place(void **state)
+{
+	size_t lens[] = { 0, 1, 4095, 1u << 20 };
+
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		size_t n = lens[k], flen, used, got;
+		uint8_t *room = malloc(CODEC_CHUNK_HDR + n + 1), *frame = malloc(codec_chunk_bound(n));
+		uint8_t *back = malloc(n + 1);
+		struct codec_params cp = { .dtype = CODEC_DT_BYTES };
+
+		for (size_t i = 0; i < n; i++)
+			room[CODEC_CHUNK_HDR + i] = (uint8_t)(i * 131 + k);
+		codec_chunk_raw_hdr(room + CODEC_CHUNK_HDR, n, room);
+		assert_int_equal(codec_chunk_encode(room + CODEC_CHUNK_HDR, n, &codec_none_ops, &cp,
+						    frame, codec_chunk_bound(n), &flen), 0);
+		assert_int_equal(flen, CODEC_CHUNK_HDR + n);
+		assert_memory_equal(room, frame, flen);
+		assert_int_equal(codec_chunk_decode(room, flen, back, n + 1, &got, &used), 0);
+		assert_int_equal(got, n);
+		assert_int_equal(used, flen);
+		if (n) {
+			assert_memory_equal(back, room + CODEC_CHUNK_HDR, n);
+			room[CODEC_CHUNK_HDR + n / 2] ^= 0x10;
+			assert_int_not_equal(codec_chunk_decode(room, flen, back, n + 1, &got, &used), 0);
+		}
+		free(room);
+		free(frame);
+		free(back);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +438,7 @@ int main(void)
 		cmocka_unit_test(test_detect),
 		cmocka_unit_test(test_container),
 		cmocka_unit_test(test_container_empty),
+		cmocka_unit_test(test_raw_hdr_in_place),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
