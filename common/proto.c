@@ -58,6 +58,13 @@ void proto_encode_hdr(uint8_t hdr[PROTO_HDR_LEN], uint16_t type, uint16_t flags,
 	put_le32(hdr + 12, 0);
 }
 
+void proto_encode_field_hdr(uint8_t p[PROTO_FIELD_HDR_LEN], uint16_t key, uint32_t len)
+{
+	put_le16(p, key);
+	put_le16(p + 2, 0);
+	put_le32(p + 4, len);
+}
+
 int proto_decode_hdr(const uint8_t hdr[PROTO_HDR_LEN], uint16_t *type, uint16_t *flags, uint32_t *len)
 {
 	uint32_t n = get_le32(hdr + 8);
@@ -368,9 +375,7 @@ int msg_frame_iov(const struct msg *m, uint16_t key, const void *tail, size_t n,
 	if (m->len)
 		iov[cnt++] = (struct iovec){ .iov_base = m->buf, .iov_len = m->len };
 	if (tail) {
-		put_le16(fhdr, key);
-		put_le16(fhdr + 2, 0);
-		put_le32(fhdr + 4, (uint32_t)n);
+		proto_encode_field_hdr(fhdr, key, (uint32_t)n);
 		iov[cnt++] = (struct iovec){ .iov_base = fhdr, .iov_len = PROTO_FIELD_HDR_LEN };
 		if (n)
 			iov[cnt++] = (struct iovec){ .iov_base = (void *)tail, .iov_len = n };

@@ -217,6 +217,8 @@ int proto_check_payload(const uint8_t *p, size_t n);
 /* Decodes a header: 0 and the type, flags and length, or -EBADMSG. */
 int proto_decode_hdr(const uint8_t hdr[PROTO_HDR_LEN], uint16_t *type, uint16_t *flags, uint32_t *len);
 void proto_encode_hdr(uint8_t hdr[PROTO_HDR_LEN], uint16_t type, uint16_t flags, uint32_t len);
+/* A field's header: key, 0, len. */
+void proto_encode_field_hdr(uint8_t p[PROTO_FIELD_HDR_LEN], uint16_t key, uint32_t len);
 
 /* Blocking whole-frame I/O on a stream socket (EINTR retried).
  * msg_send: 0 or -errno (m->err if a put failed). msg_recv: 0, -ENOTCONN on

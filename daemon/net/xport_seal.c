@@ -37,16 +37,6 @@ struct sealed {
 	bool rx_failed;            /* it was on the way in: recv_last too is over */
 };
 
-/* A field header: key, 0, length (proto.c's layout). */
-static void field_hdr(uint8_t *p, uint16_t key, uint32_t len)
-{
-	p[0] = (uint8_t)(key & 0xff);
-	p[1] = (uint8_t)(key >> 8);
-	p[2] = p[3] = 0;
-	for (int i = 0; i < 4; i++)
-		p[4 + i] = (uint8_t)(len >> (8 * i));
-}
-
 /* The payload: K_MAC, then K_SEALED holding the fields (and the tail's
  * field) encrypted; the three headers are the additional data. */
 static int send_encrypted(struct sealed *s, const struct msg *m, uint16_t key, const void *tail,
@@ -70,8 +60,8 @@ static int send_encrypted(struct sealed *s, const struct msg *m, uint16_t key, c
 		s->out_cap = total;
 	}
 	p = s->out;
-	field_hdr(p, K_MAC, SEAL_TAG_BYTES);
-	field_hdr(p + MAC_FIELD, K_SEALED, (uint32_t)body);
+	proto_encode_field_hdr(p, K_MAC, SEAL_TAG_BYTES);
+	proto_encode_field_hdr(p + MAC_FIELD, K_SEALED, (uint32_t)body);
 	proto_encode_hdr(hdr, m->type, m->flags, (uint32_t)total);
 	head[0] = (struct iovec){ .iov_base = hdr, .iov_len = sizeof(hdr) };
 	head[1] = (struct iovec){ .iov_base = p, .iov_len = PROTO_FIELD_HDR_LEN };
@@ -80,7 +70,7 @@ static int send_encrypted(struct sealed *s, const struct msg *m, uint16_t key, c
 	outs[nb] = p;
 	in[nb++] = (struct iovec){ .iov_base = m->buf, .iov_len = m->len };
 	if (tail) {
-		field_hdr(fhdr, key, (uint32_t)n);
+		proto_encode_field_hdr(fhdr, key, (uint32_t)n);
 		outs[nb] = p + m->len;
 		in[nb++] = (struct iovec){ .iov_base = fhdr, .iov_len = sizeof(fhdr) };
 		outs[nb] = p + m->len + PROTO_FIELD_HDR_LEN;
@@ -109,7 +99,7 @@ static int send_authenticated(struct sealed *s, const struct msg *m, uint16_t ke
 	m2.buf = malloc(m2.len);
 	if (!m2.buf)
 		return -ENOMEM;
-	field_hdr(m2.buf, K_MAC, SEAL_TAG_BYTES);
+	proto_encode_field_hdr(m2.buf, K_MAC, SEAL_TAG_BYTES);
 	memset(m2.buf + PROTO_FIELD_HDR_LEN, 0, SEAL_TAG_BYTES);
 	if (m->len)
 		memcpy(m2.buf + MAC_FIELD, m->buf, m->len);
@@ -156,7 +146,7 @@ static bool is_field(const uint8_t *p, uint16_t key, uint32_t len)
 {
 	uint8_t want[PROTO_FIELD_HDR_LEN];
 
-	field_hdr(want, key, len);
+	proto_encode_field_hdr(want, key, len);
 	return memcmp(p, want, sizeof(want)) == 0;
 }
 

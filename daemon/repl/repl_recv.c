@@ -44,7 +44,6 @@
 #include "daemon/repl/repl_rx.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +70,7 @@ static void rx_register(struct rx *r)
 		s->x->ops->shutdown(s->x);  /* a stale connection of the same sender */
 		{
 			/* and its offer's thread, if it waits for a stream */
-			struct rx *old = (struct rx *)((char *)s - offsetof(struct rx, slot));
+			struct rx *old = rx_of_slot(s);
 
 			pthread_mutex_lock(&old->smu);
 			old->closing = true;

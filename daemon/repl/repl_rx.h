@@ -8,6 +8,7 @@
 
 #include <liburing.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -88,6 +89,12 @@ struct rx {
 	pthread_cond_t scv;
 	char why[1024];
 };
+
+/* The offer a registered slot is the slot of. */
+static inline struct rx *rx_of_slot(struct rx_slot *s)
+{
+	return (struct rx *)((char *)s - offsetof(struct rx, slot));
+}
 
 /* Records the first reason (r->why) and returns err. */
 int rx_fail(struct rx *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -29,7 +29,6 @@
 #include "daemon/repl/repl_rx.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -203,7 +202,7 @@ static struct rx *attach(struct xport *x, const char *key, digest_t root, uint64
 
 	for (struct rx_slot *s = repl.rx; s; s = s->next)
 		if (strcmp(s->key, key) == 0)
-			r = (struct rx *)((char *)s - offsetof(struct rx, slot));
+			r = rx_of_slot(s);
 	if (!r) {
 		snprintf(why, whylen, "no offer of %s is being received", key);
 		return NULL;

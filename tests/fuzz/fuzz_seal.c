@@ -225,6 +225,17 @@ static bool spec_gcm(bool enc, uint32_t dir, uint64_t num, const uint8_t *aad, s
 	return ok;
 }
 
+/* The additional data the description gives a frame: its header, K_MAC's
+ * field header and, on the encrypted wire, K_SEALED's. */
+static void spec_aad(uint8_t *aad, const uint8_t hdr[PROTO_HDR_LEN], const struct frame *f)
+{
+	memcpy(aad, hdr, PROTO_HDR_LEN);
+	memcpy(aad + PROTO_HDR_LEN, f->buf, PROTO_FIELD_HDR_LEN);
+	if (wire == SEAL_ENCRYPTED)
+		memcpy(aad + PROTO_HDR_LEN + PROTO_FIELD_HDR_LEN, f->buf + MAC_FIELD,
+		       PROTO_FIELD_HDR_LEN);
+}
+
 /* The sealed frame that carries plain[0..n) from the side sender_ini (the
  * initiator or not) as its frame number num: *f gets its payload, made with
  * an independent seal and checked against spec_gcm. */
@@ -261,11 +272,7 @@ static void model_seal(bool sender_ini, uint64_t num, uint16_t type, uint16_t fl
 		       f->buf + PROTO_FIELD_HDR_LEN) == 0);
 	seal_end(&sh);
 	/* and the description, straight */
-	memcpy(aad, hdr, sizeof(hdr));
-	memcpy(aad + PROTO_HDR_LEN, f->buf, PROTO_FIELD_HDR_LEN);
-	if (wire == SEAL_ENCRYPTED)
-		memcpy(aad + PROTO_HDR_LEN + PROTO_FIELD_HDR_LEN, f->buf + MAC_FIELD,
-		       PROTO_FIELD_HDR_LEN);
+	spec_aad(aad, hdr, f);
 	{
 		uint8_t *ct = dup_bytes(NULL, n);
 
@@ -328,11 +335,7 @@ static bool oracle(const struct side *r, const struct frame *f, uint8_t **plain,
 	}
 	seal_end(&sh);
 	/* and the description, straight */
-	memcpy(aad, hdr, sizeof(hdr));
-	memcpy(aad + PROTO_HDR_LEN, f->buf, PROTO_FIELD_HDR_LEN);
-	if (wire == SEAL_ENCRYPTED)
-		memcpy(aad + PROTO_HDR_LEN + PROTO_FIELD_HDR_LEN, f->buf + MAC_FIELD,
-		       PROTO_FIELD_HDR_LEN);
+	spec_aad(aad, hdr, f);
 	spec = dup_bytes(NULL, n);
 	memcpy(tag, f->buf + PROTO_FIELD_HDR_LEN, SEAL_TAG_BYTES);
 	spec_ok = spec_gcm(false, dir, r->rx, aad, PROTO_HDR_LEN + (size_t)(nh - 1) * 8,

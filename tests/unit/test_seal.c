@@ -278,18 +278,25 @@ static void test_sealed_round_trip(void **state)
 	sealed_round_trip(SEAL_ENCRYPTED);
 }
 
-/* What goes on the wire for one sealed frame from a fresh initiator. */
-static void capture(struct msg *wire, enum seal_wire w)
+/* An offer of job1 sent on c (sealed or not, as c is). */
+static void send_job1(struct xport *c)
 {
-	struct xport *c, *s;
 	struct msg m;
 
-	pair(&c, &s);
-	assert_int_equal(xport_seal(&c, KEY, true, w), 0);
 	msg_init(&m, MSG_OFFER);
 	msg_put_str(&m, K_JOB, "job1");
 	assert_int_equal(c->ops->send(c, &m), 0);
 	msg_free(&m);
+}
+
+/* What goes on the wire for one sealed frame from a fresh initiator. */
+static void capture(struct msg *wire, enum seal_wire w)
+{
+	struct xport *c, *s;
+
+	pair(&c, &s);
+	assert_int_equal(xport_seal(&c, KEY, true, w), 0);
+	send_job1(c);
 	assert_int_equal(s->ops->recv(s, wire), 0);     /* raw: the tag is there */
 	c->ops->close(c);
 	s->ops->close(s);
@@ -341,10 +348,7 @@ static void sealed_refusals(enum seal_wire w)
 	/* not sealed at all */
 	pair(&c, &s);
 	assert_int_equal(xport_seal(&s, KEY, false, w), 0);
-	msg_init(&m, MSG_OFFER);
-	msg_put_str(&m, K_JOB, "job1");
-	assert_int_equal(c->ops->send(c, &m), 0);
-	msg_free(&m);
+	send_job1(c);
 	assert_int_equal(s->ops->recv(s, &got), -EBADMSG);
 	c->ops->close(c);
 	s->ops->close(s);
@@ -376,15 +380,12 @@ static void test_sealed_refusals(void **state)
 static void test_wires_differ(void **state)
 {
 	struct xport *c, *s;
-	struct msg m, got;
+	struct msg got;
 
 	pair(&c, &s);
 	assert_int_equal(xport_seal(&c, KEY, true, SEAL_ENCRYPTED), 0);
 	assert_int_equal(xport_seal(&s, KEY, false, SEAL_AUTHENTICATED), 0);
-	msg_init(&m, MSG_OFFER);
-	msg_put_str(&m, K_JOB, "job1");
-	assert_int_equal(c->ops->send(c, &m), 0);
-	msg_free(&m);
+	send_job1(c);
 	assert_int_equal(s->ops->recv(s, &got), -EBADMSG);
 	c->ops->close(c);
 	s->ops->close(s);
