@@ -277,6 +277,14 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 					 "failed)", peers.cfg->name, id);
 				return fd;
 			}
+			/* A file its reader could not read is said as such whether
+			 * or not that reader's pull has ended since: both are
+			 * refusals, but this one names the cause. */
+			if ((f = failed_locked(s, rel)) != NULL) {
+				snprintf(why, whylen, "it could not read %s from the source (%s)", rel,
+					 f->why);
+				return -EIO;
+			}
 			/* A probe waits for the part to open DEST (its first moments,
 			 * above), not for the file. */
 			if (fd == -EAGAIN && probe && s->dst_fd >= 0)
@@ -286,11 +294,6 @@ static int wait_file(const char *id, const char *rel, uint64_t size, int64_t mti
 					 s->state == S_PULLED ? "ended" : "failed", rel,
 					 fd == -ESTALE ? " (it has another version of it)" : "");
 				return fd;
-			}
-			if (fd == -EAGAIN && (f = failed_locked(s, rel)) != NULL) {
-				snprintf(why, whylen, "it could not read %s from the source (%s)", rel,
-					 f->why);
-				return -EIO;
 			}
 			if (mono_ns() >= wait_by) {
 				snprintf(why, whylen, "%s is not here yet", rel);
