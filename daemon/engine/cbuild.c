@@ -1,8 +1,10 @@
 /* The chunk-checked builder: see cbuild.h.
  *
- * Invariant: whole has taken [0, at) of the file, chunk the bytes of chunk
- * chunk_no taken so far (chunk_fill of them), and every chunk below
- * chunk_no matched the manifest before its last byte was written. */
+ * Invariant: whole has taken [0, at) of the file; chunk the bytes of chunk
+ * chunk_no taken so far (chunk_fill of them), unless ext: then a hasher
+ * holds them, and each later part of that chunk comes with its sums; and
+ * every chunk below chunk_no matched the manifest before its last byte was
+ * written. */
 #include "daemon/engine/cbuild.h"
 
 #include <errno.h>
@@ -36,44 +38,123 @@ void cbuild_close(struct cbuild *b)
 	b->whole = b->chunk = NULL;
 }
 
-/* Takes n bytes at b->at into the hashes: false when a chunk they complete
- * does not match (b->bad_chunk). A file of one chunk is checked against its
- * own digest, from the whole-file state: its bytes are hashed once. */
-static bool take(struct cbuild *b, const uint8_t *p, size_t n)
+/* Takes n bytes at b->at into the hashes, with a hasher's sums of them
+ * (or NULL): 0; -EBADMSG when a chunk they complete does not match
+ * (b->bad_chunk); -EPROTO when a chunk begun with sums lost them (nothing
+ * taken). A file of one chunk is checked against its own digest, from the
+ * whole-file state: its bytes are hashed once. */
+static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuild_sums *s)
 {
 	const struct mf_entry *e = b->e;
-	bool ok = true;
+	unsigned j = 0;                 /* chunk ends passed in s->d */
+	int rc = 0;
 
+	if (s && (s->off != b->at || s->n != n || s->cs != b->chunk_size))
+		s = NULL;               /* not of these bytes */
+	/* A chunk begun with sums goes on only with the sums of a hasher that
+	 * has held it from its start (all of a chunk's pieces through one). */
+	if (e->nchunks && b->ext && b->chunk_fill && !(s && s->head))
+		return -EPROTO;
 	XXH3_128bits_update(b->whole, p, n);
 	b->at += n;
 	if (!e->nchunks) {
 		if (b->at == e->size && !digest_eq(XXH3_128bits_digest(b->whole), e->digest)) {
 			b->bad_chunk = 0;
-			ok = false;
+			rc = -EBADMSG;
 		}
-		return ok;
+		return rc;
 	}
 	while (n) {
 		uint64_t left = b->chunk_size - b->chunk_fill;
 		size_t k = left < n ? (size_t)left : n;
 
-		XXH3_128bits_update(b->chunk, p, k);
+		if (b->chunk_fill == 0)
+			b->ext = s != NULL;     /* who hashes this chunk, to its end */
+		if (!b->ext)
+			XXH3_128bits_update(b->chunk, p, k);
 		b->chunk_fill += k;
 		p += k;
 		n -= k;
 		if (b->chunk_fill == b->chunk_size ||
 		    b->chunk_no * b->chunk_size + b->chunk_fill == e->size) {
-			if (ok && (b->chunk_no >= e->nchunks ||
-				   !digest_eq(XXH3_128bits_digest(b->chunk), e->chunks[b->chunk_no]))) {
+			/* At a multiple of the chunk size the hasher recorded
+			 * the chunk (s->d[j]); at the file's end short of one,
+			 * its running digest is the chunk's. */
+			bool boundary = b->chunk_fill == b->chunk_size, have = true;
+			digest_t d = { 0 };
+
+			if (boundary && s) {
+				have = j < s->nd;
+				d = have ? s->d[j] : d;
+				j++;
+			}
+			if (!b->ext)
+				d = XXH3_128bits_digest(b->chunk);
+			else if (!boundary)
+				d = s->d[s->nd];
+			if (rc == 0 && (b->chunk_no >= e->nchunks || (b->ext && !have) ||
+					!digest_eq(d, e->chunks[b->chunk_no]))) {
 				b->bad_chunk = b->chunk_no;
-				ok = false;
+				rc = -EBADMSG;
 			}
 			b->chunk_no++;
 			b->chunk_fill = 0;
-			XXH3_128bits_reset(b->chunk);
+			if (!b->ext)
+				XXH3_128bits_reset(b->chunk);
 		}
 	}
-	return ok;
+	return rc;
+}
+
+int cbuild_hasher_open(struct cbuild_hasher *h)
+{
+	*h = (struct cbuild_hasher){ .st = XXH3_createState() };
+	return h->st ? 0 : -ENOMEM;
+}
+
+void cbuild_hasher_close(struct cbuild_hasher *h)
+{
+	XXH3_freeState(h->st);
+	h->st = NULL;
+}
+
+void cbuild_hash(struct cbuild_hasher *h, uint64_t cs, uint64_t idx, uint64_t off,
+		 const uint8_t *p, size_t n, struct cbuild_sums *out)
+{
+	uint64_t at = off;
+
+	out->off = off;
+	out->n = n;
+	out->cs = cs;
+	out->nd = 0;
+	if (!cs)
+		return;
+	if (off % cs == 0) {
+		XXH3_128bits_reset(h->st);
+		h->run = true;
+	} else if (idx != h->idx || off != h->end) {
+		h->run = false;         /* a part of a chunk whose start it did not see */
+	}
+	out->head = h->run;
+	while (n) {
+		uint64_t left = cs - at % cs;
+		size_t k = left < n ? (size_t)left : n;
+
+		if (h->run)
+			XXH3_128bits_update(h->st, p, k);
+		at += k;
+		p += k;
+		n -= k;
+		if (at % cs == 0) {
+			if (out->nd < CBUILD_SUMS_MAX)
+				out->d[out->nd++] = XXH3_128bits_digest(h->st);
+			XXH3_128bits_reset(h->st);
+			h->run = true;
+		}
+	}
+	out->d[out->nd] = XXH3_128bits_digest(h->st);
+	h->idx = idx;
+	h->end = at;
 }
 
 int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size, int fd,
@@ -82,7 +163,7 @@ int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size
 	b->e = e;
 	b->chunk_size = chunk_size;
 	b->at = b->chunk_no = b->chunk_fill = b->bad_chunk = 0;
-	b->skipped = false;
+	b->skipped = b->ext = false;
 	if (keep > e->size)
 		return -EINVAL;
 	XXH3_128bits_reset(b->whole);
@@ -97,24 +178,30 @@ int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size
 		got = pread(fd, p, n, (off_t)b->at);
 		if (got != (ssize_t)n)
 			return got < 0 ? -errno : -EIO;
-		if (!take(b, p, n))
+		if (take(b, p, n, NULL) < 0)
 			return -EBADMSG;
 	}
 	wq_begin(&b->wq, fd, e->size, direct_ok);
 	return 0;
 }
 
-int cbuild_put(struct cbuild *b, int i, size_t n)
+int cbuild_put_sums(struct cbuild *b, int i, size_t n, const struct cbuild_sums *s)
 {
 	uint64_t off = b->at;
+	int rc;
 
 	if (off > b->e->size || n > b->e->size - off)
 		return -EFBIG;
-	if (!take(b, b->wq.buf[i], n)) {
+	if ((rc = take(b, b->wq.buf[i], n, s)) < 0) {
 		b->at = off;            /* not written: the file goes no further */
-		return -EBADMSG;
+		return rc;
 	}
 	return wq_write(&b->wq, i, n, off);
+}
+
+int cbuild_put(struct cbuild *b, int i, size_t n)
+{
+	return cbuild_put_sums(b, i, n, NULL);
 }
 
 int cbuild_skip_to(struct cbuild *b, uint64_t k)
@@ -137,6 +224,7 @@ int cbuild_rewind(struct cbuild *b)
 	b->chunk_no = b->e->nchunks ? b->at / b->chunk_size : 0;
 	b->at = b->chunk_no * b->chunk_size;
 	b->chunk_fill = 0;
+	b->ext = false;
 	XXH3_128bits_reset(b->chunk);
 	if (b->at == 0)
 		XXH3_128bits_reset(b->whole);

@@ -21,6 +21,16 @@
  * Use: cbuild_open; per file cbuild_begin, then cbuild_buf / fill it /
  * cbuild_put (and cbuild_skip_to, for a repair in place) until done, then
  * cbuild_end; cbuild_close.
+ *
+ * Chunks hashed by another thread: a thread that receives pieces may hash
+ * their chunks itself (cbuild_hash, with a cbuild_hasher of its own) and
+ * hand the builder the digests with the piece (cbuild_put_sums); the
+ * builder's thread then hashes each byte once, for the whole-file digest,
+ * and compares each chunk's digest as before, before the chunk's last byte
+ * is written. A chunk is hashed by whoever receives its first byte: a
+ * chunk begun without sums is hashed here to its end; one begun with sums
+ * must get sums with every later piece of it (all of a chunk's pieces come
+ * through one hasher), else the piece is refused (-EPROTO).
  */
 #ifndef STAGE_CBUILD_H
 #define STAGE_CBUILD_H
@@ -33,6 +43,29 @@
 #include "common/manifest.h"
 #include "daemon/engine/wq.h"
 
+/* Chunk ends one piece can hold: a buffer of chunks of the smallest size. */
+#define CBUILD_SUMS_MAX (WQ_BUF / MF_CHUNK_MIN)
+
+/* What a hasher found in one piece: the digest of each chunk that ends in
+ * it, then of the part of a chunk it ends with. */
+struct cbuild_sums {
+	uint64_t off;                  /* the piece: offset in its file, length */
+	size_t n;
+	uint64_t cs;                   /* the chunk size it was cut at; 0: no sums */
+	bool head;                     /* its first part was hashed from its chunk's start */
+	unsigned nd;                   /* chunk ends inside it: offsets p, off < p <= off + n,
+					* p a multiple of cs */
+	digest_t d[CBUILD_SUMS_MAX + 1]; /* those chunks' digests in order, then the running
+					  * digest at off + n (a file's last, short chunk) */
+};
+
+/* One thread's running chunk over the pieces it hashes, in file order. */
+struct cbuild_hasher {
+	XXH3_state_t *st;
+	uint64_t idx, end;             /* the file and offset its last piece ended at */
+	bool run;                      /* st holds the chunk at end from its start */
+};
+
 struct cbuild {
 	struct wq wq;                  /* the writes; wq_sync / wq_durable are the caller's */
 	XXH3_state_t *whole, *chunk;
@@ -43,6 +76,7 @@ struct cbuild {
 	uint64_t chunk_fill;           /* its bytes taken so far */
 	uint64_t bad_chunk;            /* after -EBADMSG: the chunk that failed */
 	bool skipped;                  /* chunks were left as they were: no whole digest */
+	bool ext;                      /* chunk chunk_no is hashed by a hasher (its sums) */
 };
 
 /* 0 or -errno. */
@@ -69,6 +103,19 @@ static inline int cbuild_buf(struct cbuild *b, uint8_t **p)
  * complete does not match; -EFBIG past the file's size; or a write's
  * sticky error. */
 int cbuild_put(struct cbuild *b, int i, size_t n);
+/* cbuild_put with what a hasher found in these bytes (NULL: none; sums of
+ * other bytes count as none): -EPROTO, nothing written, when a chunk begun
+ * with sums continues without them. */
+int cbuild_put_sums(struct cbuild *b, int i, size_t n, const struct cbuild_sums *s);
+
+/* 0 or -ENOMEM. */
+int cbuild_hasher_open(struct cbuild_hasher *h);
+void cbuild_hasher_close(struct cbuild_hasher *h);
+/* Hashes the n bytes at p, offset off of file idx, in chunks of cs, into
+ * out. Pieces of a chunk must follow each other (else out->head is false
+ * for the piece that does not continue, and the builder refuses it). */
+void cbuild_hash(struct cbuild_hasher *h, uint64_t cs, uint64_t idx, uint64_t off,
+		 const uint8_t *p, size_t n, struct cbuild_sums *out);
 /* Leaves the chunks from b->at up to chunk k as they are in the file: a
  * repair in place writes only the chunks found wrong. Only at a chunk
  * boundary of a file of chunks, forwards; cbuild_end then checks no

@@ -163,7 +163,7 @@ int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n)
 {
 	if (n < 1 || n > PSEND_MAX_STREAMS || ps->nstreams > 1)
 		return -EINVAL;
-	ps->k = 0;
+	ps->turn = 0;
 	ps->err = 0;
 	if (n == 1)
 		return 0;
@@ -202,7 +202,7 @@ int psend_streams_end(struct psend *ps, bool ok)
 			pthread_join(ps->st[j].thread, NULL);
 	rc = ps->err;
 	/* Each stream's end, after its last piece: the receiver then knows
-	 * where the round robin stops. */
+	 * where the turns stop. */
 	for (unsigned j = 1; ok && rc == 0 && j < ps->nstreams; j++) {
 		struct msg m;
 
@@ -217,6 +217,14 @@ int psend_streams_end(struct psend *ps, bool ok)
 	ps->nstreams = 1;
 	memset(ps->busy, 0, sizeof(ps->busy));
 	return rc;
+}
+
+/* After a piece that ends at end of a file of size bytes: the stream of
+ * the next one (psend.h). */
+static void next_turn(struct psend *ps, uint64_t end, uint64_t size)
+{
+	if (ps->nstreams > 1 && (!ps->group || end % ps->group == 0 || end == size))
+		ps->turn = (ps->turn + 1) % ps->nstreams;
 }
 
 /* Whether a stream still sends from slot s. */
@@ -436,14 +444,14 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		 * it on every file). */
 		if (cp->dtype == CODEC_DT_COUNT && (!want || want->id == CODEC_FLOAT))
 			cp->dtype = codec_detect_dtype(p, len, at == 0 ? size : len);
-		if (ps->nstreams > 1 && ps->k % ps->nstreams != 0) {
+		if (ps->turn != 0) {
 			/* Another stream's piece: its thread encodes and sends it. */
-			rc = hand_over(ps, &ps->st[ps->k % ps->nstreams],
+			rc = hand_over(ps, &ps->st[ps->turn],
 				       &(struct item){ .slot = ps->head, .idx = idx, .at = at,
 						       .len = len, .want = want, .cp = *cp, .h = h });
 			if (rc < 0)
 				break;
-			ps->k++;
+			next_turn(ps, at + len, size);
 			release(ps);
 			if (len < asked)
 				restart_at(ps, fd, fl, at + len);
@@ -471,7 +479,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		if (h->after)
 			h->after(h->arg, rc);
 		hooks_unlock(ps);
-		ps->k++;
+		next_turn(ps, at + len, size);
 		release(ps);
 		if (rc < 0)
 			break;

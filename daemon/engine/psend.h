@@ -15,13 +15,17 @@
  * read again through the cache.
  *
  * Streams (psend_streams_begin): the pieces of one copy may go on several
- * connections to the same peer, piece k on stream k % n. Stream 0 is the
+ * connections to the same peer, a group of pieces on each in turn: the
+ * first piece on stream 0, and after a piece that ends where a chunk of
+ * the manifest ends (a multiple of the group size, or its file's end) the
+ * next on the next stream, so that every chunk's pieces travel on one
+ * stream and its receiving thread can hash the chunk. Stream 0 is the
  * caller's connection, sent on the caller's thread as before; each other
  * stream has a thread of its own that encodes, seals and sends the pieces
  * handed to it, so the codec, the seal and the socket's copies of one
  * transfer spread over n cores. The order of the pieces is implicit in the
- * round robin: a receiver takes piece k from stream k % n (docs/PROTOCOL.md,
- * "Streams"). A buffer handed to a stream is read into again only once that
+ * turns: a receiver follows the same rule to know which stream the next
+ * piece comes on (docs/PROTOCOL.md, "Streams"). A buffer handed to a stream is read into again only once that
  * stream has sent it; a range returns once every piece of it is sent.
  *
  * One psend per thread that sends: psend_open and psend_close are mirrors;
@@ -73,7 +77,8 @@ struct psend {
 	/* Streams, between psend_streams_begin and _end; nstreams 1 otherwise. */
 	unsigned nstreams;
 	struct psend_stream *st;        /* [nstreams]; [0] unused (the caller's) */
-	uint64_t k;                     /* pieces handed out since begin */
+	unsigned turn;                  /* the stream of the next piece */
+	uint64_t group;                 /* a stream's turn ends where a multiple of this ends */
 	pthread_mutex_t mu;             /* the queues, busy, err; the sent hook */
 	pthread_cond_t cv;
 	bool busy[PSEND_DEPTH];         /* handed to a stream, not sent yet */
@@ -96,12 +101,19 @@ struct psend_hooks {
 int psend_open(struct psend *ps, uint64_t rate);
 void psend_close(struct psend *ps);
 
-/* The pieces of the ranges sent until psend_streams_end go round robin on
+/* The pieces of the ranges sent until psend_streams_end go in turns on
  * xs[0..n): xs[0] the x every psend_range is given, xs[1..n) each served
  * by a thread started here (they must stay open until _end). n is 1 to
  * PSEND_MAX_STREAMS; with n == 1 nothing changes. 0, or -errno (no thread
  * left running). */
 int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n);
+/* The group size of the turns (psend.h's opening comment): the chunk size
+ * of the manifest the pieces are of. Before the first piece; 0 or unset: a
+ * turn is one piece. */
+static inline void psend_streams_group(struct psend *ps, uint64_t group)
+{
+	ps->group = group;
+}
 /* Sends MSG_END on xs[1..n) after their last pieces (when ok), stops their
  * threads. 0, or the first failure of a stream (-errno). */
 int psend_streams_end(struct psend *ps, bool ok);

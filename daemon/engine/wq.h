@@ -62,6 +62,17 @@ void wq_close(struct wq *q);
 void wq_begin(struct wq *q, int fd, uint64_t size, bool direct_ok);
 /* A free buffer's index, waiting for a write to finish if none is. */
 int wq_buf(struct wq *q);
+/* Buffer b (free, from wq_buf) becomes full, a buffer filled elsewhere
+ * (WQ_BUF bytes, WQ_ALIGN-aligned, from posix_memalign or aligned_alloc):
+ * the buffer b was is returned, the caller's now. Bytes filled by another
+ * thread are written without a copy. */
+static inline uint8_t *wq_trade(struct wq *q, int b, uint8_t *full)
+{
+	uint8_t *was = q->buf[b];
+
+	q->buf[b] = full;
+	return was;
+}
 /* Writes n bytes of buffer b at off (the buffer is busy until done). 0, or
  * the sticky error of an earlier write. */
 int wq_write(struct wq *q, int b, size_t n, uint64_t off);

@@ -166,11 +166,14 @@ static int finish_file(struct rx *r)
  * chunk is checked at its end only: it is journaled mid-way, and forgotten
  * when it fails). The sync runs on the ring while the next pieces come
  * (wq_sync); the journal line is written once it has completed. */
-static int put_piece(struct rx *r, int b, size_t n)
+static int put_piece(struct rx *r, int b, size_t n, const struct cbuild_sums *sums)
 {
 	struct wq *q = &r->cb.wq;
-	int rc = cbuild_put(&r->cb, b, n);
+	int rc = cbuild_put_sums(&r->cb, b, n, sums);
 
+	if (rc == -EPROTO)
+		return rx_fail(r, rc, "%s: the pieces of chunk %llu came on more than one stream",
+			       r->ce.path, (unsigned long long)r->cb.chunk_no);
 	if (rc == -EBADMSG) {
 		if (!r->ce.nchunks)
 			forget_file(r);
@@ -269,7 +272,7 @@ static int fill_held(struct rx *r, uint64_t upto)
 		if (rc < 0)
 			return held_bad(r, k, rc == -ESTALE ? "is shorter than its manifest says" :
 					strerror(-rc));
-		rc = put_piece(r, b, (size_t)n);
+		rc = put_piece(r, b, (size_t)n, NULL);
 		if (rc == -EBADMSG)
 			return held_bad(r, k, "does not match its digest");
 		if (rc < 0)
@@ -311,17 +314,11 @@ int rx_advance_to(struct rx *r, uint64_t idx, uint64_t off)
 	return 0;
 }
 
-int rx_on_data(struct rx *r, const struct msg *m)
+/* The cursor to a piece at byte off of entry idx: 0, or -errno said. */
+static int piece_at(struct rx *r, uint64_t idx, uint64_t off)
 {
-	uint64_t idx, off;
-	const uint8_t *p;
-	uint8_t *buf;
-	size_t n, raw, used;
-	int b, rc;
+	int rc;
 
-	if (msg_get_u64(m, K_FILE, &idx) < 0 || msg_get_u64(m, K_OFFSET, &off) < 0 ||
-	    msg_get_bytes(m, K_DATA, &p, &n) < 0)
-		return rx_fail(r, -EBADMSG, "a DATA frame without its fields");
 	/* What the journal vouches for is never written again: a piece before
 	 * the resume point would truncate a durable file. */
 	if (idx < r->j_idx || (idx == r->j_idx && off < r->j_off))
@@ -335,12 +332,17 @@ int rx_on_data(struct rx *r, const struct msg *m)
 	if (off != r->cb.at)
 		return rx_fail(r, -EPROTO, "%s: piece at %llu, expected %llu", r->ce.path,
 			    (unsigned long long)off, (unsigned long long)r->cb.at);
-	b = cbuild_buf(&r->cb, &buf);
-	rc = codec_chunk_decode(p, n, buf, REPL_PIECE, &raw, &used);
-	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
-		return rx_fail(r, -EBADMSG, "%s: the piece at %llu is damaged (digest or length)",
-			    r->ce.path, (unsigned long long)off);
-	rc = put_piece(r, b, raw);
+	return 0;
+}
+
+/* The piece in buffer b, raw bytes at off of the current file (sums: its
+ * chunks as a stream's thread hashed them, or NULL), checked and written. */
+static int land(struct rx *r, int b, uint64_t off, size_t raw, const struct cbuild_sums *sums)
+{
+	int rc;
+
+	rx_turn(r, off + raw, r->ce.size);
+	rc = put_piece(r, b, raw, sums);
 	if (rc == -EBADMSG)
 		return rx_fail(r, rc, "%s: chunk %llu does not match its digest", r->ce.path,
 			    (unsigned long long)r->cb.bad_chunk);
@@ -349,6 +351,50 @@ int rx_on_data(struct rx *r, const struct msg *m)
 	r->slot.got += raw;
 	obs_add(OBS_REPLICA_BYTES, raw);
 	return cbuild_done(&r->cb) ? finish_file(r) : 0;
+}
+
+static int damaged(struct rx *r, uint64_t off)
+{
+	return rx_fail(r, -EBADMSG, "%s: the piece at %llu is %s", r->ce.path,
+		       (unsigned long long)off, RX_DAMAGED);
+}
+
+int rx_on_data(struct rx *r, const struct msg *m)
+{
+	uint64_t idx, off;
+	const uint8_t *p;
+	uint8_t *buf;
+	size_t n, raw, used;
+	int b, rc;
+
+	if (msg_get_u64(m, K_FILE, &idx) < 0 || msg_get_u64(m, K_OFFSET, &off) < 0 ||
+	    msg_get_bytes(m, K_DATA, &p, &n) < 0)
+		return rx_fail(r, -EBADMSG, RX_NO_FIELDS);
+	if ((rc = piece_at(r, idx, off)) < 0)
+		return rc;
+	b = cbuild_buf(&r->cb, &buf);
+	rc = codec_chunk_decode(p, n, buf, REPL_PIECE, &raw, &used);
+	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
+		return damaged(r, off);
+	return land(r, b, off, raw, NULL);
+}
+
+int rx_on_piece(struct rx *r, struct rx_piece *pc)
+{
+	uint8_t *buf;
+	int b, rc;
+
+	if (pc->bad == RX_PIECE_NO_FIELDS)
+		return rx_fail(r, -EBADMSG, RX_NO_FIELDS);
+	if ((rc = piece_at(r, pc->idx, pc->off)) < 0)
+		return rc;
+	if (pc->bad || pc->off + pc->raw > r->ce.size)
+		return damaged(r, pc->off);
+	/* The piece is written from the stream's buffer; the stream gets the
+	 * free one in its place. */
+	b = cbuild_buf(&r->cb, &buf);
+	pc->buf = wq_trade(&r->cb.wq, b, pc->buf);
+	return land(r, b, pc->off, pc->raw, &pc->sums);
 }
 
 /* ---- offer, publication ---- */

@@ -210,6 +210,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	rc = rx_take_offer(r, size);
 	if (rc < 0)
 		goto out;
+	rx_streams_chunk_size(r, r->chunk_size);    /* before WANT: before any piece */
 	snprintf(rel, sizeof(rel), "%s/%s/%s/%s", r->origin, r->job, r->step, MF_NAME);
 	msg_init(&m, MSG_WANT);
 	if (ckpt_manifest_root(r->rr_fd, rel, &have, NULL, NULL, 0) == 0 && digest_eq(have, r->root)) {
@@ -245,7 +246,9 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		goto out;
 	}
 	for (;;) {
-		rc = rx_recv(r, &m);
+		struct rx_piece *pc;
+
+		rc = rx_recv(r, &m, &pc);
 		if (rc < 0 && r->why[0])
 			goto out;       /* a stream's failure, said */
 		if (rc < 0) {
@@ -258,9 +261,11 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 			msg_free(&m);
 			break;
 		}
-		rc = m.type == MSG_DATA ? rx_on_data(r, &m) :
+		rc = pc ? rx_on_piece(r, pc) : m.type == MSG_DATA ? rx_on_data(r, &m) :
 			rx_fail(r, -EPROTO, "unexpected frame type %u", m.type);
 		msg_free(&m);
+		if (pc)
+			rx_piece_done(r, pc);
 		if (rc < 0)
 			goto out;
 	}

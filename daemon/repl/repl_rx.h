@@ -23,14 +23,33 @@ _Static_assert(WQ_BUF == REPL_PIECE, "a write buffer holds one piece");
 
 #define RX_STREAM_DEPTH 4          /* pieces a further stream may hold ready */
 
+#define RX_NO_FIELDS "a DATA frame without its fields"
+#define RX_DAMAGED "damaged (digest or length)"
+enum { RX_PIECE_OK, RX_PIECE_NO_FIELDS, RX_PIECE_DAMAGED };    /* rx_piece.bad */
+
+/* A piece a further stream's thread received, decoded and hashed, for the
+ * offer's thread to check and write. */
+struct rx_piece {
+	uint16_t type;                 /* MSG_DATA, or MSG_END (nothing else) */
+	int bad;                       /* MSG_DATA that could not be read: RX_PIECE_... */
+	uint64_t idx, off;             /* K_FILE, K_OFFSET */
+	size_t raw;                    /* bytes decoded into buf */
+	uint8_t *buf;                  /* REPL_PIECE bytes, WQ_ALIGN-aligned: the stream's,
+					* kept across pieces (traded with the writer's) */
+	struct cbuild_sums sums;       /* its chunks, hashed on the stream's thread */
+};
+
 /* A further stream of the offer (repl_streams.c): its connection is served
- * by a thread of its own, which queues the pieces for the offer's. */
+ * by a thread of its own, which decodes and hashes the pieces and queues
+ * them for the offer's. */
 struct rx_stream {
 	struct xport *x;               /* while attached: that thread's connection */
 	bool attached;                 /* a thread serves it now */
 	bool used;                     /* it has attached, this offer */
 	int err;                       /* it failed: the offer fails (-errno) */
-	struct msg q[RX_STREAM_DEPTH]; /* its pieces, then its MSG_END */
+	struct rx_piece q[RX_STREAM_DEPTH]; /* its pieces, then its MSG_END; the slot
+					     * after the last is the stream thread's
+					     * to fill, the others' the offer's */
 	unsigned qh, qn;
 	char why[1024];
 };
@@ -76,11 +95,14 @@ struct rx {
 	int fd;
 	uint64_t synced;               /* offset journaled (made durable first) */
 	uint64_t asked;                /* offset a sync was last asked for */
-	/* Streams (docs/PROTOCOL.md, "Streams"): piece k of the offer comes
-	 * on stream k % nstreams, stream 0 being x itself. */
+	/* Streams (docs/PROTOCOL.md, "Streams"): the pieces of the offer come
+	 * on the streams in turns, a chunk's pieces on one stream, stream 0
+	 * being x itself. */
 	unsigned nstreams;             /* 1: x alone */
 	struct rx_stream *streams;     /* [nstreams], [0] unused */
-	uint64_t k;                    /* pieces taken this offer */
+	unsigned turn;                 /* the stream the next piece comes on */
+	uint64_t cs;                   /* the offer's chunk size for the streams' hashers,
+					* under smu; 0 until the offer is read */
 	bool data_end;                 /* a stream ended: x's MSG_END is next */
 	bool closing;                  /* the offer is over (or a newer one of the same
 					* sender took over): no stream may attach */
@@ -102,8 +124,9 @@ int rx_fail(struct rx *r, int err, const char *fmt, ...) __attribute__((format(p
 int rx_next_entry(struct rx *r);
 /* The cursor to entry idx (byte off of it), making what it passes. */
 int rx_advance_to(struct rx *r, uint64_t idx, uint64_t off);
-/* One MSG_DATA piece. */
+/* One MSG_DATA piece: of stream 0 (m), or of a further stream (pc). */
 int rx_on_data(struct rx *r, const struct msg *m);
+int rx_on_piece(struct rx *r, struct rx_piece *pc);
 /* The offer's manifest, size bytes, into .incoming (resume point read). */
 int rx_take_offer(struct rx *r, uint64_t size);
 /* Everything durable, the manifest, the rename into place, retention. */
@@ -114,8 +137,15 @@ void rx_drop_incoming(struct rx *r);
 int rx_streams_open(struct rx *r, unsigned n);
 /* Ends the streams of the offer: none attached, nothing queued. */
 void rx_streams_close(struct rx *r);
-/* The offer's next frame: x's, or with streams the next piece in order
- * and, after the last, x's MSG_END. 0, or -errno with r->why. */
-int rx_recv(struct rx *r, struct msg *m);
+/* The offer's next frame: x's (in m), or with streams the next piece in
+ * order (x's in m, a further stream's in *pc, to be handed back with
+ * rx_piece_done once taken) and, after the last, x's MSG_END. 0, or -errno
+ * with r->why. */
+int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc);
+void rx_piece_done(struct rx *r, const struct rx_piece *pc);
+/* After a piece that ends at end of a file of size bytes: whose turn is next. */
+void rx_turn(struct rx *r, uint64_t end, uint64_t size);
+/* The offer's chunk size, for the streams' hashers. */
+void rx_streams_chunk_size(struct rx *r, uint64_t cs);
 
 #endif

@@ -339,6 +339,7 @@ static int send_files(struct sender *s, struct out *o, int step_fd, uint64_t wan
 	o->step_fd = step_fd;
 	while ((rc = mf_reader_next(mr, &e)) == 1) {
 		o->chunk = mf_reader_chunk_size(mr);
+		psend_streams_group(&s->ps, o->chunk);   /* a chunk's pieces on one stream */
 		if (idx >= want_idx && e.type == MF_FILE && e.size > 0) {
 			uint64_t off = idx == want_idx ? want_off : 0;
 

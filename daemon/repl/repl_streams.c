@@ -1,13 +1,20 @@
 /* The receiver's further streams (docs/PROTOCOL.md, "Streams").
  *
- * An offer with K_STREAMS n > 1 gets its pieces round robin over n
- * connections from its sender: piece k on stream k % n, stream 0 the
- * offer's own connection. Each further stream arrives as MSG_STREAM on a
- * connection of its own, served by that connection's thread here
- * (repl_recv_stream): it receives and checks the seal of its pieces and
- * queues them, at most RX_STREAM_DEPTH, for the offer's thread, which takes
- * them in order (rx_recv) and builds the copy as from one connection: the
- * journal, the held chunks and every check are unchanged.
+ * An offer with K_STREAMS n > 1 gets its pieces over n connections from
+ * its sender, in turns: the first piece on stream 0 (the offer's own
+ * connection), and after a piece that ends where a chunk of the offer ends
+ * (a multiple of its chunk size, or its file's end) the next on the next
+ * stream, so a chunk's pieces all come on one stream. Each further stream
+ * arrives as MSG_STREAM on a connection of its own, served by that
+ * connection's thread here (repl_recv_stream): it checks the seal of its
+ * pieces, decodes them (the codec's digest checked) and hashes their
+ * chunks (cbuild_hash), and queues them, at most RX_STREAM_DEPTH, for the
+ * offer's thread, which takes them in turn (rx_recv) and builds the copy as
+ * from one connection: it compares each chunk's digest and hashes the
+ * whole file; the journal, the held chunks and every check are unchanged.
+ * So every byte's seal, decode and chunk hash spread over the streams'
+ * threads, and the offer's thread keeps one hash and one copy per byte of
+ * those (and stream 0's pieces, which it still takes whole).
  *
  * States of a further stream, under r->smu:
  *
@@ -17,14 +24,16 @@
  * Invariants: a stream attaches only while the offer is registered and not
  * closing; rx_streams_close sets closing, shuts every attached stream's
  * connection and waits until none is attached before the offer's memory
- * goes, so no stream thread ever touches a freed offer. A stream's MSG_END
- * is the last thing it queues. The order of pieces is the round robin
- * itself, so once a stream has ended every other stream's next is its
- * MSG_END too, and then stream 0's MSG_END: anything else is refused.
+ * goes, so no stream thread ever touches a freed offer. The queue's slots
+ * [qh, qh + qn) are the offer thread's (the head one lent to it between
+ * rx_recv and rx_piece_done), the slot after them the stream thread's to
+ * fill, unlocked, once it is free. A stream's MSG_END is the last thing it
+ * queues. Once the stream whose turn it is has ended, every other stream's
+ * next is its MSG_END too, and then stream 0's: anything else is refused.
  *
- * No deadlock: the offer's thread waits only for the piece due, k. Every
- * piece below k is taken, so the queue of k's stream holds nothing before
- * k: when full, k is at its head.
+ * No deadlock: the offer's thread waits only for the piece due. Every
+ * piece before it is taken, so the queue of its stream holds nothing
+ * before it: when full, it is at its head.
  */
 #include "daemon/repl/repl_rx.h"
 
@@ -34,13 +43,15 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/codec.h"
 #include "common/log.h"
 #include "daemon/net/peer.h"
 
 int rx_streams_open(struct rx *r, unsigned n)
 {
 	r->nstreams = 1;
-	r->k = 0;
+	r->turn = 0;
+	r->cs = 0;
 	r->data_end = r->closing = false;
 	if (n <= 1)
 		return 0;
@@ -65,22 +76,30 @@ void rx_streams_close(struct rx *r)
 		while (r->streams[j].attached)
 			pthread_cond_wait(&r->scv, &r->smu);
 	pthread_mutex_unlock(&r->smu);
-	for (unsigned j = 1; j < r->nstreams; j++) {
-		struct rx_stream *st = &r->streams[j];
-
-		while (st->qn) {
-			msg_free(&st->q[st->qh]);
-			st->qh = (st->qh + 1) % RX_STREAM_DEPTH;
-			st->qn--;
-		}
-	}
+	for (unsigned j = 1; j < r->nstreams; j++)
+		for (unsigned i = 0; i < RX_STREAM_DEPTH; i++)
+			free(r->streams[j].q[i].buf);
 	free(r->streams);
 	r->streams = NULL;
 	r->nstreams = 1;
 }
 
-/* The next thing stream j queued, waiting up to the peer timeout. */
-static int pop(struct rx *r, unsigned j, struct msg *m)
+void rx_streams_chunk_size(struct rx *r, uint64_t cs)
+{
+	pthread_mutex_lock(&r->smu);
+	r->cs = cs;
+	pthread_mutex_unlock(&r->smu);
+}
+
+void rx_turn(struct rx *r, uint64_t end, uint64_t size)
+{
+	if (r->nstreams > 1 && (!r->chunk_size || end % r->chunk_size == 0 || end == size))
+		r->turn = (r->turn + 1) % r->nstreams;
+}
+
+/* The next thing stream j queued (lent: rx_piece_done gives it back),
+ * waiting up to the peer timeout. */
+static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
 {
 	struct rx_stream *st = &r->streams[j];
 	struct timespec until;
@@ -91,10 +110,7 @@ static int pop(struct rx *r, unsigned j, struct msg *m)
 	while (!st->qn && !st->err && !r->closing && rc != ETIMEDOUT)
 		rc = pthread_cond_timedwait(&r->scv, &r->smu, &until);
 	if (st->qn) {
-		*m = st->q[st->qh];
-		st->qh = (st->qh + 1) % RX_STREAM_DEPTH;
-		st->qn--;
-		pthread_cond_broadcast(&r->scv);
+		*pc = &st->q[st->qh];
 		rc = 0;
 	} else if (st->err) {
 		/* A stream's connection lost (not a rule broken: -EPROTO) loses
@@ -116,32 +132,48 @@ static int pop(struct rx *r, unsigned j, struct msg *m)
 	return rc;
 }
 
+void rx_piece_done(struct rx *r, const struct rx_piece *pc)
+{
+	struct rx_stream *st = NULL;
+
+	for (unsigned j = 1; j < r->nstreams && !st; j++)
+		if (pc >= r->streams[j].q && pc < r->streams[j].q + RX_STREAM_DEPTH)
+			st = &r->streams[j];
+	pthread_mutex_lock(&r->smu);
+	st->qh = (st->qh + 1) % RX_STREAM_DEPTH;
+	st->qn--;
+	pthread_cond_broadcast(&r->scv);
+	pthread_mutex_unlock(&r->smu);
+}
+
 /* After the first stream to end: every other further stream's next must
  * be its MSG_END (skip: the one already taken). */
 static int all_ended(struct rx *r, unsigned skip)
 {
 	for (unsigned j = 1; j < r->nstreams; j++) {
-		struct msg m;
+		struct rx_piece *pc;
 		int rc;
 
 		if (j == skip)
 			continue;
-		if ((rc = pop(r, j, &m)) < 0)
+		if ((rc = pop(r, j, &pc)) < 0)
 			return rc;
-		rc = m.type;
-		msg_free(&m);
+		rc = pc->type;
+		rx_piece_done(r, pc);
 		if (rc != MSG_END)
 			return rx_fail(r, -EPROTO, "stream %u: a piece after another stream "
-				       "ended (out of the round robin)", j);
+				       "ended (out of its turn)", j);
 	}
 	return 0;
 }
 
-int rx_recv(struct rx *r, struct msg *m)
+int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc)
 {
+	struct rx_piece *p;
 	unsigned j;
 	int rc;
 
+	*pc = NULL;
 	if (r->nstreams <= 1 || r->data_end) {
 		rc = r->x->ops->recv(r->x, m);
 		if (rc == 0 && r->data_end && m->type != MSG_END) {
@@ -151,45 +183,58 @@ int rx_recv(struct rx *r, struct msg *m)
 		}
 		return rc;
 	}
-	j = (unsigned)(r->k % r->nstreams);
+	j = r->turn;
 	if (j == 0) {
 		rc = r->x->ops->recv(r->x, m);
-		if (rc < 0 || m->type != MSG_END) {
-			if (rc == 0 && m->type == MSG_DATA)
-				r->k++;
+		if (rc < 0 || m->type != MSG_END)
 			return rc;      /* the caller says what a stray type is */
-		}
 		r->data_end = true;
 		if ((rc = all_ended(r, 0)) < 0)
 			msg_free(m);
 		return rc;
 	}
-	if ((rc = pop(r, j, m)) < 0)
+	if ((rc = pop(r, j, &p)) < 0)
 		return rc;
-	if (m->type == MSG_DATA) {
-		r->k++;
+	if (p->type == MSG_DATA) {
+		msg_init(m, MSG_DATA);  /* its fields are in *pc */
+		*pc = p;
 		return 0;
 	}
-	msg_free(m);            /* stream j's MSG_END: the pieces are all here */
+	rx_piece_done(r, p);    /* stream j's MSG_END: the pieces are all here */
 	r->data_end = true;
 	if ((rc = all_ended(r, j)) < 0)
 		return rc;
-	return rx_recv(r, m);
+	return rx_recv(r, m, pc);
 }
 
-/* Queues m on st, waiting while it is full: 0, or -ECANCELED (the offer
- * is closing; m freed). Under r->smu. */
-static int push(struct rx *r, struct rx_stream *st, struct msg *m)
+/* Fills pc from m: the piece decoded into pc's buffer and its chunks
+ * hashed (a piece that cannot be read is queued as such, for the offer's
+ * thread to refuse in its turn). 0 or -ENOMEM. */
+static int prepare(struct rx_piece *pc, const struct msg *m, uint64_t cs,
+		   struct cbuild_hasher *h)
 {
-	while (st->qn == RX_STREAM_DEPTH && !r->closing)
-		pthread_cond_wait(&r->scv, &r->smu);
-	if (r->closing) {
-		msg_free(m);
-		return -ECANCELED;
+	const uint8_t *p;
+	size_t n, used;
+
+	pc->type = m->type;
+	pc->bad = RX_PIECE_OK;
+	pc->raw = 0;
+	pc->sums.cs = 0;
+	if (m->type != MSG_DATA)
+		return 0;
+	if (!pc->buf && !(pc->buf = aligned_alloc(WQ_ALIGN, REPL_PIECE)))
+		return -ENOMEM;
+	if (msg_get_u64(m, K_FILE, &pc->idx) < 0 || msg_get_u64(m, K_OFFSET, &pc->off) < 0 ||
+	    msg_get_bytes(m, K_DATA, &p, &n) < 0) {
+		pc->bad = RX_PIECE_NO_FIELDS;
+		return 0;
 	}
-	st->q[(st->qh + st->qn) % RX_STREAM_DEPTH] = *m;
-	st->qn++;
-	pthread_cond_broadcast(&r->scv);
+	if (codec_chunk_decode(p, n, pc->buf, REPL_PIECE, &pc->raw, &used) < 0 || used != n ||
+	    pc->raw == 0) {
+		pc->bad = RX_PIECE_DAMAGED;
+		return 0;
+	}
+	cbuild_hash(h, cs, pc->idx, pc->off, pc->buf, pc->raw, &pc->sums);
 	return 0;
 }
 
@@ -230,6 +275,7 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 {
 	char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], key[3 * (CKPT_NAME_MAX + 1)];
 	char *hex = NULL, why[1024] = "";
+	struct cbuild_hasher h = { 0 };
 	struct rx_stream *st;
 	struct rx *r = NULL;
 	digest_t root;
@@ -259,14 +305,18 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 	}
 	st = &r->streams[idx];
 	/* A stream replicates: its thread yields to the trainer, as the
-	 * offer's does (repl_background is idempotent). It waits n pieces
+	 * offer's does (repl_background is idempotent). It waits n turns
 	 * between its own, so no timeout of its own: the offer's thread waits
 	 * at most the peer timeout for each piece due and ends the streams
 	 * then, and keepalive finds a dead peer. */
 	repl_background("a stream of a copy");
 	x->ops->set_timeout(x, 0);
-	for (;;) {
+	if ((rc = cbuild_hasher_open(&h)) < 0)
+		snprintf(why, sizeof(why), "no memory for its hasher");
+	while (rc == 0) {
+		struct rx_piece *pc;
 		struct msg m;
+		uint64_t cs;
 
 		rc = x->ops->recv(x, &m);
 		if (rc < 0) {
@@ -281,24 +331,38 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 			rc = -EPROTO;
 			break;
 		}
+		/* The slot after the queue's last, once free, is this thread's
+		 * to fill without the lock. */
 		pthread_mutex_lock(&r->smu);
-		rc = push(r, st, &m);
-		if (rc == 0 && m.type == MSG_END) {
+		while (st->qn == RX_STREAM_DEPTH && !r->closing)
+			pthread_cond_wait(&r->scv, &r->smu);
+		pc = &st->q[(st->qh + st->qn) % RX_STREAM_DEPTH];
+		cs = r->cs;
+		rc = r->closing ? -ECANCELED : 0;
+		pthread_mutex_unlock(&r->smu);
+		if (rc == 0 && (rc = prepare(pc, &m, cs, &h)) < 0)
+			snprintf(why, sizeof(why), "no memory for its pieces");
+		msg_free(&m);
+		if (rc == -ECANCELED)
+			snprintf(why, sizeof(why), "the offer ended");
+		if (rc < 0)
+			break;
+		pthread_mutex_lock(&r->smu);
+		st->qn++;
+		pthread_cond_broadcast(&r->scv);
+		if (pc->type == MSG_END) {
 			/* Detached with its end queued, in one step: the offer,
 			 * finishing, never shuts a stream that ended well. The
 			 * connection goes back to serving requests. */
 			st->attached = false;
 			st->x = NULL;
-			pthread_cond_broadcast(&r->scv);
 			pthread_mutex_unlock(&r->smu);
+			cbuild_hasher_close(&h);
 			return 0;
 		}
 		pthread_mutex_unlock(&r->smu);
-		if (rc < 0) {
-			snprintf(why, sizeof(why), "the offer ended");
-			break;
-		}
 	}
+	cbuild_hasher_close(&h);
 	pthread_mutex_lock(&r->smu);
 	if (rc < 0 && !st->err) {
 		st->err = rc;

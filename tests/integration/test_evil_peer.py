@@ -185,8 +185,8 @@ def test_data_not_matching_refused(trio):
 def test_streams_refused(trio):
     """Streams (docs/PROTOCOL.md, "Streams") that break their rules: a
     stream of an offer nobody made, an offer on more than 16, a stream
-    beyond the offer's count, and a piece on stream 0 in stream 1's turn
-    after stream 1 ended. Each is refused, naming what was wrong; nothing is
+    beyond the offer's count, a piece on stream 0 in stream 1's turn
+    after stream 1 ended, and a chunk's pieces split over two streams. Each is refused, naming what was wrong; nothing is
     published; a real commit then replicates."""
     t = trio
     run_refusals(t, [
@@ -194,6 +194,8 @@ def test_streams_refused(trio):
         ("stream_too_many", r"from n2: an offer on 17 streams \(1 to 16\)"),
         ("stream_index_range", "from n2: stream 2 of an offer of 2 streams"),
         ("stream_out_of_turn", "from n2: frame type 37 after the streams ended"),
+        ("stream_chunk_split", r"from n2: stream 1: a piece after another stream ended "
+                               r"\(out of its turn\)"),
     ])
     assert t.published() == []
     t.legit_commit()

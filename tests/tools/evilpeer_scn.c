@@ -776,7 +776,7 @@ out:
 
 /* ---- scenarios: streams (docs/PROTOCOL.md, "Streams") ---- */
 
-enum { S_NO_OFFER, S_TOO_MANY, S_INDEX_RANGE, S_OUT_OF_TURN };
+enum { S_NO_OFFER, S_TOO_MANY, S_INDEX_RANGE, S_OUT_OF_TURN, S_CHUNK_SPLIT };
 
 /* MSG_STREAM on c for the offer of c->step, stream idx. */
 static int stream_attach(struct ctx *c, digest_t root, uint64_t idx)
@@ -837,9 +837,26 @@ static int scn_stream(struct ctx *c, int how)
 		c2.x->ops->close(c2.x);
 		return verdict;
 	}
-	/* S_OUT_OF_TURN: stream 1 ends at once, stream 0 sends piece 0 and
-	 * then piece 1, whose turn was stream 1's: the round robin ended at
-	 * piece 1, so stream 0's next frame must be MSG_END. */
+	if (how == S_CHUNK_SPLIT) {
+		/* A chunk's two halves on two streams: the first half does
+		 * not end the chunk, so the second is stream 0's too; stream
+		 * 0 ends instead, with stream 1's piece still to be taken. */
+		rc = stream_attach(&c2, root, 1);
+		rc = rc ? rc : send_bytes(&c2, E_A, CHUNK / 2, CHUNK, UINT64_MAX);
+		msg_init(&m, MSG_END);
+		rc = rc ? rc : sendm(&c2, &m);
+		rc = rc ? rc : send_bytes(c, E_A, 0, CHUNK / 2, UINT64_MAX);
+		msg_init(&m, MSG_END);
+		rc = rc ? rc : sendm(c, &m);
+		if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
+			say("evilpeer: sending: %s", strerror(-rc));
+		verdict = expect_refusal(c, true);
+		c2.x->ops->close(c2.x);
+		return verdict;
+	}
+	/* S_OUT_OF_TURN: stream 1 ends at once, stream 0 sends piece 0 (a
+	 * whole chunk) and then piece 1, whose turn was stream 1's: the turns
+	 * ended at piece 1, so stream 0's next frame must be MSG_END. */
 	rc = stream_attach(&c2, root, 1);
 	msg_init(&m, MSG_END);
 	rc = rc ? rc : sendm(&c2, &m);
@@ -858,6 +875,7 @@ const struct scenario evil_scenarios[] = {
 	{ "stream_too_many", scn_stream, S_TOO_MANY },
 	{ "stream_index_range", scn_stream, S_INDEX_RANGE },
 	{ "stream_out_of_turn", scn_stream, S_OUT_OF_TURN },
+	{ "stream_chunk_split", scn_stream, S_CHUNK_SPLIT },
 	{ "offer_setid", scn_offer, O_SETID },
 	{ "offer_unknown_keys", scn_offer, O_UNKNOWN_KEYS },
 	{ "offer_other_origin", scn_offer, O_OTHER_ORIGIN },

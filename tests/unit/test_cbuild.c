@@ -5,7 +5,13 @@
  * the chunks before it staying there as fed; a resumed file's durable part is
  * read back and checked (and refused when it was changed); a manifest
  * whose chunks match but whose file digest does not is caught at the end;
- * and more bytes than the file has are refused. */
+ * and more bytes than the file has are refused. Chunks hashed by other
+ * threads (a receiver's streams): pieces handed over with their hashers'
+ * sums, in turns as a receiver takes them, build the same files; a chunk
+ * the hasher saw wrong, or a sum that is wrong, is refused at that chunk;
+ * a chunk begun with sums that goes on without them, or with a hasher that
+ * did not see its start, is refused without writing; a chunk begun here
+ * ignores sums until its end. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -359,6 +365,160 @@ static void test_patch_in_place(void **state)
 	free(disk);
 }
 
+/* Pieces of `piece` bytes hashed in turns by nh hashers, as a receiver's
+ * streams do (after a piece that ends a chunk or the file, the next
+ * hasher), and put with their sums. flip_at: a byte flipped before its
+ * hasher sees it (SIZE_MAX: none); bad_sum: the piece whose first sum is
+ * flipped after hashing (SIZE_MAX: none). The first error, or 0. */
+static int feed_sums(struct cbuild *b, const uint8_t *p, size_t n, uint64_t cs, size_t piece,
+		     unsigned nh, size_t flip_at, size_t bad_sum)
+{
+	struct cbuild_hasher h[4];
+	struct cbuild_sums *s = malloc(sizeof(*s));
+	unsigned turn = 0;
+	size_t k = 0;
+	int rc = 0;
+
+	for (unsigned j = 0; j < nh; j++)
+		assert_int_equal(cbuild_hasher_open(&h[j]), 0);
+	for (size_t off = 0; off < n && rc == 0; k++) {
+		size_t len = n - off < piece ? n - off : piece;
+		uint8_t *buf;
+		int i = cbuild_buf(b, &buf);
+
+		memcpy(buf, p + off, len);
+		if (flip_at >= off && flip_at < off + len)
+			buf[flip_at - off] ^= 0x40;
+		cbuild_hash(&h[turn], cs, 7, off, buf, len, s);
+		if (k == bad_sum)
+			s->d[0].low64 ^= 1;
+		rc = cbuild_put_sums(b, i, len, s);
+		off += len;
+		if ((off % cs) == 0 || off == n)
+			turn = (turn + 1) % nh;
+	}
+	for (unsigned j = 0; j < nh; j++)
+		cbuild_hasher_close(&h[j]);
+	free(s);
+	return rc;
+}
+
+static void test_sums_build_the_same_files(void **state)
+{
+	static const size_t sizes[] = { 1, CHUNK + 1, 5 * CHUNK + 17, 3 * WQ_BUF + 4095,
+					9 * WQ_BUF + 123 };
+	static const uint64_t css[] = { CHUNK, 4 * WQ_BUF };
+	struct cbuild b;
+
+	assert_int_equal(cbuild_open(&b), 0);
+	for (size_t c = 0; c < 2; c++)
+		for (size_t z = 0; z < sizeof(sizes) / sizeof(*sizes); z++) {
+			uint8_t *p = pattern(sizes[z], (unsigned)(z + 11 * c));
+			struct mf_entry e;
+			char path[64];
+			int fd = temp_file(path, sizeof(path));
+
+			entry_of(&e, p, sizes[z], css[c]);
+			for (unsigned nh = 1; nh <= 3; nh += 2) {
+				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, true), 0);
+				assert_int_equal(feed_sums(&b, p, sizes[z], css[c], WQ_BUF, nh,
+							   SIZE_MAX, SIZE_MAX), 0);
+				assert_true(cbuild_done(&b));
+				assert_int_equal(cbuild_end(&b), 0);
+				check_file(fd, p, sizes[z]);
+			}
+			/* The hasher saw a flipped byte: its chunk is refused. */
+			if (e.nchunks) {
+				size_t at = sizes[z] / 2;
+
+				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, true), 0);
+				assert_int_equal(feed_sums(&b, p, sizes[z], css[c], WQ_BUF, 3, at,
+							   SIZE_MAX), -EBADMSG);
+				assert_int_equal(b.bad_chunk, at / css[c]);
+				assert_int_equal(cbuild_end(&b), 0);
+			}
+			/* A sum that is wrong (the bytes right): refused. */
+			if (e.nchunks && sizes[z] >= css[c]) {
+				size_t last = (css[c] - 1) / WQ_BUF;   /* the piece ending chunk 0 */
+
+				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, true), 0);
+				assert_int_equal(feed_sums(&b, p, sizes[z], css[c], WQ_BUF, 3,
+							   SIZE_MAX, last), -EBADMSG);
+				assert_int_equal(b.bad_chunk, 0);
+				assert_int_equal(cbuild_end(&b), 0);
+			}
+			close(fd);
+			unlink(path);
+			mf_entry_free(&e);
+			free(p);
+		}
+	cbuild_close(&b);
+}
+
+/* Chunks of 4 pieces. Begun with sums, a chunk goes on only with sums of
+ * the hasher that saw its start; begun here, it ignores sums to its end. */
+static void test_sums_stay_with_their_chunk(void **state)
+{
+	uint64_t cs = 4 * WQ_BUF;
+	size_t n = 8 * WQ_BUF;
+	uint8_t *p = pattern(n, 5), *buf;
+	struct cbuild_hasher h1, h2;
+	struct cbuild_sums *s = malloc(sizeof(*s));
+	struct cbuild b;
+	struct mf_entry e;
+	char path[64];
+	int fd = temp_file(path, sizeof(path)), i;
+
+	entry_of(&e, p, n, cs);
+	assert_int_equal(cbuild_open(&b), 0);
+	assert_int_equal(cbuild_hasher_open(&h1), 0);
+	assert_int_equal(cbuild_hasher_open(&h2), 0);
+	assert_int_equal(cbuild_begin(&b, &e, cs, fd, 0, true), 0);
+	i = cbuild_buf(&b, &buf);
+	memcpy(buf, p, WQ_BUF);
+	cbuild_hash(&h1, cs, 0, 0, buf, WQ_BUF, s);
+	assert_true(s->head);
+	assert_int_equal(cbuild_put_sums(&b, i, WQ_BUF, s), 0);
+	/* Without sums: refused, and nothing taken. */
+	i = cbuild_buf(&b, &buf);
+	memcpy(buf, p + WQ_BUF, WQ_BUF);
+	assert_int_equal(cbuild_put_sums(&b, i, WQ_BUF, NULL), -EPROTO);
+	assert_int_equal(b.at, WQ_BUF);
+	/* With a hasher that did not see the chunk's start: refused. */
+	cbuild_hash(&h2, cs, 0, WQ_BUF, buf, WQ_BUF, s);
+	assert_false(s->head);
+	assert_int_equal(cbuild_put_sums(&b, i, WQ_BUF, s), -EPROTO);
+	assert_int_equal(b.at, WQ_BUF);
+	/* Sums of other bytes count as none. */
+	cbuild_hash(&h1, cs, 0, 2 * WQ_BUF, buf, WQ_BUF, s);
+	assert_int_equal(cbuild_put_sums(&b, i, WQ_BUF, s), -EPROTO);
+	assert_int_equal(cbuild_end(&b), 0);
+
+	/* Begun here: a hasher's sums from mid-chunk on are ignored, and the
+	 * next chunk, begun with sums, takes them. */
+	assert_int_equal(cbuild_begin(&b, &e, cs, fd, 0, true), 0);
+	cbuild_hasher_close(&h1);
+	assert_int_equal(cbuild_hasher_open(&h1), 0);
+	for (size_t off = 0; off < n; off += WQ_BUF) {
+		i = cbuild_buf(&b, &buf);
+		memcpy(buf, p + off, WQ_BUF);
+		cbuild_hash(&h1, cs, 0, off, buf, WQ_BUF, s);
+		assert_int_equal(cbuild_put_sums(&b, i, WQ_BUF, off == 0 ? NULL : s), 0);
+		assert_int_equal(b.ext, off >= cs);
+	}
+	assert_int_equal(cbuild_end(&b), 0);
+	check_file(fd, p, n);
+
+	cbuild_hasher_close(&h1);
+	cbuild_hasher_close(&h2);
+	cbuild_close(&b);
+	close(fd);
+	unlink(path);
+	mf_entry_free(&e);
+	free(s);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -369,6 +529,8 @@ int main(void)
 		cmocka_unit_test(test_resume_checks_what_is_kept),
 		cmocka_unit_test(test_file_digest_and_size_are_checked),
 		cmocka_unit_test(test_patch_in_place),
+		cmocka_unit_test(test_sums_build_the_same_files),
+		cmocka_unit_test(test_sums_stay_with_their_chunk),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
