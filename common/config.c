@@ -231,7 +231,10 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "connections a restore fetches over at once, spread over the holders of intact copies" },
 	{ KEY_INT("transfer", "streams", streams), .min = 1, .max = 16, .def = "1",
 	  .doc = "connections each copy to a partner goes on, a thread each side per connection "
-		 "(its pieces round robin over them)" },
+		 "(each chunk's pieces on one, the streams in turns)" },
+	{ KEY_INT("transfer", "hash_threads", hash_threads), .min = 0, .max = 16, .def = "0",
+	  .doc = "threads hashing a commit's files at once (a file is one thread's); "
+		 "0: a quarter of the cores, 1 to 8" },
 	{ KEY_ENUM("transfer", "priority", priority, priority_names), .def = "low",
 	  .doc = "low | normal: CPU and I/O priority of hashing commits, sending and receiving replicas" },
 

@@ -51,6 +51,7 @@ struct stage_config {
 	uint64_t rate;              /* extension: replication cap, bytes/s per partner, 0: none */
 	uint64_t memory;            /* extension: I/O buffer budget per job, bytes */
 	uint32_t files_in_flight;   /* extension: files open at once per pull */
+	int hash_threads;           /* extension: threads hashing a commit; 0: automatic */
 	uint64_t io_size;           /* extension: largest single read/write, bytes */
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
 	int priority;               /* extension: enum cfg_priority of replication's threads */

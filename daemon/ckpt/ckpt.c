@@ -5,12 +5,23 @@
  * order, so entries wait in a window until every entry before them is
  * ready, then go to the writer in order. The window has WINDOW slots, so
  * memory is bounded whatever the number of shards.
+ *
+ * Lanes ([transfer] hash_threads): with more than one, each lane is a
+ * thread with a copier of its own (memory and files in flight split
+ * between them), and the walk hands each file to the lane with the fewest
+ * bytes still to hash, so a step of a few big shards is hashed on as many
+ * cores as it has shards (one file's digest is sequential: a file is
+ * always one lane's). The lanes start from the committer's thread, so they
+ * act as the step's owner as it does (fs/cred.h). Under b->mu: the
+ * window's done flags, the lanes' queues and bytes, err and why; a lane's
+ * copier is its thread's alone.
  */
 #include "daemon/ckpt/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +37,7 @@
 
 #define WINDOW 1024
 #define MF_TMP "manifest.commit"
+#define LANES_MAX 16
 
 int ckpt_parse(const struct stage_config *cfg, const char *path, char job[CKPT_NAME_MAX + 1],
 	       char step[CKPT_NAME_MAX + 1], char *why, size_t whylen)
@@ -196,10 +208,24 @@ struct slot {
 	struct mf_entry e;       /* owned; e.path also names the file for the copier */
 	int dirfd;               /* owned dup of the entry's directory, files only */
 	int done;                /* 1 ready, -errno failed */
+	struct lane *lane;       /* the lane hashing it (lanes only) */
+};
+
+struct builder;
+
+/* A hashing thread with a copier of its own. */
+struct lane {
+	struct builder *b;
+	struct copier *cp;
+	pthread_t thread;
+	bool started;
+	struct slot *q[WINDOW];  /* files handed to it, not started yet */
+	unsigned qh, qn;
+	uint64_t bytes;          /* of the files handed to it and not hashed yet */
 };
 
 struct builder {
-	struct copier *cp;
+	struct copier *cp;       /* without lanes: the committer's own */
 	struct mf_writer *mw;
 	struct slot *win;        /* WINDOW slots, a ring */
 	size_t head, n;          /* oldest slot, slots in use */
@@ -208,6 +234,11 @@ struct builder {
 	char *why;
 	size_t whylen;
 	uint64_t files, bytes;
+	unsigned nlanes;         /* 0: no lanes, the committer hashes */
+	struct lane *lanes;
+	bool stop;               /* the walk is over: lanes end once idle */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
 };
 
 static void fail(struct builder *b, int err, const char *fmt, const char *rel, const char *what)
@@ -240,7 +271,132 @@ static void on_hashed(struct cp_file *cf, void *arg)
 	s->dirfd = -1;
 }
 
-/* Writes the ready slots at the head of the window, in order. */
+static void on_hashed_lane(struct cp_file *cf, void *arg)
+{
+	struct slot *s = cf->owner;
+	struct builder *b = arg;
+
+	pthread_mutex_lock(&b->mu);
+	s->lane->bytes -= s->e.size;
+	on_hashed(cf, arg);
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+}
+
+static void *lane_main(void *arg)
+{
+	struct lane *l = arg;
+	struct builder *b = l->b;
+
+	pthread_setname_np(pthread_self(), "commit hash");
+	for (;;) {
+		struct slot *s = NULL;
+		bool over;
+		int rc;
+
+		pthread_mutex_lock(&b->mu);
+		while (!b->stop && !copier_inflight(l->cp) &&
+		       !(l->qn && copier_has_room(l->cp)))
+			pthread_cond_wait(&b->cv, &b->mu);
+		if (l->qn && copier_has_room(l->cp)) {
+			s = l->q[l->qh];
+			l->qh = (l->qh + 1) % WINDOW;
+			l->qn--;
+		}
+		over = b->stop && !l->qn && !s;
+		pthread_mutex_unlock(&b->mu);
+		if (s && (b->err || copier_start(l->cp, &s->cf) < 0)) {
+			pthread_mutex_lock(&b->mu);
+			l->bytes -= s->e.size;
+			close(s->dirfd);
+			s->dirfd = -1;
+			s->done = -EIO;
+			fail(b, -EIO, "cannot start reading %s%s", s->e.path, "");
+			pthread_cond_broadcast(&b->cv);
+			pthread_mutex_unlock(&b->mu);
+		}
+		if (copier_inflight(l->cp)) {
+			rc = copier_run(l->cp, 20, on_hashed_lane, b);
+			if (rc < 0) {
+				pthread_mutex_lock(&b->mu);
+				fail(b, rc, "io_uring: %s%s", "", strerror(-rc));
+				pthread_cond_broadcast(&b->cv);
+				pthread_mutex_unlock(&b->mu);
+				break;  /* its files stay in flight: copier_destroy ends them */
+			}
+		} else if (over) {
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* The lanes, from opts split n ways: 0, or -errno (none left running). */
+static int lanes_start(struct builder *b, unsigned n, const struct copier_opts *o)
+{
+	struct copier_opts lo = *o;
+	int rc = 0;
+
+	lo.memory = o->memory / n;
+	lo.max_files = o->max_files / n ? o->max_files / n : 1;
+	b->lanes = calloc(n, sizeof(*b->lanes));
+	if (!b->lanes)
+		return -ENOMEM;
+	b->nlanes = n;
+	for (unsigned i = 0; i < n && rc == 0; i++) {
+		struct lane *l = &b->lanes[i];
+
+		l->b = b;
+		rc = copier_create(&l->cp, -1, &lo);
+		if (rc == 0 && pthread_create(&l->thread, NULL, lane_main, l) != 0)
+			rc = -EAGAIN;
+		l->started = rc == 0;
+	}
+	return rc;
+}
+
+/* Waits for every lane to end; then their copiers go. */
+static void lanes_stop(struct builder *b)
+{
+	pthread_mutex_lock(&b->mu);
+	b->stop = true;
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+	for (unsigned i = 0; i < b->nlanes; i++) {
+		struct lane *l = &b->lanes[i];
+
+		if (l->started)
+			pthread_join(l->thread, NULL);
+		if (l->cp)
+			copier_destroy(l->cp);
+		/* Files handed to it and never started: nothing reads them. */
+		for (; l->qn; l->qh = (l->qh + 1) % WINDOW, l->qn--) {
+			close(l->q[l->qh]->dirfd);
+			l->q[l->qh]->dirfd = -1;
+		}
+	}
+	free(b->lanes);
+	b->lanes = NULL;
+	b->nlanes = 0;
+}
+
+/* Hands s to the lane with the fewest bytes still to hash. Under b->mu. */
+static void hand_to_lane(struct builder *b, struct slot *s)
+{
+	struct lane *l = &b->lanes[0];
+
+	for (unsigned i = 1; i < b->nlanes; i++)
+		if (b->lanes[i].bytes < l->bytes)
+			l = &b->lanes[i];
+	s->lane = l;
+	l->bytes += s->e.size;
+	l->q[(l->qh + l->qn) % WINDOW] = s;
+	l->qn++;
+	pthread_cond_broadcast(&b->cv);
+}
+
+/* Writes the ready slots at the head of the window, in order. With lanes,
+ * under b->mu. */
 static void retire(struct builder *b)
 {
 	while (b->n && b->win[b->head].done) {
@@ -271,6 +427,20 @@ static struct slot *take_slot(struct builder *b)
 {
 	struct slot *s;
 
+	if (b->nlanes) {
+		int err;
+
+		pthread_mutex_lock(&b->mu);
+		retire(b);
+		while (b->n == WINDOW && !b->err) {
+			pthread_cond_wait(&b->cv, &b->mu);
+			retire(b);
+		}
+		err = b->err;
+		pthread_mutex_unlock(&b->mu);
+		if (err)
+			return NULL;
+	}
 	while (b->n == WINDOW && !b->err)
 		if (run_copier(b, 100) < 0)
 			return NULL;
@@ -327,6 +497,17 @@ static void add_entry(struct builder *b, const struct walk_ent *w)
 				strrchr(s->e.path, '/') + 1 : s->e.path,
 			.size = s->e.size, .mtime_ns = w->mtime_ns, .owner = s,
 		};
+		if (b->nlanes) {
+			pthread_mutex_lock(&b->mu);
+			if (s->dirfd >= 0) {
+				hand_to_lane(b, s);
+			} else {
+				s->done = -EIO;
+				fail(b, -EIO, "cannot start reading %s%s", s->e.path, "");
+			}
+			pthread_mutex_unlock(&b->mu);
+			return;
+		}
 		while (!copier_has_room(b->cp) && !b->err)
 			run_copier(b, 100);
 		if (s->dirfd < 0 || b->err || copier_start(b->cp, &s->cf) < 0) {
@@ -340,6 +521,19 @@ static void add_entry(struct builder *b, const struct walk_ent *w)
 	retire(b);
 }
 
+/* Whether something failed, as the walk sees it. */
+static bool failed(struct builder *b)
+{
+	bool err;
+
+	if (!b->nlanes)
+		return b->err != 0;
+	pthread_mutex_lock(&b->mu);
+	err = b->err != 0;
+	pthread_mutex_unlock(&b->mu);
+	return err;
+}
+
 static int build(struct builder *b, int stage_fd)
 {
 	struct walk *w;
@@ -351,7 +545,7 @@ static int build(struct builder *b, int stage_fd)
 		fail(b, rc, "cannot list %s: %s", ".", strerror(-rc));
 		return rc;
 	}
-	while (!b->err && (rc = walk_next(w, &e)) != 0) {
+	while (!failed(b) && (rc = walk_next(w, &e)) != 0) {
 		if (rc < 0) {
 			fail(b, rc, "cannot list %s: %s", walk_err_path(w), walk_why(w));
 			break;
@@ -359,6 +553,16 @@ static int build(struct builder *b, int stage_fd)
 		add_entry(b, &e);
 	}
 	walk_close(w);
+	if (b->nlanes) {
+		pthread_mutex_lock(&b->mu);
+		retire(b);
+		while (b->n && !b->err) {
+			pthread_cond_wait(&b->cv, &b->mu);
+			retire(b);
+		}
+		pthread_mutex_unlock(&b->mu);
+		return b->err;
+	}
 	while (copier_inflight(b->cp))
 		if (run_copier(b, 100) < 0)
 			break;
@@ -366,10 +570,24 @@ static int build(struct builder *b, int stage_fd)
 	return b->err;
 }
 
+/* How many lanes a commit hashes on: [transfer] hash_threads, or with 0 a
+ * quarter of the cores this daemon may use (1 to 8). */
+static unsigned lanes_for(const struct stage_config *cfg)
+{
+	long n = cfg->hash_threads;
+
+	if (n == 0) {
+		n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+		n = n < 1 ? 1 : n > 8 ? 8 : n;
+	}
+	return n > LANES_MAX ? LANES_MAX : (unsigned)n;
+}
+
 int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step,
 		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen)
 {
 	struct builder b = { .why = why, .whylen = whylen };
+	unsigned lanes = lanes_for(cfg);
 	struct copier_opts co = {
 		.memory = cfg->memory, .io_size = cfg->io_size, .chunk_size = cfg->chunk_size,
 		.direct_min = 2 * cfg->io_size, .max_files = cfg->files_in_flight, .depth = 8,
@@ -413,10 +631,13 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 		snprintf(why, whylen, "out of memory");
 		goto out_close_stage;
 	}
-	rc = copier_create(&b.cp, -1, &co);
+	pthread_mutex_init(&b.mu, NULL);
+	pthread_cond_init(&b.cv, NULL);
+	rc = lanes > 1 ? lanes_start(&b, lanes, &co) : copier_create(&b.cp, -1, &co);
 	if (rc < 0) {
-		snprintf(why, whylen, "io_uring: %s", strerror(-rc));
-		goto out_free_win;
+		snprintf(why, whylen, "%s: %s", lanes > 1 ? "starting the hashing threads" :
+			 "io_uring", strerror(-rc));
+		goto out_destroy_copier;
 	}
 	rc = mf_writer_open(&b.mw, stage_fd, MF_TMP, cfg->chunk_size);
 	if (rc < 0) {
@@ -446,8 +667,12 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 	*files = b.files;
 	*bytes = b.bytes;
 out_destroy_copier:
-	copier_destroy(b.cp);
-out_free_win:
+	if (b.nlanes)
+		lanes_stop(&b);
+	if (b.cp)
+		copier_destroy(b.cp);
+	pthread_mutex_destroy(&b.mu);
+	pthread_cond_destroy(&b.cv);
 	for (size_t i = 0; i < b.n; i++)
 		mf_entry_free(&b.win[(b.head + i) % WINDOW].e);
 	free(b.win);

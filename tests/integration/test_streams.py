@@ -1,10 +1,13 @@
 """One copy on several connections ([transfer] streams, docs/PROTOCOL.md,
-"Streams"): piece k of a copy goes on stream k % n, each stream a sealed
-connection of its own served by a thread of its own on both sides. The copy
-must come out exact whatever the number of streams, with held chunks left
-out, and a stream lost mid-copy must cost a resume from the receiver's
-journal, never a wrong byte. Real daemons on 127.0.0.1; the stream is cut by
-a proxy on the path."""
+"Streams"): the pieces of a copy go on the streams in turns, a chunk's
+pieces on one stream, each stream a sealed connection of its own served by a
+thread of its own on both sides, which on the receiver decodes the pieces
+and hashes their chunks. The copy must come out exact whatever the number of
+streams and whether a chunk is smaller or bigger than a piece, with held
+chunks left out, and a stream lost mid-copy must cost a resume from the
+receiver's journal, never a wrong byte. And a commit hashed on several
+threads ([transfer] hash_threads) writes the manifest one thread writes.
+Real daemons on 127.0.0.1; the stream is cut by a proxy on the path."""
 import re
 import socket
 import threading
@@ -12,8 +15,8 @@ import time
 
 import pytest
 
-from helpers import (CHUNK, F, assert_replica_of, bytes_sent_to, ckpt, commit_wait, make_tree,
-                     replica, wait_for)
+from helpers import (CHUNK, F, assert_replica_of, bytes_sent_to, check_manifest_against, ckpt,
+                     commit_wait, make_tree, replica, wait_for)
 from test_hostile import Proxy
 
 MiB = 1 << 20
@@ -29,7 +32,7 @@ def streams_said(d, peer):
 
 def tree(d, step="step-100", seed=1):
     """Files of many pieces, of one piece, of a piece and a bit, and empty:
-    the round robin crosses files and ranges."""
+    the turns cross files and ranges."""
     return make_tree(ckpt(d, step=step), [
         F("a.bin", size=9 * MiB + 17),
         F("b.bin", size=3 * CHUNK),
@@ -40,11 +43,14 @@ def tree(d, step="step-100", seed=1):
     ], seed=seed)
 
 
-@pytest.mark.parametrize("n", [2, 3, 16])
-def test_copy_on_streams(make_cluster, n):
+@pytest.mark.parametrize("n,chunk", [(2, "64KiB"), (3, "64KiB"), (16, "64KiB"), (3, "4MiB"),
+                                     (2, "2MiB")])
+def test_copy_on_streams(make_cluster, n, chunk):
     """A commit on n streams: the replica is exact, status says n streams
-    and why, and n1 served the pieces on that many connections."""
-    n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": n})
+    and why, and n1 served the pieces on that many connections. Chunks of
+    64 KiB: many in a piece, every piece its own turn; of 2 and 4 MiB: a
+    turn is a chunk of 2 or 4 pieces (and a file's last, shorter chunk)."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": n, "chunk_size": chunk})
     step = tree(n0)
     commit_wait(n0, step)
     assert_replica_of(step, replica(n1, n0))
@@ -117,3 +123,21 @@ def test_streams_after_partner_restart(make_cluster):
              f"the copy after n1's restart:\n{n0.log()[-2000:]}")
     assert_replica_of(step, replica(n1, n0))
     assert streams_said(n0, n1)[0] == 2
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_commit_hashed_on_threads(make_cluster, threads):
+    """A step of many small files and a few big ones, committed with the
+    files hashed on `threads` threads at once: the manifest lists every
+    entry in order with the digests xxhsum gives, `stage verify` passes,
+    and the replica is exact."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "hash_threads": threads})
+    files = [F(f"shard-{i:03d}.bin", size=(i * 7919) % (3 * CHUNK) + i) for i in range(60)]
+    files += [F("big/a.bin", size=9 * MiB + 3), F("big/b.bin", size=5 * MiB),
+              F("big/c/d.bin", size=2 * CHUNK + 1), F("empty", data=b"")]
+    step = make_tree(ckpt(n0), files, seed=5)
+    commit_wait(n0, step)
+    check_manifest_against(step, step)
+    v = n0.run("verify", step)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert_replica_of(step, replica(n1, n0))
