@@ -21,6 +21,7 @@
  *   stay within opts.memory (io_size is clamped so one buffer always fits).
  */
 #include "daemon/engine/copier.h"
+#include "daemon/engine/pcache.h"
 #include "daemon/fs/cred.h"
 
 #include <errno.h>
@@ -360,6 +361,19 @@ static void try_direct(int fd, bool *ok, bool *on)
 		*ok = false;
 }
 
+/* A source its writer has just written is read through the cache, where
+ * it still is (engine/pcache.h), unless the caller wants the disk read. */
+static void prefer_cache(struct copier *c, struct cp_file *f)
+{
+	int fl;
+
+	if (!f->src_direct || c->o.direct_verify || !pcache_warm(f->src_fd, 0, f->size))
+		return;
+	fl = fcntl(f->src_fd, F_GETFL);
+	if (fl >= 0 && fcntl(f->src_fd, F_SETFL, fl & ~O_DIRECT) == 0)
+		f->src_direct = false;
+}
+
 /* The opened source must be a regular file: a name swapped for a fifo since
  * the walk must fail here, not block a read (the open was O_NONBLOCK for
  * the same reason). A file the walk did not stat gets its attributes here
@@ -385,8 +399,10 @@ static int check_source(struct copier *c, struct cp_file *f)
 		fail(f, -errno, "fcntl", false);
 		return -1;
 	}
-	if (f->size != CP_SIZE_UNKNOWN)
+	if (f->size != CP_SIZE_UNKNOWN) {
+		prefer_cache(c, f);
 		return 0;
+	}
 	/* Manifests hold int64 nanoseconds: years 1678 to 2262. */
 	if (__builtin_mul_overflow((int64_t)st.st_mtim.tv_sec, (int64_t)1000000000, &f->mtime_ns) ||
 	    __builtin_add_overflow(f->mtime_ns, (int64_t)st.st_mtim.tv_nsec, &f->mtime_ns)) {
@@ -405,6 +421,7 @@ static int check_source(struct copier *c, struct cp_file *f)
 		try_direct(f->src_fd, &c->src_direct_ok, &f->src_direct);
 		if (f->dst)
 			try_direct(f->dst_fd, &c->dst_direct_ok, &f->dst_direct);
+		prefer_cache(c, f);
 	}
 	return 0;
 }

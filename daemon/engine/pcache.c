@@ -1,0 +1,72 @@
+/* Page-cache residency of a file's range: see pcache.h. */
+#include "daemon/engine/pcache.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451      /* the same number on every architecture */
+#endif
+
+struct pc_range {
+	uint64_t off, len;
+};
+
+struct pc_stat {
+	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* By mincore of a mapping of the range: the cached pages, or -1. */
+static int64_t resident(int fd, uint64_t off, uint64_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = off / (uint64_t)pg * (uint64_t)pg, span = off + len - start;
+	size_t pages = (size_t)((span + (uint64_t)pg - 1) / (uint64_t)pg);
+	unsigned char *vec;
+	int64_t n = 0;
+	void *p;
+
+	p = mmap(NULL, span, PROT_READ, MAP_SHARED, fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return -1;
+	vec = malloc(pages);
+	if (vec && mincore(p, span, vec) == 0)
+		for (size_t i = 0; i < pages; i++)
+			n += vec[i] & 1;
+	else
+		n = -1;
+	free(vec);
+	munmap(p, span);
+	return n;
+}
+
+bool pcache_warm(int fd, uint64_t off, uint64_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t pages = (len + (uint64_t)pg - 1) / (uint64_t)pg;
+	struct pc_range r = { off, len };
+	struct pc_stat st;
+
+	if (len == 0)
+		return false;
+	if (syscall(__NR_cachestat, fd, &r, &st, 0) == 0) {
+		if (st.nr_dirty || st.nr_writeback)
+			return true;
+		return st.nr_cache * 2 >= pages;
+	}
+	if (errno != ENOSYS)
+		return false;
+	return pcache_warm_mincore(fd, off, len);
+}
+
+bool pcache_warm_mincore(int fd, uint64_t off, uint64_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t pages = (len + (uint64_t)pg - 1) / (uint64_t)pg;
+	int64_t cached = len ? resident(fd, off, len) : -1;
+
+	return cached >= 0 && (uint64_t)cached * 2 >= pages;
+}

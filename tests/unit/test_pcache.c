@@ -1,0 +1,56 @@
+/* Page-cache residency on a real file (/var/tmp): a file just written
+ * (dirty) is warm; once written back and dropped from the cache
+ * (POSIX_FADV_DONTNEED) it is cold; read through the cache it is warm
+ * again, and only the part read is; an empty range is never warm. The
+ * mincore fall-back agrees where it can see (it cannot see dirty pages as
+ * such: they are resident). */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "daemon/engine/pcache.h"
+
+#define SIZE (8u << 20)
+
+static void test_warm_cold_warm(void **state)
+{
+	char path[] = "/var/tmp/test_pcache.XXXXXX";
+	int fd = mkstemp(path);
+	uint8_t *buf = malloc(SIZE);
+
+	assert_true(fd >= 0);
+	memset(buf, 0x5a, SIZE);
+	assert_int_equal(pwrite(fd, buf, SIZE, 0), (ssize_t)SIZE);
+	assert_true(pcache_warm(fd, 0, SIZE));          /* just written: dirty */
+	assert_true(pcache_warm_mincore(fd, 0, SIZE));
+	assert_int_equal(fdatasync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	assert_false(pcache_warm(fd, 0, SIZE));         /* written back, dropped */
+	assert_false(pcache_warm_mincore(fd, 0, SIZE));
+	assert_int_equal(pread(fd, buf, SIZE / 4, 0), (ssize_t)(SIZE / 4));
+	assert_true(pcache_warm(fd, 0, SIZE / 4));      /* the part read */
+	assert_true(pcache_warm_mincore(fd, 0, SIZE / 4));
+	assert_false(pcache_warm(fd, SIZE / 2, SIZE / 2));
+	assert_false(pcache_warm_mincore(fd, SIZE / 2, SIZE / 2));
+	assert_false(pcache_warm(fd, 0, 0));
+	assert_false(pcache_warm_mincore(fd, 0, 0));
+	close(fd);
+	unlink(path);
+	free(buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_warm_cold_warm),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
