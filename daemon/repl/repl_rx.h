@@ -31,6 +31,7 @@ enum { RX_PIECE_OK, RX_PIECE_NO_FIELDS, RX_PIECE_DAMAGED };    /* rx_piece.bad *
  * offer's thread to check and write. */
 struct rx_piece {
 	uint16_t type;                 /* MSG_DATA, or MSG_END (nothing else) */
+	unsigned stream;               /* the stream it came on (1 to n - 1) */
 	int bad;                       /* MSG_DATA that could not be read: RX_PIECE_... */
 	uint64_t idx, off;             /* K_FILE, K_OFFSET */
 	size_t raw;                    /* bytes decoded into buf */

@@ -134,11 +134,8 @@ static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
 
 void rx_piece_done(struct rx *r, const struct rx_piece *pc)
 {
-	struct rx_stream *st = NULL;
+	struct rx_stream *st = &r->streams[pc->stream];
 
-	for (unsigned j = 1; j < r->nstreams && !st; j++)
-		if (pc >= r->streams[j].q && pc < r->streams[j].q + RX_STREAM_DEPTH)
-			st = &r->streams[j];
 	pthread_mutex_lock(&r->smu);
 	st->qh = (st->qh + 1) % RX_STREAM_DEPTH;
 	st->qn--;
@@ -340,6 +337,7 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 		cs = r->cs;
 		rc = r->closing ? -ECANCELED : 0;
 		pthread_mutex_unlock(&r->smu);
+		pc->stream = (unsigned)idx;
 		if (rc == 0 && (rc = prepare(pc, &m, cs, &h)) < 0)
 			snprintf(why, sizeof(why), "no memory for its pieces");
 		msg_free(&m);
