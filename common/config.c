@@ -78,6 +78,9 @@ static const char *const transport_names[] = {
 static const char *const wire_names[] = {
 	[CFG_WIRE_AUTHENTICATED] = "authenticated", [CFG_WIRE_ENCRYPTED] = "encrypted", NULL,
 };
+static const char *const cache_reads_names[] = {
+	[CFG_CACHE_READS_WARM] = "warm", [CFG_CACHE_READS_ALWAYS] = "always", NULL,
+};
 static const char *const priority_names[] = {
 	[CFG_PRIORITY_LOW] = "low", [CFG_PRIORITY_NORMAL] = "normal", NULL,
 };
@@ -232,6 +235,9 @@ static const struct cfg_entry cfg_table[] = {
 	{ KEY_INT("transfer", "streams", streams), .min = 1, .max = 16, .def = "1",
 	  .doc = "connections each copy to a partner goes on, a thread each side per connection "
 		 "(each chunk's pieces on one, the streams in turns)" },
+	{ KEY_ENUM("transfer", "cache_reads", cache_reads, cache_reads_names), .def = "warm",
+	  .doc = "warm | always: a commit reads through the page cache only the files mostly there "
+		 "already (warm), or every file, so that its send reads them from memory (always)" },
 	{ KEY_INT("transfer", "hash_threads", hash_threads), .min = 0, .max = 16, .def = "0",
 	  .doc = "threads hashing a commit's files at once (a file is one thread's); "
 		 "0: a quarter of the cores, 1 to 8" },

@@ -590,7 +590,11 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 	unsigned lanes = lanes_for(cfg);
 	struct copier_opts co = {
 		.memory = cfg->memory, .io_size = cfg->io_size, .chunk_size = cfg->chunk_size,
-		.direct_min = 2 * cfg->io_size, .max_files = cfg->files_in_flight, .depth = 8,
+		/* always: no O_DIRECT, so the step is in the cache when its
+		 * copies are sent (engine/pcache.h) */
+		.direct_min = cfg->cache_reads == CFG_CACHE_READS_ALWAYS ? UINT64_MAX :
+			      2 * cfg->io_size,
+		.max_files = cfg->files_in_flight, .depth = 8,
 	};
 	char rel[2 * CKPT_NAME_MAX + 2];
 	int root_fd, stage_fd, rc;

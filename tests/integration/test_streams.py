@@ -125,13 +125,15 @@ def test_streams_after_partner_restart(make_cluster):
     assert streams_said(n0, n1)[0] == 2
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_commit_hashed_on_threads(make_cluster, threads):
+@pytest.mark.parametrize("threads,cache", [(1, "warm"), (3, "warm"), (3, "always")])
+def test_commit_hashed_on_threads(make_cluster, threads, cache):
     """A step of many small files and a few big ones, committed with the
-    files hashed on `threads` threads at once: the manifest lists every
-    entry in order with the digests xxhsum gives, `stage verify` passes,
-    and the replica is exact."""
-    n0, n1 = make_cluster(2, transfer={"watch": "off", "hash_threads": threads})
+    files hashed on `threads` threads at once (and read through the page
+    cache only where they are, or always): the manifest lists every entry
+    in order with the digests xxhsum gives, `stage verify` passes, and the
+    replica is exact."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "hash_threads": threads,
+                                       "cache_reads": cache})
     files = [F(f"shard-{i:03d}.bin", size=(i * 7919) % (3 * CHUNK) + i) for i in range(60)]
     files += [F("big/a.bin", size=9 * MiB + 3), F("big/b.bin", size=5 * MiB),
               F("big/c/d.bin", size=2 * CHUNK + 1), F("empty", data=b"")]
