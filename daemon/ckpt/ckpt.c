@@ -291,7 +291,7 @@ static void *lane_main(void *arg)
 	pthread_setname_np(pthread_self(), "commit hash");
 	for (;;) {
 		struct slot *s = NULL;
-		bool over;
+		bool over, bad;
 		int rc;
 
 		pthread_mutex_lock(&b->mu);
@@ -304,8 +304,9 @@ static void *lane_main(void *arg)
 			l->qn--;
 		}
 		over = b->stop && !l->qn && !s;
+		bad = b->err != 0;
 		pthread_mutex_unlock(&b->mu);
-		if (s && (b->err || copier_start(l->cp, &s->cf) < 0)) {
+		if (s && (bad || copier_start(l->cp, &s->cf) < 0)) {
 			pthread_mutex_lock(&b->mu);
 			l->bytes -= s->e.size;
 			close(s->dirfd);
@@ -316,6 +317,8 @@ static void *lane_main(void *arg)
 			pthread_mutex_unlock(&b->mu);
 		}
 		if (copier_inflight(l->cp)) {
+			if (bad)        /* the commit failed: no need to hash the rest */
+				copier_cancel(l->cp);
 			rc = copier_run(l->cp, 20, on_hashed_lane, b);
 			if (rc < 0) {
 				pthread_mutex_lock(&b->mu);
@@ -369,10 +372,16 @@ static void lanes_stop(struct builder *b)
 			pthread_join(l->thread, NULL);
 		if (l->cp)
 			copier_destroy(l->cp);
-		/* Files handed to it and never started: nothing reads them. */
-		for (; l->qn; l->qh = (l->qh + 1) % WINDOW, l->qn--) {
-			close(l->q[l->qh]->dirfd);
-			l->q[l->qh]->dirfd = -1;
+	}
+	/* Files never started, or whose lane's ring failed under them: no
+	 * callback released them. */
+	for (size_t i = 0; i < b->n; i++) {
+		struct slot *s = &b->win[(b->head + i) % WINDOW];
+
+		if (s->dirfd >= 0) {
+			copier_release(&s->cf);
+			close(s->dirfd);
+			s->dirfd = -1;
 		}
 	}
 	free(b->lanes);
@@ -440,17 +449,31 @@ static struct slot *take_slot(struct builder *b)
 		pthread_mutex_unlock(&b->mu);
 		if (err)
 			return NULL;
-	}
-	while (b->n == WINDOW && !b->err)
-		if (run_copier(b, 100) < 0)
+	} else {
+		while (b->n == WINDOW && !b->err)
+			if (run_copier(b, 100) < 0)
+				return NULL;
+		if (b->err)
 			return NULL;
-	if (b->err)
-		return NULL;
+	}
 	s = &b->win[(b->head + b->n) % WINDOW];
 	memset(s, 0, sizeof(*s));
 	s->dirfd = -1;
 	b->n++;
 	return s;
+}
+
+/* b->mu, when there are lanes to share the builder with. */
+static void lock(struct builder *b)
+{
+	if (b->nlanes)
+		pthread_mutex_lock(&b->mu);
+}
+
+static void unlock(struct builder *b)
+{
+	if (b->nlanes)
+		pthread_mutex_unlock(&b->mu);
 }
 
 static void add_entry(struct builder *b, const struct walk_ent *w)
@@ -460,12 +483,15 @@ static void add_entry(struct builder *b, const struct walk_ent *w)
 	ssize_t tn;
 
 	if (w->type == '?') {
+		lock(b);
 		fail(b, -EINVAL, "%s: %s", w->rel, "not a file, directory or symlink");
+		unlock(b);
 		return;
 	}
 	s = take_slot(b);
 	if (!s)
 		return;
+	lock(b);                /* the slot's done, err and retire are shared with the lanes */
 	s->e.type = w->type;
 	s->e.path = strdup(w->rel);
 	s->e.mode = w->st.st_mode & 07777;
@@ -473,7 +499,7 @@ static void add_entry(struct builder *b, const struct walk_ent *w)
 	if (!s->e.path) {
 		s->done = -ENOMEM;
 		fail(b, -ENOMEM, "%s: %s", w->rel, "out of memory");
-		return;
+		goto out;
 	}
 	if (w->type == MF_DIR) {
 		s->done = 1;
@@ -482,7 +508,7 @@ static void add_entry(struct builder *b, const struct walk_ent *w)
 		if (tn <= 0 || !(s->e.target = strndup(target, (size_t)tn))) {
 			s->done = -EIO;
 			fail(b, -EIO, "cannot read link %s: %s", w->rel, strerror(errno));
-			return;
+			goto out;
 		}
 		s->e.size = (uint64_t)tn;
 		s->e.digest = digest_of(target, (size_t)tn);
@@ -498,15 +524,13 @@ static void add_entry(struct builder *b, const struct walk_ent *w)
 			.size = s->e.size, .mtime_ns = w->mtime_ns, .owner = s,
 		};
 		if (b->nlanes) {
-			pthread_mutex_lock(&b->mu);
 			if (s->dirfd >= 0) {
 				hand_to_lane(b, s);
 			} else {
 				s->done = -EIO;
 				fail(b, -EIO, "cannot start reading %s%s", s->e.path, "");
 			}
-			pthread_mutex_unlock(&b->mu);
-			return;
+			goto out;
 		}
 		while (!copier_has_room(b->cp) && !b->err)
 			run_copier(b, 100);
@@ -518,7 +542,9 @@ static void add_entry(struct builder *b, const struct walk_ent *w)
 			fail(b, -EIO, "cannot start reading %s%s", s->e.path, "");
 		}
 	}
+out:
 	retire(b);
+	unlock(b);
 }
 
 /* Whether something failed, as the walk sees it. */

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/fsuid.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -66,7 +68,16 @@ bool pcache_warm_mincore(int fd, uint64_t off, uint64_t len)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t pages = (len + (uint64_t)pg - 1) / (uint64_t)pg;
-	int64_t cached = len ? resident(fd, off, len) : -1;
+	uid_t fsuid = (uid_t)setfsuid((uid_t)-1);       /* this thread's, unchanged */
+	struct stat st;
+	int64_t cached;
+
+	/* mincore tells the page cache's truth only to the file's owner (or
+	 * a writer, or root); anyone else is told every page is resident,
+	 * which would send a cold file through the cache. */
+	if (len == 0 || fstat(fd, &st) < 0 || (fsuid != 0 && fsuid != st.st_uid))
+		return false;
+	cached = resident(fd, off, len);
 
 	return cached >= 0 && (uint64_t)cached * 2 >= pages;
 }

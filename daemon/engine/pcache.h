@@ -12,7 +12,9 @@
  * cachestat(2) (Linux 6.5) counts a range's cached, dirty and writeback
  * pages without touching them; where it is missing, mincore(2) of a
  * mapping of the range counts the resident ones (the mapping is never
- * touched, so nothing is read).
+ * touched, so nothing is read), for the file's owner or root only: the
+ * kernel tells anyone else every page is resident, and then the answer is
+ * "cold".
  */
 #ifndef STAGE_PCACHE_H
 #define STAGE_PCACHE_H

@@ -216,6 +216,7 @@ int psend_streams_end(struct psend *ps, bool ok)
 	free(ps->st);
 	ps->st = NULL;
 	ps->nstreams = 1;
+	ps->turn = 0;           /* the next copy, on one stream or several, starts at 0 */
 	memset(ps->busy, 0, sizeof(ps->busy));
 	return rc;
 }
@@ -446,7 +447,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		 * it on every file). */
 		if (cp->dtype == CODEC_DT_COUNT && (!want || want->id == CODEC_FLOAT))
 			cp->dtype = codec_detect_dtype(p, len, at == 0 ? size : len);
-		if (ps->turn != 0) {
+		if (ps->nstreams > 1 && ps->turn != 0) {
 			/* Another stream's piece: its thread encodes and sends it. */
 			rc = hand_over(ps, &ps->st[ps->turn],
 				       &(struct item){ .slot = ps->head, .idx = idx, .at = at,

@@ -1,7 +1,7 @@
 /* vgshim: an LD_PRELOAD for staged under valgrind (memcheck), used only by
  * `make valgrind` (tests/integration/conftest.py with STAGE_VALGRIND=1).
  * It changes how the daemon waits for io_uring and how openat2 reaches the
- * kernel, never what the daemon computes, to get past three limits of
+ * kernel, never what the daemon computes, to get past four limits of
  * Debian 12's valgrind (3.19):
  *
  * 1. valgrind runs one thread at a time and keeps its lock while a thread
@@ -21,6 +21,9 @@
  *    a buffer that is not addressable, and the uninitialised bytes of one
  *    written, with the submitting stack; and it marks what the kernel will
  *    fill as defined (all LEN bytes of a read, even if it comes back short).
+ * 4. valgrind does not know cachestat (syscall 451) and warns of it: it
+ *    fails here with ENOSYS before valgrind sees it, as on a kernel older
+ *    than 6.5, and the daemon asks mincore(2) instead (engine/pcache.c).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -237,6 +240,10 @@ long syscall(long nr, ...)
 	va_end(ap);
 	if (nr == SYS_openat2)
 		return openat2_ring((int)a[0], (const char *)a[1], (struct open_how *)a[2], (size_t)a[3]);
+	if (nr == 451) {        /* cachestat */
+		errno = ENOSYS;
+		return -1;
+	}
 	if (!real)
 		real = (syscall_fn)next("syscall");
 	return real(nr, a[0], a[1], a[2], a[3], a[4], a[5]);

@@ -223,12 +223,103 @@ static void test_short_file(void **state)
 	psend_close(&ps);
 }
 
+/* What one stream's far end got: (file, offset) of each piece, then
+ * whether MSG_END came. */
+struct got {
+	struct xport *x;
+	uint64_t file[16], off[16];
+	unsigned n;
+	bool end;
+};
+
+static void *got_main(void *arg)
+{
+	struct got *g = arg;
+	struct msg m;
+
+	while (T->recv(g->x, &m) == 0) {
+		if (m.type == MSG_END) {
+			g->end = true;
+			msg_free(&m);
+			break;
+		}
+		assert_int_equal(m.type, MSG_DATA);
+		assert_true(g->n < 16);
+		assert_int_equal(msg_get_u64(&m, K_FILE, &g->file[g->n]), 0);
+		assert_int_equal(msg_get_u64(&m, K_OFFSET, &g->off[g->n]), 0);
+		g->n++;
+		msg_free(&m);
+	}
+	return NULL;
+}
+
+/* Three streams, turns of 2 MiB chunks: a 3 MiB file's first chunk (two
+ * pieces) on stream 0, its last, short one on stream 1; stream 2 gets only
+ * its end. Then, the streams ended with the turn on stream 2, a range on
+ * one stream goes on stream 0 whole (the next copy starts at turn 0). */
+static void test_turns_a_chunk_at_a_time(void **state)
+{
+	size_t size = 3 * PSEND_PIECE;
+	uint8_t *p = pattern(size, 9);
+	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+	const struct psend_hooks h = { 0 };
+	struct xport *c[3], *sv[3];
+	struct got g[3] = { 0 };
+	pthread_t t[3];
+	struct psend ps;
+	char path[] = "/var/tmp/test_psend.XXXXXX", why[256] = "";
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, size), (ssize_t)size);
+	for (int i = 0; i < 3; i++) {
+		pair(&c[i], &sv[i]);
+		g[i].x = sv[i];
+		assert_int_equal(pthread_create(&t[i], NULL, got_main, &g[i]), 0);
+	}
+	assert_int_equal(psend_open(&ps, 0), 0);
+	assert_int_equal(psend_streams_begin(&ps, c, 3), 0);
+	psend_streams_group(&ps, 2 * PSEND_PIECE);
+	assert_int_equal(psend_range(&ps, c[0], fd, size, 0, 0, size, &cp, &h, "f", why,
+				     sizeof(why)), 0);
+	assert_int_equal(psend_streams_end(&ps, true), 0);
+	cp.dtype = CODEC_DT_COUNT;
+	assert_int_equal(psend_range(&ps, c[0], fd, size, 1, 0, 2 * PSEND_PIECE, &cp, &h, "f",
+				     why, sizeof(why)), 0);
+	c[0]->ops->shutdown(c[0]);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	assert_int_equal(g[0].n, 4);
+	assert_false(g[0].end);
+	assert_int_equal(g[0].file[0], 0);
+	assert_int_equal(g[0].off[0], 0);
+	assert_int_equal(g[0].off[1], PSEND_PIECE);
+	assert_int_equal(g[0].file[2], 1);
+	assert_int_equal(g[0].off[2], 0);
+	assert_int_equal(g[0].file[3], 1);
+	assert_int_equal(g[0].off[3], PSEND_PIECE);
+	assert_int_equal(g[1].n, 1);
+	assert_int_equal(g[1].off[0], 2 * PSEND_PIECE);
+	assert_true(g[1].end);
+	assert_int_equal(g[2].n, 0);
+	assert_true(g[2].end);
+	psend_close(&ps);
+	for (int i = 0; i < 3; i++) {
+		T->close(c[i]);
+		T->close(sv[i]);
+	}
+	close(fd);
+	unlink(path);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ranges),
 		cmocka_unit_test(test_codec_is_the_picked_one),
 		cmocka_unit_test(test_short_file),
+		cmocka_unit_test(test_turns_a_chunk_at_a_time),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
