@@ -232,9 +232,10 @@ static const struct cfg_entry cfg_table[] = {
 	  .def = "4MiB", .doc = "manifest hashing granularity; a power of two" },
 	{ KEY_INT("transfer", "restore_streams", restore_streams), .min = 1, .max = 4, .def = "4",
 	  .doc = "connections a restore fetches over at once, spread over the holders of intact copies" },
-	{ KEY_INT("transfer", "streams", streams), .min = 1, .max = 16, .def = "1",
+	{ KEY_INT("transfer", "streams", streams), .min = 0, .max = 16, .def = "0",
 	  .doc = "connections each copy to a partner goes on, a thread each side per connection "
-		 "(each chunk's pieces on one, the streams in turns)" },
+		 "(each chunk's pieces on one, the streams in turns); 0: a quarter of the cores, "
+		 "1 to 8" },
 	{ KEY_ENUM("transfer", "cache_reads", cache_reads, cache_reads_names), .def = "warm",
 	  .doc = "warm | always: a commit reads through the page cache only the files mostly there "
 		 "already (warm), or every file, so that its send reads them from memory (always)" },
@@ -852,6 +853,17 @@ void config_free(struct stage_config *c)
 {
 	for (size_t i = 0; i < N_ENTRIES; i++)
 		entry_release(&cfg_table[i], c);
+}
+
+unsigned config_streams(const struct stage_config *c)
+{
+	long n = c->streams;
+
+	if (n <= 0) {
+		n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+		n = n < 1 ? 1 : n > 8 ? 8 : n;
+	}
+	return (unsigned)n;
 }
 
 int config_defaults(struct stage_config *c)

@@ -58,7 +58,8 @@ struct stage_config {
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
 	int priority;               /* extension: enum cfg_priority of replication's threads */
 	int restore_streams;        /* extension: a restore's lanes, 1..4 */
-	int streams;                /* extension: connections a copy's pieces go on, 1..16 */
+	int streams;                /* extension: connections a copy's pieces go on, 1..16;
+				     * 0: config_streams's choice */
 	/* [doctor]: extension, stage doctor's measurements */
 	char *doctor_ports;         /* portlist (common/portlist.h) */
 	char *doctor_port_range;    /* ephemeral | none | LO-HI */
@@ -84,6 +85,9 @@ struct stage_config {
 int config_group_id(const char *s, gid_t *out);
 /* Fills every key with its default (strings allocated). 0 or -ENOMEM. */
 int config_defaults(struct stage_config *c);
+/* The streams a copy goes on: [transfer] streams, or with 0 a quarter of
+ * the cores online (1 to 8: the knee measured on a 16-core node was 4). */
+unsigned config_streams(const struct stage_config *c);
 /* Parses INI text over the current values. On error returns -EINVAL (or
  * -ENOMEM) and writes "FILE:LINE: key 'section.key': why" into err. */
 int config_parse(struct stage_config *c, const char *text, size_t len,

@@ -109,7 +109,10 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 int cbuild_hasher_open(struct cbuild_hasher *h)
 {
 	*h = (struct cbuild_hasher){ .st = XXH3_createState() };
-	return h->st ? 0 : -ENOMEM;
+	if (!h->st)
+		return -ENOMEM;
+	XXH3_128bits_reset(h->st);
+	return 0;
 }
 
 void cbuild_hasher_close(struct cbuild_hasher *h)
@@ -152,7 +155,7 @@ void cbuild_hash(struct cbuild_hasher *h, uint64_t cs, uint64_t idx, uint64_t of
 			h->run = true;
 		}
 	}
-	out->d[out->nd] = XXH3_128bits_digest(h->st);
+	out->d[out->nd] = h->run ? XXH3_128bits_digest(h->st) : (digest_t){ 0 };
 	h->idx = idx;
 	h->end = at;
 }

@@ -203,7 +203,7 @@ static void *conn_main(void *arg)
 static bool admit(const struct xport *x)
 {
 	static uint64_t said_ns;
-	unsigned most = (3 + (unsigned)peers.cfg->streams) * (unsigned)peers.hosts.n + 16;
+	unsigned most = (3 + config_streams(peers.cfg)) * (unsigned)peers.hosts.n + 16;
 	const char *why = NULL;
 	bool ok;
 

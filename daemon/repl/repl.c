@@ -840,11 +840,14 @@ void repl_status(struct msg *m, uid_t viewer)
 			char sw[96];
 
 			/* Why that many: the setting, or the connections it got. */
-			if (n < (unsigned)repl.cfg->streams && p->streams)
-				snprintf(sw, sizeof(sw), "of %d configured: the others could not be "
-					 "opened", repl.cfg->streams);
-			else
+			if (n < config_streams(repl.cfg) && p->streams)
+				snprintf(sw, sizeof(sw), "of %u configured: the others could not be "
+					 "opened", config_streams(repl.cfg));
+			else if (repl.cfg->streams)
 				snprintf(sw, sizeof(sw), "[transfer] streams = %d", repl.cfg->streams);
+			else
+				snprintf(sw, sizeof(sw), "[transfer] streams = 0: a quarter of %ld "
+					 "cores, 1 to 8", sysconf(_SC_NPROCESSORS_ONLN));
 			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
 				 "%llu bytes sent as %llu, %llu bytes held there, %u stream%s (%s)",
 				 hp->name, hp->host, hp->port, p->x ? p->x->ops->name : "-",

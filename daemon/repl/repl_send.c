@@ -411,7 +411,7 @@ static int finish(struct sender *s, const struct out *o, char *why, size_t whyle
  * copy nothing: it goes on fewer (status says so). */
 static unsigned open_streams(struct sender *s)
 {
-	unsigned want = (unsigned)repl.cfg->streams;
+	unsigned want = config_streams(repl.cfg);
 
 	if (s->nx == 0) {
 		s->xs[0] = s->x;

@@ -145,8 +145,10 @@ class Daemon:
         self.source_roots = [Path(p) for p in (source_roots or [self.base / "src"])]
         self.src_root = self.source_roots[0]
         self.stage_root = Path(stage_root) if stage_root else self.disk / "stage"
-        self.transfer = {"chunk_size": "64KiB", **({"compress": COMPRESS} if COMPRESS else {}),
-                         **(transfer or {})}
+        # streams = 1 unless a test asks: the default (0, a quarter of the cores) would
+        # make every test's connections depend on the machine it runs on.
+        self.transfer = {"chunk_size": "64KiB", "streams": 1,
+                         **({"compress": COMPRESS} if COMPRESS else {}), **(transfer or {})}
         self.config_path = self.base / "daemon.conf"
         # The daemon runs through a symlink with a name of its own: other
         # people's `pkill staged` / `pidof staged` on a shared machine must

@@ -8,6 +8,7 @@ chunks left out, and a stream lost mid-copy must cost a resume from the
 receiver's journal, never a wrong byte. And a commit hashed on several
 threads ([transfer] hash_threads) writes the manifest one thread writes.
 Real daemons on 127.0.0.1; the stream is cut by a proxy on the path."""
+import os
 import re
 import socket
 import threading
@@ -143,3 +144,17 @@ def test_commit_hashed_on_threads(make_cluster, threads, cache):
     v = n0.run("verify", step)
     assert v.returncode == 0, v.stdout + v.stderr
     assert_replica_of(step, replica(n1, n0))
+
+
+def test_streams_by_default_follow_the_cores(make_cluster):
+    """[transfer] streams = 0 (the default): a quarter of the cores, 1 to
+    8; status says so, and the copy is exact."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": 0})
+    cores = os.sysconf("SC_NPROCESSORS_ONLN")
+    want = min(8, max(1, cores // 4))
+    step = tree(n0)
+    commit_wait(n0, step)
+    assert_replica_of(step, replica(n1, n0))
+    got, why = streams_said(n0, n1)
+    assert got == want and why == f"[transfer] streams = 0: a quarter of {cores} cores, 1 to 8", \
+        (got, why)
