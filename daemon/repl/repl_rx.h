@@ -144,8 +144,13 @@ void rx_streams_close(struct rx *r);
  * with r->why. */
 int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc);
 void rx_piece_done(struct rx *r, const struct rx_piece *pc);
-/* After a piece that ends at end of a file of size bytes: whose turn is next. */
-void rx_turn(struct rx *r, uint64_t end, uint64_t size);
+/* After a piece that ends at end of a file of size bytes: whose turn is
+ * next (docs/PROTOCOL.md, "Streams"). */
+static inline void rx_turn(struct rx *r, uint64_t end, uint64_t size)
+{
+	if (r->nstreams > 1 && (!r->chunk_size || end % r->chunk_size == 0 || end == size))
+		r->turn = (r->turn + 1) % r->nstreams;
+}
 /* The offer's chunk size, for the streams' hashers. */
 void rx_streams_chunk_size(struct rx *r, uint64_t cs);
 

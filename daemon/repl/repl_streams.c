@@ -91,12 +91,6 @@ void rx_streams_chunk_size(struct rx *r, uint64_t cs)
 	pthread_mutex_unlock(&r->smu);
 }
 
-void rx_turn(struct rx *r, uint64_t end, uint64_t size)
-{
-	if (r->nstreams > 1 && (!r->chunk_size || end % r->chunk_size == 0 || end == size))
-		r->turn = (r->turn + 1) % r->nstreams;
-}
-
 /* The next thing stream j queued (lent: rx_piece_done gives it back),
  * waiting up to the peer timeout. */
 static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
