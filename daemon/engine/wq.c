@@ -135,9 +135,19 @@ static void reap(struct wq *q, bool wait)
 			break;
 		if (rc < 0) {
 			/* The ring failed: nothing more completes. Sticky, and
-			 * nothing is waited for again. */
+			 * nothing is waited for again. A buffer whose write was
+			 * in flight may still be the kernel's: it is abandoned
+			 * (a ring that fails is never used again) for a new one,
+			 * so that no one fills it while the kernel reads it
+			 * (wq_trade hands buffers on). */
 			if (!q->err)
 				q->err = rc;
+			for (int i = 0; i < WQ_DEPTH; i++) {
+				void *fresh;
+
+				if (q->busy[i] && posix_memalign(&fresh, WQ_ALIGN, WQ_BUF) == 0)
+					q->buf[i] = fresh;
+			}
 			memset(q->busy, 0, sizeof(q->busy));
 			q->inflight = 0;
 			q->sync_at = q->sync_want = 0;
