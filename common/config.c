@@ -855,15 +855,23 @@ void config_free(struct stage_config *c)
 		entry_release(&cfg_table[i], c);
 }
 
+/* What 0 means for streams and hash_threads: a quarter of the cores online,
+ * 1 to 8. */
+static unsigned quarter_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+
+	return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
+}
+
 unsigned config_streams(const struct stage_config *c)
 {
-	long n = c->streams;
+	return c->streams > 0 ? (unsigned)c->streams : quarter_cores();
+}
 
-	if (n <= 0) {
-		n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
-		n = n < 1 ? 1 : n > 8 ? 8 : n;
-	}
-	return (unsigned)n;
+unsigned config_hash_threads(const struct stage_config *c)
+{
+	return c->hash_threads > 0 ? (unsigned)c->hash_threads : quarter_cores();
 }
 
 int config_defaults(struct stage_config *c)

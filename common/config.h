@@ -88,6 +88,9 @@ int config_defaults(struct stage_config *c);
 /* The streams a copy goes on: [transfer] streams, or with 0 a quarter of
  * the cores online (1 to 8: the knee measured on a 16-core node was 4). */
 unsigned config_streams(const struct stage_config *c);
+/* The threads a commit hashes on: [transfer] hash_threads, or with 0 the
+ * same quarter of the cores. */
+unsigned config_hash_threads(const struct stage_config *c);
 /* Parses INI text over the current values. On error returns -EINVAL (or
  * -ENOMEM) and writes "FILE:LINE: key 'section.key': why" into err. */
 int config_parse(struct stage_config *c, const char *text, size_t len,

@@ -37,7 +37,6 @@
 
 #define WINDOW 1024
 #define MF_TMP "manifest.commit"
-#define LANES_MAX 16
 
 int ckpt_parse(const struct stage_config *cfg, const char *path, char job[CKPT_NAME_MAX + 1],
 	       char step[CKPT_NAME_MAX + 1], char *why, size_t whylen)
@@ -431,23 +430,30 @@ static int run_copier(struct builder *b, int ms)
 	return rc;
 }
 
+/* With lanes: the ready slots retired as the lanes finish them, until at
+ * most `most` slots are in use or something failed. b->err. */
+static int lanes_retire_until(struct builder *b, size_t most)
+{
+	int err;
+
+	pthread_mutex_lock(&b->mu);
+	retire(b);
+	while (b->n > most && !b->err) {
+		pthread_cond_wait(&b->cv, &b->mu);
+		retire(b);
+	}
+	err = b->err;
+	pthread_mutex_unlock(&b->mu);
+	return err;
+}
+
 /* The next free slot, waiting for the head when the window is full. */
 static struct slot *take_slot(struct builder *b)
 {
 	struct slot *s;
 
 	if (b->nlanes) {
-		int err;
-
-		pthread_mutex_lock(&b->mu);
-		retire(b);
-		while (b->n == WINDOW && !b->err) {
-			pthread_cond_wait(&b->cv, &b->mu);
-			retire(b);
-		}
-		err = b->err;
-		pthread_mutex_unlock(&b->mu);
-		if (err)
+		if (lanes_retire_until(b, WINDOW - 1))
 			return NULL;
 	} else {
 		while (b->n == WINDOW && !b->err)
@@ -552,11 +558,9 @@ static bool failed(struct builder *b)
 {
 	bool err;
 
-	if (!b->nlanes)
-		return b->err != 0;
-	pthread_mutex_lock(&b->mu);
+	lock(b);
 	err = b->err != 0;
-	pthread_mutex_unlock(&b->mu);
+	unlock(b);
 	return err;
 }
 
@@ -579,16 +583,8 @@ static int build(struct builder *b, int stage_fd)
 		add_entry(b, &e);
 	}
 	walk_close(w);
-	if (b->nlanes) {
-		pthread_mutex_lock(&b->mu);
-		retire(b);
-		while (b->n && !b->err) {
-			pthread_cond_wait(&b->cv, &b->mu);
-			retire(b);
-		}
-		pthread_mutex_unlock(&b->mu);
-		return b->err;
-	}
+	if (b->nlanes)
+		return lanes_retire_until(b, 0);
 	while (copier_inflight(b->cp))
 		if (run_copier(b, 100) < 0)
 			break;
@@ -596,24 +592,11 @@ static int build(struct builder *b, int stage_fd)
 	return b->err;
 }
 
-/* How many lanes a commit hashes on: [transfer] hash_threads, or with 0 a
- * quarter of the cores this daemon may use (1 to 8). */
-static unsigned lanes_for(const struct stage_config *cfg)
-{
-	long n = cfg->hash_threads;
-
-	if (n == 0) {
-		n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
-		n = n < 1 ? 1 : n > 8 ? 8 : n;
-	}
-	return n > LANES_MAX ? LANES_MAX : (unsigned)n;
-}
-
 int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step,
 		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen)
 {
 	struct builder b = { .why = why, .whylen = whylen };
-	unsigned lanes = lanes_for(cfg);
+	unsigned lanes = config_hash_threads(cfg);
 	struct copier_opts co = {
 		.memory = cfg->memory, .io_size = cfg->io_size, .chunk_size = cfg->chunk_size,
 		/* always: no O_DIRECT, so the step is in the cache when its

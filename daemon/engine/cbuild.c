@@ -38,6 +38,24 @@ void cbuild_close(struct cbuild *b)
 	b->whole = b->chunk = NULL;
 }
 
+/* The digest of the chunk that has just been completed: the builder's own,
+ * or the hasher's (at a multiple of the chunk size the j-th chunk end it
+ * recorded; at the file's end short of one, its running digest). False
+ * when the hasher recorded none for it. */
+static bool completed(const struct cbuild *b, const struct cbuild_sums *s, unsigned j,
+		      digest_t *d)
+{
+	if (!b->ext)
+		*d = XXH3_128bits_digest(b->chunk);
+	else if (b->chunk_fill < b->chunk_size)
+		*d = s->d[s->nd];
+	else if (j < s->nd)
+		*d = s->d[j];
+	else
+		return false;
+	return true;
+}
+
 /* Takes n bytes at b->at into the hashes, with a hasher's sums of them
  * (or NULL): 0; -EBADMSG when a chunk they complete does not match
  * (b->bad_chunk); -EPROTO when a chunk begun with sums lost them (nothing
@@ -77,22 +95,12 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 		n -= k;
 		if (b->chunk_fill == b->chunk_size ||
 		    b->chunk_no * b->chunk_size + b->chunk_fill == e->size) {
-			/* At a multiple of the chunk size the hasher recorded
-			 * the chunk (s->d[j]); at the file's end short of one,
-			 * its running digest is the chunk's. */
-			bool boundary = b->chunk_fill == b->chunk_size, have = true;
 			digest_t d = { 0 };
+			bool have = completed(b, s, j, &d);
 
-			if (boundary && s) {
-				have = j < s->nd;
-				d = have ? s->d[j] : d;
-				j++;
-			}
-			if (!b->ext)
-				d = XXH3_128bits_digest(b->chunk);
-			else if (!boundary)
-				d = s->d[s->nd];
-			if (rc == 0 && (b->chunk_no >= e->nchunks || (b->ext && !have) ||
+			if (s && b->chunk_fill == b->chunk_size)
+				j++;    /* the hasher's ends are counted whoever hashed the chunk */
+			if (rc == 0 && (b->chunk_no >= e->nchunks || !have ||
 					!digest_eq(d, e->chunks[b->chunk_no]))) {
 				b->bad_chunk = b->chunk_no;
 				rc = -EBADMSG;

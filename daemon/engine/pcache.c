@@ -45,10 +45,17 @@ static int64_t resident(int fd, uint64_t off, uint64_t len)
 	return n;
 }
 
+/* Pages of a range of len bytes. */
+static uint64_t pages_of(uint64_t len)
+{
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	return (len + pg - 1) / pg;
+}
+
 bool pcache_warm(int fd, uint64_t off, uint64_t len)
 {
-	long pg = sysconf(_SC_PAGESIZE);
-	uint64_t pages = (len + (uint64_t)pg - 1) / (uint64_t)pg;
+	uint64_t pages = pages_of(len);
 	struct pc_range r = { off, len };
 	struct pc_stat st;
 
@@ -66,8 +73,6 @@ bool pcache_warm(int fd, uint64_t off, uint64_t len)
 
 bool pcache_warm_mincore(int fd, uint64_t off, uint64_t len)
 {
-	long pg = sysconf(_SC_PAGESIZE);
-	uint64_t pages = (len + (uint64_t)pg - 1) / (uint64_t)pg;
 	uid_t fsuid = (uid_t)setfsuid((uid_t)-1);       /* this thread's, unchanged */
 	struct stat st;
 	int64_t cached;
@@ -78,6 +83,5 @@ bool pcache_warm_mincore(int fd, uint64_t off, uint64_t len)
 	if (len == 0 || fstat(fd, &st) < 0 || (fsuid != 0 && fsuid != st.st_uid))
 		return false;
 	cached = resident(fd, off, len);
-
-	return cached >= 0 && (uint64_t)cached * 2 >= pages;
+	return cached >= 0 && (uint64_t)cached * 2 >= pages_of(len);
 }

@@ -225,7 +225,7 @@ int psend_streams_end(struct psend *ps, bool ok)
  * the next one (psend.h). */
 static void next_turn(struct psend *ps, uint64_t end, uint64_t size)
 {
-	if (ps->nstreams > 1 && (!ps->group || end % ps->group == 0 || end == size))
+	if (ps->nstreams > 1 && psend_turn_passes(end, size, ps->group))
 		ps->turn = (ps->turn + 1) % ps->nstreams;
 }
 

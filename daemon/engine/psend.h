@@ -107,6 +107,13 @@ void psend_close(struct psend *ps);
  * PSEND_MAX_STREAMS; with n == 1 nothing changes. 0, or -errno (no thread
  * left running). */
 int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n);
+/* Whether a stream's turn passes after a piece that ends at end, of a file
+ * of size bytes, with turns of group bytes (0: a piece): the rule of
+ * docs/PROTOCOL.md "Streams", the sender's and the receiver's alike. */
+static inline bool psend_turn_passes(uint64_t end, uint64_t size, uint64_t group)
+{
+	return !group || end % group == 0 || end == size;
+}
 /* The group size of the turns (psend.h's opening comment): the chunk size
  * of the manifest the pieces are of. Before the first piece; 0 or unset: a
  * turn is one piece. */

@@ -14,6 +14,7 @@
 
 #include "common/manifest.h"
 #include "daemon/engine/cbuild.h"
+#include "daemon/engine/psend.h"
 #include "daemon/repl/repl_have.h"
 #include "daemon/repl/repl_impl.h"
 
@@ -148,7 +149,7 @@ void rx_piece_done(struct rx *r, const struct rx_piece *pc);
  * next (docs/PROTOCOL.md, "Streams"). */
 static inline void rx_turn(struct rx *r, uint64_t end, uint64_t size)
 {
-	if (r->nstreams > 1 && (!r->chunk_size || end % r->chunk_size == 0 || end == size))
+	if (r->nstreams > 1 && psend_turn_passes(end, size, r->chunk_size))
 		r->turn = (r->turn + 1) % r->nstreams;
 }
 /* The offer's chunk size, for the streams' hashers. */
