@@ -81,6 +81,9 @@ static const char *const wire_names[] = {
 static const char *const cache_reads_names[] = {
 	[CFG_CACHE_READS_WARM] = "warm", [CFG_CACHE_READS_ALWAYS] = "always", NULL,
 };
+static const char *const stale_names[] = {
+	[CFG_STALE_SKIP] = "skip", [CFG_STALE_SEND] = "send", NULL,
+};
 static const char *const priority_names[] = {
 	[CFG_PRIORITY_LOW] = "low", [CFG_PRIORITY_NORMAL] = "normal", NULL,
 };
@@ -239,6 +242,10 @@ static const struct cfg_entry cfg_table[] = {
 	{ KEY_ENUM("transfer", "cache_reads", cache_reads, cache_reads_names), .def = "warm",
 	  .doc = "warm | always: a commit reads through the page cache only the files mostly there "
 		 "already (warm), or every file, so that its send reads them from memory (always)" },
+	{ KEY_ENUM("transfer", "stale", stale, stale_names), .def = "skip",
+	  .doc = "skip | send: a copy not yet begun when a newer step of its job is ready for the "
+		 "same partner is skipped (the newer goes instead; a copy someone waits for is "
+		 "never skipped), or sent all the same" },
 	{ KEY_INT("transfer", "hash_threads", hash_threads), .min = 0, .max = 16, .def = "0",
 	  .doc = "threads hashing a commit's files at once (a file is one thread's); "
 		 "0: a quarter of the cores, 1 to 8" },

@@ -19,6 +19,7 @@ enum cfg_wire { CFG_WIRE_AUTHENTICATED, CFG_WIRE_ENCRYPTED };
 enum cfg_compress { CFG_COMPRESS_AUTO, CFG_COMPRESS_OFF, CFG_COMPRESS_ZSTD, CFG_COMPRESS_FLOAT };
 enum cfg_priority { CFG_PRIORITY_LOW, CFG_PRIORITY_NORMAL };
 enum cfg_cache_reads { CFG_CACHE_READS_WARM, CFG_CACHE_READS_ALWAYS };
+enum cfg_stale { CFG_STALE_SKIP, CFG_STALE_SEND };
 
 struct stage_config {
 	/* [node] */
@@ -54,6 +55,7 @@ struct stage_config {
 	uint32_t files_in_flight;   /* extension: files open at once per pull */
 	int hash_threads;           /* extension: threads hashing a commit; 0: automatic */
 	int cache_reads;            /* extension: enum cfg_cache_reads, a commit's reads */
+	int stale;                  /* extension: enum cfg_stale, copies a newer step overtook */
 	uint64_t io_size;           /* extension: largest single read/write, bytes */
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
 	int priority;               /* extension: enum cfg_priority of replication's threads */

@@ -573,17 +573,19 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 			for (size_t i = 0; i < repl.npartners; i++) {
 				struct rcopy *c = &r->copies[i];
 				struct partner *p = &repl.partners[i];
-				const char *why = c->state == C_FAILED ? c->why :
+				const char *why = c->state == C_FAILED || c->state == C_SKIPPED ? c->why :
 					p->state == PEER_DOWN ? p->why : "";
 
 				pending += c->state == C_PENDING || c->state == C_SENDING;
-				failed += c->state == C_FAILED;
+				failed += c->state == C_FAILED || c->state == C_SKIPPED;
 				sent += c->state == C_CONFIRMED ? r->bytes : c->sent;
 				if (noted && *why && strcmp(noted + 1024 * i, why) != 0) {
+					bool over = c->state == C_FAILED || c->state == C_SKIPPED;
+
 					snprintf(noted + 1024 * i, 1024, "%s", why);
-					job_note(j, c->state == C_FAILED ? LOG_ERROR : LOG_WARN, NULL,
-						 NULL, "copy on %s: %s%s", node_name(i), why,
-						 c->state == C_FAILED ? "" : " (retrying)");
+					job_note(j, over ? LOG_ERROR : LOG_WARN, NULL, NULL,
+						 "copy on %s: %s%s", node_name(i), why,
+						 over ? "" : " (retrying)");
 				}
 			}
 			atomic_store(&j->bytes_total, r->bytes * repl.npartners);
@@ -690,6 +692,7 @@ int repl_resend(const char *job, const char *step, const char *holder, char *why
 		snprintf(why, whylen, "%s/%s is being restored here", job, step);
 		rc = -EBUSY;
 	} else if (r && r->state == R_READY) {
+		r->pinned = true;       /* waited for below: never skipped */
 		if (r->copies[i].state != C_PENDING && r->copies[i].state != C_SENDING) {
 			r->copies[i].state = C_PENDING;
 			r->copies[i].tries = 0;
@@ -707,8 +710,12 @@ int repl_resend(const char *job, const char *step, const char *holder, char *why
 		} else if (!commit_locked(job, step)) {
 			snprintf(why, whylen, "out of memory");
 			rc = -ENOMEM;
+		} else {
+			repl_rec_find(job, step)->pinned = true;
 		}
-	}                       /* R_HASHING: it is sent once hashed */
+	} else {
+		r->pinned = true;       /* R_HASHING: it is sent once hashed */
+	}
 	pthread_cond_broadcast(&repl.cond);
 	if (rc == 0)
 		rc = resend_wait(job, step, i, why, whylen);
@@ -764,6 +771,8 @@ void repl_commit_run(struct job *j, const char *path_arg)
 		job_result(j, 1, path, NULL, "out of memory");
 		goto out_free;
 	}
+	if (j->flags & REQ_WAIT)
+		repl_rec_find(job, step)->pinned = true;     /* waited for: never skipped */
 	if (!(j->flags & REQ_WAIT)) {
 		pthread_mutex_unlock(&repl.lock);
 		job_result(j, 0, path, NULL, "committed %s/%s: manifest and %zu cop%s queued", job,
@@ -786,7 +795,7 @@ out_free:
 
 static const char *cstate_name(enum cstate s)
 {
-	static const char *const n[] = { "pending", "sending", "confirmed", "failed" };
+	static const char *const n[] = { "pending", "sending", "confirmed", "failed", "skipped" };
 
 	return n[s];
 }

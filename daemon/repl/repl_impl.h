@@ -11,6 +11,19 @@
  *   SENDING --DONE 0--> CONFIRMED
  *   SENDING --connection lost--> PENDING (retried with backoff, resumes)
  *   SENDING --refused by the receiver MAX_TRIES times--> FAILED
+ *   PENDING --stale (below)--> SKIPPED --stale no more--> PENDING
+ *
+ * A pending copy is stale ([transfer] stale = skip) when a newer step of its
+ * job (ckpt_step_cmp) is R_READY with its copy to the same partner not failed
+ * (pending, being sent, confirmed, or skipped for a newer one still), and
+ * nobody waits for this one (not pinned: a
+ * `commit --wait`, or a resend that `stage resume` asks for). The sender
+ * skips stale copies when it picks its next: the newest step goes first, as
+ * a trainer that saves faster than its copies go needs. A copy being sent
+ * is never skipped. A skipped copy is logged, saved and shown by `stage
+ * ls`; it is pending again once it is stale no more (the newer step's copy
+ * failed for good, or that step is hashed again), or when it is committed
+ * again or resent.
  *
  * Invariants: records and copies change only under repl.lock, and every
  * change that must survive a restart is written to the record's file
@@ -43,13 +56,13 @@
 
 
 enum rstate { R_HASHING, R_READY, R_FAILED };
-enum cstate { C_PENDING, C_SENDING, C_CONFIRMED, C_FAILED };
+enum cstate { C_PENDING, C_SENDING, C_CONFIRMED, C_FAILED, C_SKIPPED };
 
 struct rcopy {
 	enum cstate state;
 	unsigned tries;            /* refusals by the receiver in a row */
 	uint64_t sent, total;      /* bytes of this transfer (raw), for progress */
-	char why[1024];            /* last failure, "" if none */
+	char why[1024];            /* last failure, or what it was skipped for; "" if none */
 };
 
 struct record {
@@ -57,6 +70,7 @@ struct record {
 	uint64_t seq;              /* CLOCK_REALTIME ns of the commit */
 	enum rstate state;
 	bool rehash;               /* committed again while hashing */
+	bool pinned;               /* someone waits for its copies: never skipped */
 	digest_t root;             /* R_READY only */
 	uint64_t files, bytes;
 	char why[1024];            /* R_FAILED: the reason */
@@ -83,6 +97,7 @@ struct partner {
 	uint64_t wire, raw;        /* bytes sent on the wire / their raw size, ever */
 	uint64_t held;             /* bytes not sent: the partner held them, ever */
 	uint64_t confirmed;        /* copies confirmed, ever (under repl.lock) */
+	uint64_t skipped;          /* copies skipped as stale, ever (under repl.lock) */
 	uint64_t fails[PFAIL__N];  /* tries that failed, by cause (under repl.lock) */
 };
 

@@ -78,6 +78,7 @@ static uint64_t raw_of(size_t i) { return repl.partners[i].raw; }
 static uint64_t wire_of(size_t i) { return repl.partners[i].wire; }
 static uint64_t held_of(size_t i) { return repl.partners[i].held; }
 static uint64_t confirmed_of(size_t i) { return repl.partners[i].confirmed; }
+static uint64_t skipped_of(size_t i) { return repl.partners[i].skipped; }
 static uint64_t lag_copies_of(size_t i) { return lags[i].copies; }
 static uint64_t lag_bytes_of(size_t i) { return lags[i].bytes; }
 static uint64_t failed_of(size_t i) { return lags[i].failed; }
@@ -95,6 +96,9 @@ static const struct {
 	  "Checkpoint bytes not sent because the partner already held them.", held_of },
 	{ "stage_replication_confirmed_total", "counter",
 	  "Checkpoint copies each partner confirmed on its disk.", confirmed_of },
+	{ "stage_replication_skipped_total", "counter",
+	  "Checkpoint copies not sent to each partner because a newer step of the job went first "
+	  "([transfer] stale = skip).", skipped_of },
 	{ "stage_replication_lag_copies", "gauge",
 	  "Committed checkpoints not yet confirmed by each partner.", lag_copies_of },
 	{ "stage_replication_lag_bytes", "gauge", "Their bytes not yet sent.", lag_bytes_of },

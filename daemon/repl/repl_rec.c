@@ -8,8 +8,11 @@
  *   root 0123...                (32 hex digits, ready only)
  *   size FILES BYTES
  *   copy NAME confirmed         (one per partner that confirmed)
+ *   skipped NAME                (one per partner it was skipped for: a newer
+ *                                step went instead, repl_impl.h)
  *
- * Copies not listed are pending. A file that does not parse is ignored
+ * Copies not listed are pending (a daemon that does not know "skipped"
+ * ignores the line, and sends the copy). A file that does not parse is ignored
  * with a warning (its checkpoint can be committed again).
  */
 #include "daemon/repl/repl_impl.h"
@@ -113,6 +116,8 @@ static int rec_save(const struct record *r)
 	for (size_t i = 0; i < repl.npartners; i++)
 		if (r->copies[i].state == C_CONFIRMED)
 			fprintf(f, "copy %s confirmed\n", peers.hosts.v[repl.partners[i].host].name);
+		else if (r->copies[i].state == C_SKIPPED)
+			fprintf(f, "skipped %s\n", peers.hosts.v[repl.partners[i].host].name);
 	if (fflush(f) != 0 || fsync(fileno(f)) < 0)
 		rc = -errno;
 	if (fclose(f) != 0 && !rc)
@@ -157,6 +162,19 @@ static void insert_sorted(struct record *r)
 	*pp = r;
 }
 
+/* The copy on partner NAME is in state st (a name no longer a partner:
+ * nothing). */
+static void copy_is(struct record *r, const char *name, enum cstate st)
+{
+	for (size_t i = 0; i < repl.npartners; i++)
+		if (strcmp(peers.hosts.v[repl.partners[i].host].name, name) == 0) {
+			r->copies[i].state = st;
+			if (st == C_SKIPPED)
+				snprintf(r->copies[i].why, sizeof(r->copies[i].why),
+					 "skipped: a newer step went first");
+		}
+}
+
 static int load_one(const char *job, const char *step, const char *path)
 {
 	struct record *r;
@@ -187,10 +205,11 @@ static int load_one(const char *job, const char *step, const char *path)
 		} else if (sscanf(line, "size %llu %llu", &a, &b) == 2) {
 			r->files = a;
 			r->bytes = b;
-		} else if (sscanf(line, "copy %299s confirmed", name) == 1) {
-			for (size_t i = 0; i < repl.npartners; i++)
-				if (strcmp(peers.hosts.v[repl.partners[i].host].name, name) == 0)
-					r->copies[i].state = C_CONFIRMED;
+		} else if (sscanf(line, "copy %299s %31s", name, st) == 2 &&
+			   strcmp(st, "confirmed") == 0) {
+			copy_is(r, name, C_CONFIRMED);
+		} else if (sscanf(line, "skipped %299s", name) == 1) {
+			copy_is(r, name, C_SKIPPED);
 		}
 	}
 	fclose(f);

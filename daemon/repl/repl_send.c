@@ -1,4 +1,5 @@
-/* The sender of one partner: takes the oldest copy pending for it, offers
+/* The sender of one partner: takes the oldest copy pending for it (those a
+ * newer step overtook skipped, repl_impl.h), offers
  * the checkpoint, and streams what the receiver wants, piece by piece.
  *
  * Per copy:  OFFER, MANIFEST...  ->  <- WANT (resume point, or "have it",
@@ -621,9 +622,55 @@ static bool all_confirmed(const struct record *r)
 	return true;
 }
 
-/* The oldest copy this partner still needs: under lock. */
+/* Whether a newer step of s's job is ready for partner i, its copy there
+ * not failed: what makes s's copy stale (repl_impl.h). Under lock. */
+static const struct record *newer_for(const struct record *s, size_t i)
+{
+	const struct record *best = NULL;
+
+	for (const struct record *t = repl.records; t; t = t->next)
+		if (t->state == R_READY && t->copies[i].state != C_FAILED &&
+		    strcmp(t->job, s->job) == 0 && ckpt_step_cmp(t->step, s->step) > 0 &&
+		    (!best || ckpt_step_cmp(t->step, best->step) > 0))
+			best = t;
+	return best;
+}
+
+/* Partner i's copies that are not begun, skipped or pending as the rule of
+ * repl_impl.h says now: each change logged and saved. Under lock. */
+static void sort_stale(size_t i)
+{
+	const char *to = peers.hosts.v[repl.partners[i].host].name;
+
+	for (struct record *r = repl.records; r; r = r->next) {
+		struct rcopy *c = &r->copies[i];
+		const struct record *t;
+
+		if (r->state != R_READY || (c->state != C_PENDING && c->state != C_SKIPPED))
+			continue;
+		t = repl.cfg->stale == CFG_STALE_SKIP && !r->pinned ? newer_for(r, i) : NULL;
+		if (t && c->state == C_PENDING) {
+			c->state = C_SKIPPED;
+			snprintf(c->why, sizeof(c->why), "skipped: %s is newer and went first", t->step);
+			repl.partners[i].skipped++;
+			log_info("%s/%s to %s: skipped, the newer %s/%s goes instead ([transfer] "
+				 "stale = skip)", r->job, r->step, to, t->job, t->step);
+			repl_rec_save(r);
+		} else if (!t && c->state == C_SKIPPED) {
+			c->state = C_PENDING;
+			c->why[0] = '\0';
+			log_info("%s/%s to %s: no longer skipped (no newer step of %s goes there)",
+				 r->job, r->step, to, r->job);
+			repl_rec_save(r);
+		}
+	}
+}
+
+/* The oldest copy this partner still needs, the stale ones skipped: under
+ * lock. */
 static struct record *next_copy(size_t i)
 {
+	sort_stale(i);
 	for (struct record *r = repl.records; r; r = r->next)
 		if (r->state == R_READY && r->copies[i].state == C_PENDING)
 			return r;

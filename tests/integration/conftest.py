@@ -146,8 +146,11 @@ class Daemon:
         self.src_root = self.source_roots[0]
         self.stage_root = Path(stage_root) if stage_root else self.disk / "stage"
         # streams = 1 unless a test asks: the default (0, a quarter of the cores) would
-        # make every test's connections depend on the machine it runs on.
-        self.transfer = {"chunk_size": "64KiB", "streams": 1,
+        # make every test's connections depend on the machine it runs on. stale = send
+        # unless a test asks: with the default (skip), whether a test's quick commits of
+        # several steps all reach a partner would depend on how fast the sender keeps up
+        # (test_stale.py tests skipping).
+        self.transfer = {"chunk_size": "64KiB", "streams": 1, "stale": "send",
                          **({"compress": COMPRESS} if COMPRESS else {}), **(transfer or {})}
         self.config_path = self.base / "daemon.conf"
         # The daemon runs through a symlink with a name of its own: other

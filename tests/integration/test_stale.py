@@ -1,0 +1,132 @@
+"""The newest step first ([transfer] stale = skip, the default; the rule is in
+daemon/repl/repl_impl.h): when a trainer saves faster than its copies go, a
+copy not yet begun whose job has a newer step ready for the same partner is
+skipped, so the partner gets the newest step next instead of working
+through the queue. Skipping is logged, saved, shown by `stage ls` and
+counted; a copy someone waits for (`commit --wait`) is never skipped; a
+skipped copy goes after all once the newer step's copy fails for good, or
+when it is committed again. Real daemons on 127.0.0.1, n0's sender held
+behind by its rate cap while steps are committed."""
+import re
+import threading
+
+from helpers import (F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for,
+                     ls_find)
+
+MiB = 1 << 20
+
+
+def copy_state(d, step, peer="n1"):
+    f = ls_find(d, f"job1/{step}")
+    assert f, f"{step} not in {d.name}'s stage ls"
+    m = re.search(rf"(?:^|,){peer}:(\w+)", f["copies"])
+    return m.group(1) if m else None
+
+
+def hashed(d, step):
+    wait_for(lambda: (ls_find(d, f"job1/{step}") or {}).get("state") == "committed", 20,
+             f"{step} to be hashed")
+
+
+def committed(d, step):
+    cp = d.run("commit", ckpt(d, step=step))
+    assert cp.returncode == 0, f"commit {step}: {cp.stderr}"
+    hashed(d, step)
+
+
+def busy_sender(make_cluster, stale="skip"):
+    """n0 and n1, n0 capped at 4 MiB/s and sending a 16 MiB step-100 (4 s):
+    what is committed meanwhile waits behind it."""
+    n0, n1 = make_cluster(2, keep=10, transfer={"watch": "off", "compress": "off", "stale": stale},
+                          node_transfer={0: {"rate": "4MiB"}})
+    make_tree(ckpt(n0, step="step-100"), [F("w.bin", size=16 * MiB)], seed=100)
+    cp = n0.run("commit", ckpt(n0, step="step-100"))
+    assert cp.returncode == 0, cp.stderr
+    wait_for(lambda: "job1/step-100 to n1" in n0.status(timeout=20).stdout, 20,
+             "n0 to be sending step-100")
+    return n0, n1
+
+
+def small_step(d, step, seed):
+    return make_tree(ckpt(d, step=step), [F("w.bin", size=MiB + seed)], seed=seed)
+
+
+def test_newest_step_goes_first(make_cluster):
+    """While step-100 goes, step-200, step-250 (committed with --wait),
+    step-300 and step-400 are committed: 200 and 300 are skipped, 250 and
+    400 go, each exact; the skips are logged, counted, shown by ls, survive
+    a restart, and a new commit of a skipped step sends it."""
+    n0, n1 = busy_sender(make_cluster)
+    steps = {s: small_step(n0, s, i) for i, s in enumerate(
+        ["step-200", "step-250", "step-300", "step-400"], start=1)}
+    committed(n0, "step-200")
+    waited = {}
+    t = threading.Thread(target=lambda: waited.update(
+        cp=n0.run("commit", ckpt(n0, step="step-250"), "--wait", timeout=120)))
+    t.start()
+    hashed(n0, "step-250")
+    committed(n0, "step-300")
+    committed(n0, "step-400")
+    assert copy_state(n0, "step-100") == "sending", \
+        "step-100 was sent before the newer steps were ready: the test proved nothing"
+    wait_for(lambda: copy_state(n0, "step-400") == "confirmed", 60,
+             f"step-400 to reach n1:\n{n0.log()[-3000:]}")
+    t.join(120)
+    assert waited["cp"].returncode == 0, \
+        f"commit --wait of step-250: {waited['cp'].stdout}{waited['cp'].stderr}"
+
+    states = {s: copy_state(n0, s) for s in ["step-100", "step-200", "step-250", "step-300",
+                                             "step-400"]}
+    assert states == {"step-100": "confirmed", "step-200": "skipped", "step-250": "confirmed",
+                      "step-300": "skipped", "step-400": "confirmed"}, states
+    for s in ["step-250", "step-400"]:
+        assert_replica_of(steps[s], replica(n1, n0, step=s))
+    for s in ["step-200", "step-300"]:
+        assert not replica(n1, n0, step=s).exists(), f"{s} reached n1 though skipped"
+        assert re.search(rf"job1/{s} to n1: skipped, the newer job1/step-\d+ goes instead",
+                         n0.log()), n0.log()[-3000:]
+    m = re.search(r'^stage_replication_skipped_total\{peer="n1"\} (\d+)$',
+                  n0.run("metrics").stdout, re.M)
+    assert m and int(m.group(1)) == 2, m and m.group(0)
+
+    n0.restart()
+    assert copy_state(n0, "step-200") == "skipped" and copy_state(n0, "step-300") == "skipped", \
+        "the skips were not saved"
+    commit_wait(n0, ckpt(n0, step="step-200"))
+    assert_replica_of(steps["step-200"], replica(n1, n0, step="step-200"))
+    assert copy_state(n0, "step-300") == "skipped"
+
+
+def test_skipped_copy_goes_when_the_newer_fails(make_cluster):
+    """step-200 is skipped for step-300, whose file then changes size: its
+    copy fails for good (the step changed), so step-200 is pending again and
+    reaches n1."""
+    n0, n1 = busy_sender(make_cluster)
+    s200 = small_step(n0, "step-200", 1)
+    small_step(n0, "step-300", 2)
+    committed(n0, "step-200")
+    committed(n0, "step-300")
+    with open(ckpt(n0, step="step-300") / "w.bin", "ab") as f:
+        f.write(b"changed after its commit")
+    assert copy_state(n0, "step-100") == "sending", "the test proved nothing"
+    wait_for(lambda: copy_state(n0, "step-200") == "confirmed", 60,
+             f"step-200 to reach n1 after step-300 failed:\n{n0.log()[-3000:]}")
+    assert copy_state(n0, "step-300") == "failed"
+    log = n0.log()
+    assert "job1/step-200 to n1: skipped, the newer job1/step-300 goes instead" in log, log[-3000:]
+    assert "job1/step-200 to n1: no longer skipped" in log, log[-3000:]
+    assert_replica_of(s200, replica(n1, n0, step="step-200"))
+
+
+def test_stale_send_sends_every_step(make_cluster):
+    """stale = send: every step goes, in commit order."""
+    n0, n1 = busy_sender(make_cluster, stale="send")
+    steps = {s: small_step(n0, s, i) for i, s in enumerate(["step-200", "step-300"], start=1)}
+    committed(n0, "step-200")
+    committed(n0, "step-300")
+    assert copy_state(n0, "step-100") == "sending", "the test proved nothing"
+    wait_for(lambda: copy_state(n0, "step-300") == "confirmed", 60, "step-300 to reach n1")
+    assert copy_state(n0, "step-200") == "confirmed"
+    for s, d in steps.items():
+        assert_replica_of(d, replica(n1, n0, step=s))
+    assert "skipped" not in n0.log()
