@@ -56,6 +56,7 @@ struct stage_config {
 	int hash_threads;           /* extension: threads hashing a commit; 0: automatic */
 	int cache_reads;            /* extension: enum cfg_cache_reads, a commit's reads */
 	int stale;                  /* extension: enum cfg_stale, copies a newer step overtook */
+	bool yield;                 /* extension: a job's copies pause while a step of it is written */
 	uint64_t io_size;           /* extension: largest single read/write, bytes */
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */
 	int priority;               /* extension: enum cfg_priority of replication's threads */

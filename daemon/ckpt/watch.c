@@ -42,6 +42,7 @@ struct wnode {
 	struct wnode *pprev, *pnext;    /* the pending list */
 	bool pending;                   /* not reported since its last activity */
 	uint64_t last_ms;               /* CLOCK_MONOTONIC of its last activity */
+	uint64_t told_ms;               /* when watch_opts's wrote was last called for it */
 	const char *marker;             /* the marker seen (for the log), or NULL */
 	/* K_JOB only */
 	char *latest;                   /* the existing step JOB/latest named, or NULL */
@@ -58,6 +59,8 @@ struct watch {
 	struct wnode *pending;          /* steps waiting for quiet or settle */
 	struct wnode *scan_head, *scan_tail;
 	bool warned_limit;              /* the watch limit was logged already */
+	void (*wrote)(const char *job, void *arg);      /* watch_opts's */
+	void *wrote_arg;
 	char evbuf[EVBUF_SIZE] __attribute__((aligned(__alignof__(struct inotify_event))));
 };
 
@@ -189,6 +192,10 @@ static const char *step_marker(const struct watch *w, const struct wnode *s)
 static void step_activity(struct watch *w, struct wnode *s)
 {
 	s->last_ms = (uint64_t)mono_ms();
+	if (w->wrote && s->last_ms - s->told_ms >= WATCH_WROTE_MS) {
+		s->told_ms = s->last_ms;
+		w->wrote(s->parent->name, w->wrote_arg);
+	}
 	if (s->pending)
 		return;
 	s->marker = step_marker(w, s);
@@ -527,6 +534,8 @@ int watch_open(struct watch **wp, const char *ckpt_root, const struct watch_opts
 	}
 	w->settle_ms = o->settle_ms;
 	w->quiet_ms = o->quiet_ms;
+	w->wrote = o->wrote;
+	w->wrote_arg = o->wrote_arg;
 	w->nmap = 64;
 	w->map = calloc(w->nmap, sizeof(*w->map));
 	w->root_path = strdup(ckpt_root);

@@ -44,7 +44,13 @@ struct watch_opts {
 	const char *marker;      /* an extra marker file name, or NULL */
 	uint64_t settle_ms;      /* quiet time that means finished without a marker */
 	uint64_t quiet_ms;       /* quiet time after a marker */
+	/* Optional: something was written in a step of job (a trainer saving);
+	 * called from watch_handle, at most every WATCH_WROTE_MS per step while
+	 * the writes go on (a step a rescan finds pending counts as written). */
+	void (*wrote)(const char *job, void *arg);
+	void *wrote_arg;
 };
+#define WATCH_WROTE_MS 50
 
 /* ckpt_root must exist. 0, or -errno (why names the directory). */
 int watch_open(struct watch **w, const char *ckpt_root, const struct watch_opts *o,

@@ -407,6 +407,8 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		uint64_t at;
 		struct msg m;
 
+		if (h->hold)
+			h->hold(h->arg);
 		/* Every slot is with a stream: wait for the oldest. */
 		if (ps->n == 0) {
 			if ((rc = wait_slot(ps, ps->head)) < 0)

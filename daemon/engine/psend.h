@@ -89,6 +89,9 @@ struct psend {
 struct psend_hooks {
 	/* The codec this piece goes as (NULL hook: codec_none). */
 	const struct codec_ops *(*pick)(void *arg);
+	/* Before each piece is taken, on the caller's thread, no lock held: it
+	 * may hold the copy up (replication's trainer-first yield). */
+	void (*hold)(void *arg);
 	/* Just before the frame is sent, and just after (rc: the send's). */
 	void (*before)(void *arg);
 	void (*after)(void *arg, int rc);

@@ -444,6 +444,7 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 		struct watch_opts wo = {
 			.marker = cfg->marker[0] ? cfg->marker : NULL,
 			.settle_ms = (uint64_t)cfg->settle * 1000, .quiet_ms = QUIET_MS,
+			.wrote = cfg->yield ? repl_wrote : NULL,
 		};
 
 		rc = watch_open(&w, cfg->ckpt_root, &wo, why, whylen);
@@ -899,6 +900,17 @@ void repl_status(struct msg *m, uid_t viewer)
 				msg_put_str(m, K_VALUE, v);
 			}
 		}
+	for (size_t i = 0; peers.cluster && repl.cfg->yield && repl.cfg->watch &&
+			   i < REPL_WRITERS; i++) {
+		const char *job = repl.writers[i].job;
+
+		if (repl_writing(job, (uint64_t)mono_ms()) && job_visible(job, viewer)) {
+			snprintf(v, sizeof(v), "%s: a step is being written here; the job's copies, "
+				 "to and from this node, wait ([transfer] yield)", job);
+			msg_put_str(m, K_NAME, "yield");
+			msg_put_str(m, K_VALUE, v);
+		}
+	}
 	if (peers.cluster) {
 		snprintf(v, sizeof(v), "%u cop%s, %llu bytes not yet confirmed", lag_copies,
 			 lag_copies == 1 ? "y" : "ies", (unsigned long long)lag_bytes);

@@ -35,6 +35,7 @@
 #define STAGE_REPL_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -53,6 +54,7 @@
 #define REPL_MAX_TRIES 5
 #define REPL_MAX_STREAMS PSEND_MAX_STREAMS     /* connections one copy may go on */
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
+#define REPL_WRITERS 64                /* jobs being written remembered ([transfer] yield) */
 
 
 enum rstate { R_HASHING, R_READY, R_FAILED };
@@ -114,6 +116,11 @@ struct repl {
 	int stop_fd;                      /* eventfd: wakes the watcher */
 	struct rx_slot *rx;               /* transfers being received, under lock */
 	struct restoring *restoring;      /* steps being restored, under lock */
+	struct writer {                   /* jobs the watcher saw a step of written, under lock */
+		char job[CKPT_NAME_MAX + 1];
+		uint64_t ms;              /* last seen then (mono_ms); 0: a free entry */
+	} writers[REPL_WRITERS];
+	_Atomic uint64_t yielded_ms;      /* time replication paused for them, ever */
 };
 
 struct restoring {                    /* the watcher leaves these steps alone */
@@ -130,6 +137,19 @@ void repl_state_init(void);
 /* Under repl.lock: waits on repl.cond until woken or until deadline_ns
  * (mono_ns, common/clock.h). 0 woken (maybe spuriously), or ETIMEDOUT. */
 int repl_wait_until(uint64_t deadline_ns);
+/* The trainer first ([transfer] yield, with watch = on): while a step of
+ * ckpt_root/JOB was written in the last REPL_YIELD_QUIET_MS, waits, for at
+ * most a quarter of peer_timeout at a time (the peer must hear something),
+ * and returns at once when the daemon stops. Called before each piece of a
+ * copy of JOB a sender sends or a receiver takes: a job's save holds only
+ * that job's copies (a user can hold up only their own). Not under lock. */
+#define REPL_YIELD_QUIET_MS 250
+void repl_yield(const char *job);
+/* The watcher saw a step of ckpt_root/JOB written (watch_opts's wrote). */
+void repl_wrote(const char *job, void *arg);
+/* Whether a step of JOB was written in the last REPL_YIELD_QUIET_MS. Under
+ * lock. */
+bool repl_writing(const char *job, uint64_t now_ms);
 /* With priority = low, the calling thread's CPU and I/O priority lowered
  * (what names the thread for the log if that fails). */
 void repl_background(const char *what);

@@ -132,6 +132,10 @@ void repl_metrics(struct prom *p)
 		       "Tries of a copy that ended unconfirmed, by cause: connect, lost (mid-copy), "
 		       "refused (by the partner), changed (the step changed while sent).", "cause",
 		       pfail_names, PFAIL__N, fails_of);
+	prom_family(p, "stage_replication_yielded_seconds_total", "counter",
+		    "Time this node's senders and receivers paused for a step being written under "
+		    "ckpt_root ([transfer] yield), summed over them.");
+	prom_f64(p, NULL, (double)atomic_load(&repl.yielded_ms) / 1e3);
 	prom_family(p, "stage_replication_lag_seconds", "gauge",
 		    "How long the oldest checkpoint not yet confirmed by each partner has waited since "
 		    "its commit; 0 when none waits.");

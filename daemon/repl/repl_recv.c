@@ -248,6 +248,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	for (;;) {
 		struct rx_piece *pc;
 
+		repl_yield(r->job);     /* this node's trainer first: the sender waits */
 		rc = rx_recv(r, &m, &pc);
 		if (rc < 0 && r->why[0])
 			goto out;       /* a stream's failure, said */

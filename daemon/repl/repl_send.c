@@ -162,6 +162,13 @@ static const struct codec_ops *piece_pick(void *arg)
 	return zp_pick(&c->s->z, mono_ns(), queued(c->s->x));
 }
 
+static void piece_hold(void *arg)
+{
+	struct piece_ctx *c = arg;
+
+	repl_yield(c->o->job);
+}
+
 static void piece_before(void *arg)
 {
 	struct piece_ctx *c = arg;
@@ -208,7 +215,7 @@ static int send_range(struct sender *s, struct out *o, int fd, uint64_t idx,
 		      struct codec_params *cp, char *why, size_t whylen)
 {
 	struct piece_ctx c = { .s = s, .o = o };
-	const struct psend_hooks h = { .pick = piece_pick, .before = piece_before,
+	const struct psend_hooks h = { .pick = piece_pick, .hold = piece_hold, .before = piece_before,
 				       .after = piece_after, .sent = piece_sent, .arg = &c };
 	int rc = psend_range(&s->ps, s->x, fd, e->size, idx, off, end, cp, &h, e->path, why,
 			     whylen);

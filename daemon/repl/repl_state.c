@@ -37,6 +37,58 @@ int repl_wait_until(uint64_t deadline_ns)
 	return pthread_cond_timedwait(&repl.cond, &repl.lock, &ts);
 }
 
+static struct writer *writer_of(const char *job)
+{
+	for (size_t i = 0; i < REPL_WRITERS; i++)
+		if (repl.writers[i].ms && strcmp(repl.writers[i].job, job) == 0)
+			return &repl.writers[i];
+	return NULL;
+}
+
+void repl_wrote(const char *job, void *arg)
+{
+	struct writer *w;
+
+	pthread_mutex_lock(&repl.lock);
+	w = writer_of(job);
+	for (size_t i = 0; !w && i < REPL_WRITERS; i++)       /* else the stalest */
+		if (!w || repl.writers[i].ms < w->ms)
+			w = &repl.writers[i];
+	snprintf(w->job, sizeof(w->job), "%s", job);
+	w->ms = (uint64_t)mono_ms();
+	pthread_mutex_unlock(&repl.lock);
+}
+
+bool repl_writing(const char *job, uint64_t now_ms)
+{
+	const struct writer *w = writer_of(job);
+
+	return w && now_ms - w->ms < REPL_YIELD_QUIET_MS;
+}
+
+void repl_yield(const char *job)
+{
+	uint64_t start = 0, cap = (uint64_t)repl.cfg->peer_timeout * 1000 / 4, now;
+
+	if (!repl.cfg->yield || !repl.cfg->watch)
+		return;
+	pthread_mutex_lock(&repl.lock);
+	for (;;) {
+		now = (uint64_t)mono_ms();
+		if (!repl_writing(job, now) || repl.stopping || atomic_load(&stage_stopping))
+			break;
+		if (!start)
+			start = now;
+		if (now - start >= cap)
+			break;
+		repl_wait_until(mono_ns() + (writer_of(job)->ms + REPL_YIELD_QUIET_MS - now) *
+				1000000ull);
+	}
+	pthread_mutex_unlock(&repl.lock);
+	if (start)
+		atomic_fetch_add(&repl.yielded_ms, now - start);
+}
+
 void repl_background(const char *what)
 {
 	prio_background(repl.cfg->priority, what);
