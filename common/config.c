@@ -243,13 +243,13 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "warm | always: a commit reads through the page cache only the files mostly there "
 		 "already (warm), or every file, so that its send reads them from memory (always)" },
 	{ KEY_ENUM("transfer", "stale", stale, stale_names), .def = "skip",
-	  .doc = "skip | send: a copy not yet begun when a newer step of its job is ready for the "
+	  .doc = "skip | send: a copy never begun when a newer step of its job is ready for the "
 		 "same partner is skipped (the newer goes instead; a copy someone waits for is "
 		 "never skipped), or sent all the same" },
 	{ KEY_BOOL("transfer", "yield", yield), .def = "on",
 	  .doc = "with watch = on: a job's copies to and from this node pause while a step of the "
 		 "job under ckpt_root is being written (its trainer saving), and catch up once it "
-		 "is quiet" },
+		 "is quiet; each copy waits half of [cluster] peer_timeout in all at most" },
 	{ KEY_INT("transfer", "hash_threads", hash_threads), .min = 0, .max = 16, .def = "0",
 	  .doc = "threads hashing a commit's files at once (a file is one thread's); "
 		 "0: a quarter of the cores, 1 to 8" },

@@ -81,23 +81,38 @@ static struct record *requeue_locked(const char *job, const char *step, bool kee
 	return r;
 }
 
-/* Queues a commit of JOB/STEP; returns its seq. Under lock. */
-static uint64_t commit_locked(const char *job, const char *step)
+/* Whoever waits for every copy of r: none is skipped. Under lock. */
+static void pin_all(struct record *r)
+{
+	for (size_t i = 0; i < (repl.npartners ? repl.npartners : 1); i++)
+		r->copies[i].pinned = true;
+}
+
+/* Queues a commit of JOB/STEP, its copies pinned if pin (someone waits for
+ * them); returns its seq (the record may be gone already: retention keeps
+ * the newest steps). Under lock. */
+static uint64_t commit_locked(const char *job, const char *step, bool pin)
 {
 	struct record *r = repl_rec_find(job, step);
+	uint64_t seq;
 
 	if (r && r->state == R_HASHING) {
 		r->rehash = true;       /* the committer hashes it once more */
+		if (pin)
+			pin_all(r);
 		return r->seq;
 	}
 	r = requeue_locked(job, step, false);
 	if (!r)
 		return 0;
 	r->state = R_HASHING;
+	if (pin)
+		pin_all(r);
+	seq = r->seq;
 	repl_rec_save(r);
-	repl_rec_retain(job);
+	repl_rec_retain(job);   /* may drop r */
 	pthread_cond_broadcast(&repl.cond);
-	return r->seq;
+	return seq;
 }
 
 /* The committer acts as the owner of ckpt_root/JOB (reached with no link)
@@ -273,7 +288,7 @@ static void on_finished(const char *job, const char *step, const char *why, void
 	}
 	log_info("checkpoint %s/%s/%s is finished (%s): committing", repl.cfg->ckpt_root,
 		 job, step, why);
-	commit_locked(job, step);
+	commit_locked(job, step, false);
 	pthread_mutex_unlock(&repl.lock);
 }
 
@@ -693,7 +708,7 @@ int repl_resend(const char *job, const char *step, const char *holder, char *why
 		snprintf(why, whylen, "%s/%s is being restored here", job, step);
 		rc = -EBUSY;
 	} else if (r && r->state == R_READY) {
-		r->pinned = true;       /* waited for below: never skipped */
+		r->copies[i].pinned = true;     /* waited for below: never skipped */
 		if (r->copies[i].state != C_PENDING && r->copies[i].state != C_SENDING) {
 			r->copies[i].state = C_PENDING;
 			r->copies[i].tries = 0;
@@ -708,14 +723,14 @@ int repl_resend(const char *job, const char *step, const char *holder, char *why
 			snprintf(why, whylen, "%s/%s is not committed on %s", job, step,
 				 repl.cfg->name);
 			rc = -ENOENT;
-		} else if (!commit_locked(job, step)) {
+		} else if (!commit_locked(job, step, false)) {
 			snprintf(why, whylen, "out of memory");
 			rc = -ENOMEM;
-		} else {
-			repl_rec_find(job, step)->pinned = true;
+		} else if ((r = repl_rec_find(job, step))) {
+			r->copies[i].pinned = true;
 		}
 	} else {
-		r->pinned = true;       /* R_HASHING: it is sent once hashed */
+		r->copies[i].pinned = true;     /* R_HASHING: it is sent once hashed */
 	}
 	pthread_cond_broadcast(&repl.cond);
 	if (rc == 0)
@@ -766,14 +781,12 @@ void repl_commit_run(struct job *j, const char *path_arg)
 			   MF_DIRNAME, RESTORE_MARK, path);
 		goto out_free;
 	}
-	seq = commit_locked(job, step);
+	seq = commit_locked(job, step, j->flags & REQ_WAIT);   /* waited for: never skipped */
 	if (!seq) {
 		pthread_mutex_unlock(&repl.lock);
 		job_result(j, 1, path, NULL, "out of memory");
 		goto out_free;
 	}
-	if (j->flags & REQ_WAIT)
-		repl_rec_find(job, step)->pinned = true;     /* waited for: never skipped */
 	if (!(j->flags & REQ_WAIT)) {
 		pthread_mutex_unlock(&repl.lock);
 		job_result(j, 0, path, NULL, "committed %s/%s: manifest and %zu cop%s queued", job,

@@ -15,15 +15,16 @@
  *
  * A pending copy is stale ([transfer] stale = skip) when a newer step of its
  * job (ckpt_step_cmp) is R_READY with its copy to the same partner not failed
- * (pending, being sent, confirmed, or skipped for a newer one still), and
- * nobody waits for this one (not pinned: a
- * `commit --wait`, or a resend that `stage resume` asks for). The sender
- * skips stale copies when it picks its next: the newest step goes first, as
- * a trainer that saves faster than its copies go needs. A copy being sent
- * is never skipped. A skipped copy is logged, saved and shown by `stage
- * ls`; it is pending again once it is stale no more (the newer step's copy
- * failed for good, or that step is hashed again), or when it is committed
- * again or resent.
+ * (pending, being sent, confirmed, or skipped for a newer one still), nobody
+ * waits for this one (not pinned: a `commit --wait`, or a resend that `stage
+ * resume` asks for), and it was never begun (a copy cut off mid-way goes on:
+ * the receiver holds its first part). The sender skips stale copies when it
+ * picks its next: the newest step goes first, as a trainer that saves faster
+ * than its copies go needs. A skipped copy is logged, saved and shown by
+ * `stage ls`; it is pending again once it is stale no more (the newer step's
+ * copy failed for good, or that step is hashed again) or when it is resent
+ * or committed again with --wait (a plain commit puts it back under the
+ * rule).
  *
  * Invariants: records and copies change only under repl.lock, and every
  * change that must survive a restart is written to the record's file
@@ -63,6 +64,9 @@ enum cstate { C_PENDING, C_SENDING, C_CONFIRMED, C_FAILED, C_SKIPPED };
 struct rcopy {
 	enum cstate state;
 	unsigned tries;            /* refusals by the receiver in a row */
+	bool pinned;               /* someone waits for it: never skipped */
+	bool begun;                /* taken by the sender since committed: never skipped
+				    * (the receiver may hold part of it) */
 	uint64_t sent, total;      /* bytes of this transfer (raw), for progress */
 	char why[1024];            /* last failure, or what it was skipped for; "" if none */
 };
@@ -72,7 +76,6 @@ struct record {
 	uint64_t seq;              /* CLOCK_REALTIME ns of the commit */
 	enum rstate state;
 	bool rehash;               /* committed again while hashing */
-	bool pinned;               /* someone waits for its copies: never skipped */
 	digest_t root;             /* R_READY only */
 	uint64_t files, bytes;
 	char why[1024];            /* R_FAILED: the reason */
@@ -139,12 +142,18 @@ void repl_state_init(void);
 int repl_wait_until(uint64_t deadline_ns);
 /* The trainer first ([transfer] yield, with watch = on): while a step of
  * ckpt_root/JOB was written in the last REPL_YIELD_QUIET_MS, waits, for at
- * most a quarter of peer_timeout at a time (the peer must hear something),
- * and returns at once when the daemon stops. Called before each piece of a
- * copy of JOB a sender sends or a receiver takes: a job's save holds only
- * that job's copies (a user can hold up only their own). Not under lock. */
+ * most a quarter of peer_timeout at a time (the peer must hear something)
+ * and *budget_ms in all (taken from it: a copy starts with
+ * repl_yield_budget(), so no copy, nor those queued behind it, is held up
+ * longer whatever is written), and returns at once when the daemon stops.
+ * Called before each piece of a copy of JOB a sender sends or a receiver
+ * takes. Whether it waited. Not under lock. */
 #define REPL_YIELD_QUIET_MS 250
-void repl_yield(const char *job);
+bool repl_yield(const char *job, uint64_t *budget_ms);
+static inline uint64_t repl_yield_budget(void)
+{
+	return (uint64_t)repl.cfg->peer_timeout * 1000 / 2;
+}
 /* The watcher saw a step of ckpt_root/JOB written (watch_opts's wrote). */
 void repl_wrote(const char *job, void *arg);
 /* Whether a step of JOB was written in the last REPL_YIELD_QUIET_MS. Under

@@ -10,6 +10,8 @@
  *   copy NAME confirmed         (one per partner that confirmed)
  *   skipped NAME                (one per partner it was skipped for: a newer
  *                                step went instead, repl_impl.h)
+ *   begun NAME                  (one per partner whose copy, not confirmed,
+ *                                was begun: it is never skipped)
  *
  * Copies not listed are pending (a daemon that does not know "skipped"
  * ignores the line, and sends the copy). A file that does not parse is ignored
@@ -118,6 +120,8 @@ static int rec_save(const struct record *r)
 			fprintf(f, "copy %s confirmed\n", peers.hosts.v[repl.partners[i].host].name);
 		else if (r->copies[i].state == C_SKIPPED)
 			fprintf(f, "skipped %s\n", peers.hosts.v[repl.partners[i].host].name);
+		else if (r->copies[i].begun)
+			fprintf(f, "begun %s\n", peers.hosts.v[repl.partners[i].host].name);
 	if (fflush(f) != 0 || fsync(fileno(f)) < 0)
 		rc = -errno;
 	if (fclose(f) != 0 && !rc)
@@ -169,6 +173,7 @@ static void copy_is(struct record *r, const char *name, enum cstate st)
 	for (size_t i = 0; i < repl.npartners; i++)
 		if (strcmp(peers.hosts.v[repl.partners[i].host].name, name) == 0) {
 			r->copies[i].state = st;
+			r->copies[i].begun = st == C_PENDING;   /* "begun NODE" */
 			if (st == C_SKIPPED)
 				snprintf(r->copies[i].why, sizeof(r->copies[i].why),
 					 "skipped: a newer step went first");
@@ -210,6 +215,8 @@ static int load_one(const char *job, const char *step, const char *path)
 			copy_is(r, name, C_CONFIRMED);
 		} else if (sscanf(line, "skipped %299s", name) == 1) {
 			copy_is(r, name, C_SKIPPED);
+		} else if (sscanf(line, "begun %299s", name) == 1) {
+			copy_is(r, name, C_PENDING);
 		}
 	}
 	fclose(f);

@@ -148,7 +148,7 @@ static void plan_held(struct rx *r)
 static int serve_offer(struct rx *r, const struct msg *offer)
 {
 	char *hex = NULL, rel[3 * (CKPT_NAME_MAX + 1) + 32];
-	uint64_t size, streams = 1;
+	uint64_t size, streams = 1, yield_ms = repl_yield_budget();
 	digest_t have;
 	struct msg m;
 	int rc;
@@ -248,7 +248,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	for (;;) {
 		struct rx_piece *pc;
 
-		repl_yield(r->job);     /* this node's trainer first: the sender waits */
+		repl_yield(r->job, &yield_ms);  /* this node's trainer first: the sender waits */
 		rc = rx_recv(r, &m, &pc);
 		if (rc < 0 && r->why[0])
 			goto out;       /* a stream's failure, said */

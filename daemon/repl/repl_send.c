@@ -115,6 +115,8 @@ struct out {
 	const uint8_t *bits;            /* K_HELD, or NULL */
 	size_t nbits;
 	uint64_t chunk;                 /* the manifest's chunk size */
+	uint64_t yield_ms;              /* what [transfer] yield may still hold it up */
+	bool yielded;                   /* it did, before the next piece */
 };
 
 /* A timeout of base ms plus the time the receiver may take to copy `held`
@@ -159,6 +161,12 @@ static const struct codec_ops *piece_pick(void *arg)
 {
 	struct piece_ctx *c = arg;
 
+	if (c->o->yielded) {
+		/* The window that spans the pause measures the trainer's
+		 * save, not the path. */
+		zp_gap(&c->s->z);
+		c->o->yielded = false;
+	}
 	return zp_pick(&c->s->z, mono_ns(), queued(c->s->x));
 }
 
@@ -166,7 +174,8 @@ static void piece_hold(void *arg)
 {
 	struct piece_ctx *c = arg;
 
-	repl_yield(c->o->job);
+	if (repl_yield(c->o->job, &c->o->yield_ms))
+		c->o->yielded = true;
 }
 
 static void piece_before(void *arg)
@@ -493,7 +502,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	uint8_t *bits = NULL;
 	const uint8_t *hb;
 	size_t hn;
-	struct out o = { .job = job, .step = step, .seq = seq, .total = total };
+	struct out o = { .job = job, .step = step, .seq = seq, .total = total,
+			 .yield_ms = repl_yield_budget() };
 
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
 	root_fd = open(repl.cfg->ckpt_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -655,7 +665,8 @@ static void sort_stale(size_t i)
 
 		if (r->state != R_READY || (c->state != C_PENDING && c->state != C_SKIPPED))
 			continue;
-		t = repl.cfg->stale == CFG_STALE_SKIP && !r->pinned ? newer_for(r, i) : NULL;
+		t = repl.cfg->stale == CFG_STALE_SKIP && !c->pinned && !c->begun ?
+		    newer_for(r, i) : NULL;
 		if (t && c->state == C_PENDING) {
 			c->state = C_SKIPPED;
 			snprintf(c->why, sizeof(c->why), "skipped: %s is newer and went first", t->step);
@@ -666,8 +677,9 @@ static void sort_stale(size_t i)
 		} else if (!t && c->state == C_SKIPPED) {
 			c->state = C_PENDING;
 			c->why[0] = '\0';
-			log_info("%s/%s to %s: no longer skipped (no newer step of %s goes there)",
-				 r->job, r->step, to, r->job);
+			log_info("%s/%s to %s: no longer skipped (%s)", r->job, r->step, to,
+				 c->pinned ? "someone waits for it" :
+				 "no newer step of the job goes there");
 			repl_rec_save(r);
 		}
 	}
@@ -720,6 +732,12 @@ void *repl_send_main(void *arg)
 		r->copies[i].state = C_SENDING;
 		r->copies[i].sent = 0;
 		r->copies[i].total = total;
+		if (!r->copies[i].begun) {
+			/* Once the receiver may hold part of it, it is never
+			 * skipped: saved, so that a restart knows too. */
+			r->copies[i].begun = true;
+			repl_rec_save(r);
+		}
 		pthread_mutex_unlock(&repl.lock);
 
 		crc = rc = s.x ? 0 : connect_peer(&s);

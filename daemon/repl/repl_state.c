@@ -51,9 +51,12 @@ void repl_wrote(const char *job, void *arg)
 
 	pthread_mutex_lock(&repl.lock);
 	w = writer_of(job);
-	for (size_t i = 0; !w && i < REPL_WRITERS; i++)       /* else the stalest */
-		if (!w || repl.writers[i].ms < w->ms)
-			w = &repl.writers[i];
+	if (!w) {               /* the stalest entry (a free one is 0) */
+		w = &repl.writers[0];
+		for (size_t i = 1; i < REPL_WRITERS; i++)
+			if (repl.writers[i].ms < w->ms)
+				w = &repl.writers[i];
+	}
 	snprintf(w->job, sizeof(w->job), "%s", job);
 	w->ms = (uint64_t)mono_ms();
 	pthread_mutex_unlock(&repl.lock);
@@ -66,14 +69,18 @@ bool repl_writing(const char *job, uint64_t now_ms)
 	return w && now_ms - w->ms < REPL_YIELD_QUIET_MS;
 }
 
-void repl_yield(const char *job)
+bool repl_yield(const char *job, uint64_t *budget_ms)
 {
-	uint64_t start = 0, cap = (uint64_t)repl.cfg->peer_timeout * 1000 / 4, now;
+	uint64_t start = 0, now = 0, cap = (uint64_t)repl.cfg->peer_timeout * 1000 / 4;
 
-	if (!repl.cfg->yield || !repl.cfg->watch)
-		return;
+	if (!repl.cfg->yield || !repl.cfg->watch || !*budget_ms)
+		return false;
+	if (cap > *budget_ms)
+		cap = *budget_ms;
 	pthread_mutex_lock(&repl.lock);
 	for (;;) {
+		uint64_t until;
+
 		now = (uint64_t)mono_ms();
 		if (!repl_writing(job, now) || repl.stopping || atomic_load(&stage_stopping))
 			break;
@@ -81,12 +88,17 @@ void repl_yield(const char *job)
 			start = now;
 		if (now - start >= cap)
 			break;
-		repl_wait_until(mono_ns() + (writer_of(job)->ms + REPL_YIELD_QUIET_MS - now) *
-				1000000ull);
+		until = writer_of(job)->ms + REPL_YIELD_QUIET_MS;
+		if (until > start + cap)
+			until = start + cap;
+		repl_wait_until(mono_ns() + (until - now) * 1000000ull);
 	}
 	pthread_mutex_unlock(&repl.lock);
-	if (start)
-		atomic_fetch_add(&repl.yielded_ms, now - start);
+	if (!start)
+		return false;
+	*budget_ms -= now - start < *budget_ms ? now - start : *budget_ms;
+	atomic_fetch_add(&repl.yielded_ms, now - start);
+	return true;
 }
 
 void repl_background(const char *what)

@@ -3,15 +3,17 @@ daemon/repl/repl_impl.h): when a trainer saves faster than its copies go, a
 copy not yet begun whose job has a newer step ready for the same partner is
 skipped, so the partner gets the newest step next instead of working
 through the queue. Skipping is logged, saved, shown by `stage ls` and
-counted; a copy someone waits for (`commit --wait`) is never skipped; a
-skipped copy goes after all once the newer step's copy fails for good, or
-when it is committed again. Real daemons on 127.0.0.1, n0's sender held
-behind by its rate cap while steps are committed."""
+counted; a copy someone waits for (`commit --wait`) is never skipped, nor
+one begun and cut off; a skipped copy goes after all once the newer step's
+copy fails for good, or when it is committed again with --wait. Real
+daemons on 127.0.0.1, n0's sender held behind by its rate cap while steps
+are committed."""
 import re
 import threading
 
 from helpers import (F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for,
                      ls_find)
+from test_hostile import Proxy
 
 MiB = 1 << 20
 
@@ -34,17 +36,26 @@ def committed(d, step):
     hashed(d, step)
 
 
-def busy_sender(make_cluster, stale="skip"):
-    """n0 and n1, n0 capped at 4 MiB/s and sending a 16 MiB step-100 (4 s):
-    what is committed meanwhile waits behind it."""
+def busy_sender(make_cluster, stale="skip", proxy=None):
+    """n0 and n1, n0 capped at 4 MiB/s and sending a 32 MiB step-100 (8 s):
+    what is committed meanwhile waits behind it. proxy: a function of n1's
+    address giving a Proxy n0 reaches n1 through."""
     n0, n1 = make_cluster(2, keep=10, transfer={"watch": "off", "compress": "off", "stale": stale},
-                          node_transfer={0: {"rate": "4MiB"}})
-    make_tree(ckpt(n0, step="step-100"), [F("w.bin", size=16 * MiB)], seed=100)
+                          node_transfer={0: {"rate": "4MiB"}}, start=proxy is None)
+    if proxy:
+        real = n1.listen
+        host, port = real.rsplit(":", 1)
+        p = proxy((host, int(port)))
+        hosts = n0.cluster["hosts"]
+        hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{p.port}"))
+        n0.start()
+        n1.start()
+    step = make_tree(ckpt(n0, step="step-100"), [F("w.bin", size=32 * MiB)], seed=100)
     cp = n0.run("commit", ckpt(n0, step="step-100"))
     assert cp.returncode == 0, cp.stderr
     wait_for(lambda: "job1/step-100 to n1" in n0.status(timeout=20).stdout, 20,
              "n0 to be sending step-100")
-    return n0, n1
+    return n0, n1, step
 
 
 def small_step(d, step, seed):
@@ -56,7 +67,7 @@ def test_newest_step_goes_first(make_cluster):
     step-300 and step-400 are committed: 200 and 300 are skipped, 250 and
     400 go, each exact; the skips are logged, counted, shown by ls, survive
     a restart, and a new commit of a skipped step sends it."""
-    n0, n1 = busy_sender(make_cluster)
+    n0, n1, _ = busy_sender(make_cluster)
     steps = {s: small_step(n0, s, i) for i, s in enumerate(
         ["step-200", "step-250", "step-300", "step-400"], start=1)}
     committed(n0, "step-200")
@@ -92,6 +103,11 @@ def test_newest_step_goes_first(make_cluster):
     n0.restart()
     assert copy_state(n0, "step-200") == "skipped" and copy_state(n0, "step-300") == "skipped", \
         "the skips were not saved"
+    # Committed again without --wait: under the rule again, and skipped again.
+    cp = n0.run("commit", ckpt(n0, step="step-300"))
+    assert cp.returncode == 0, cp.stderr
+    hashed(n0, "step-300")
+    wait_for(lambda: copy_state(n0, "step-300") == "skipped", 30, "step-300 skipped again")
     commit_wait(n0, ckpt(n0, step="step-200"))
     assert_replica_of(steps["step-200"], replica(n1, n0, step="step-200"))
     assert copy_state(n0, "step-300") == "skipped"
@@ -101,7 +117,7 @@ def test_skipped_copy_goes_when_the_newer_fails(make_cluster):
     """step-200 is skipped for step-300, whose file then changes size: its
     copy fails for good (the step changed), so step-200 is pending again and
     reaches n1."""
-    n0, n1 = busy_sender(make_cluster)
+    n0, n1, _ = busy_sender(make_cluster)
     s200 = small_step(n0, "step-200", 1)
     small_step(n0, "step-300", 2)
     committed(n0, "step-200")
@@ -120,7 +136,7 @@ def test_skipped_copy_goes_when_the_newer_fails(make_cluster):
 
 def test_stale_send_sends_every_step(make_cluster):
     """stale = send: every step goes, in commit order."""
-    n0, n1 = busy_sender(make_cluster, stale="send")
+    n0, n1, _ = busy_sender(make_cluster, stale="send")
     steps = {s: small_step(n0, s, i) for i, s in enumerate(["step-200", "step-300"], start=1)}
     committed(n0, "step-200")
     committed(n0, "step-300")
@@ -130,3 +146,35 @@ def test_stale_send_sends_every_step(make_cluster):
     for s, d in steps.items():
         assert_replica_of(d, replica(n1, n0, step=s))
     assert "skipped" not in n0.log()
+
+
+def test_a_copy_cut_off_is_not_skipped(make_cluster):
+    """step-100's connection is cut after 12 MiB, once step-200 and step-300
+    are ready: step-100 was begun (n1 holds part of it), so it resumes and
+    lands rather than being skipped, step-200 is skipped, step-300 goes,
+    and nothing is left half-received on n1."""
+    proxies = []
+
+    def proxy(target):
+        proxies.append(Proxy(target, flip_at=1 << 62, cut_conn=1, cut_after=12 * MiB))
+        return proxies[0]
+    try:
+        n0, n1, s100 = busy_sender(make_cluster, proxy=proxy)
+        s300 = small_step(n0, "step-300", 2)
+        small_step(n0, "step-200", 1)
+        committed(n0, "step-200")
+        committed(n0, "step-300")
+        assert not proxies[0].cut, "the cut came before the newer steps were ready"
+        wait_for(lambda: copy_state(n0, "step-300") == "confirmed", 90,
+                 f"step-300 to reach n1:\n{n0.log()[-3000:]}")
+        assert proxies[0].cut, "the proxy never cut the copy: the test proved nothing"
+        assert copy_state(n0, "step-100") == "confirmed"
+        assert copy_state(n0, "step-200") == "skipped"
+        assert_replica_of(s100, replica(n1, n0, step="step-100"))
+        assert_replica_of(s300, replica(n1, n0, step="step-300"))
+        incoming = n1.replica_root / ".incoming"
+        left = [p for p in incoming.rglob("*") if p.is_file()] if incoming.exists() else []
+        assert not left, f"left half-received on n1: {left}"
+    finally:
+        for p in proxies:
+            p.close()
