@@ -178,3 +178,19 @@ def test_a_copy_cut_off_is_not_skipped(make_cluster):
     finally:
         for p in proxies:
             p.close()
+
+
+def test_waiting_for_a_step_keep_drops_at_once(make_cluster):
+    """keep = 2 and two newer steps committed: `commit --wait` of an older
+    step is dropped by retention the moment it is committed; the wait says
+    so (exit 1) and the daemon keeps serving."""
+    n0, n1 = make_cluster(2, keep=2, transfer={"watch": "off", "stale": "skip"})
+    for i, s in enumerate(["step-100", "step-300", "step-400"], start=1):
+        small_step(n0, s, i)
+    commit_wait(n0, ckpt(n0, step="step-300"))
+    commit_wait(n0, ckpt(n0, step="step-400"))
+    cp = n0.run("commit", ckpt(n0, step="step-100"), "--wait", timeout=60)
+    assert cp.returncode == 1 and "newer steps of the job took its place" in cp.stderr, \
+        f"exit {cp.returncode}: {cp.stdout}{cp.stderr}"
+    assert n0.status(timeout=20).returncode == 0, "the daemon stopped serving"
+    assert copy_state(n0, "step-400") == "confirmed"
