@@ -589,6 +589,60 @@ static void retain(int job_fd)
 		free(names[i]);
 }
 
+/* Whether ORIGIN/JOB/STEP is being received now (a slot of repl.rx). Under
+ * repl.lock. */
+static bool receiving(const char *origin, const char *job, const char *step)
+{
+	char key[sizeof(((struct rx_slot *)0)->key)];
+
+	snprintf(key, sizeof(key), "%s/%s/%s", origin, job, step);
+	for (const struct rx_slot *s = repl.rx; s; s = s->next)
+		if (strcmp(s->key, key) == 0)
+			return true;
+	return false;
+}
+
+/* A newer step of ORIGIN/JOB is published: what .incoming still holds of
+ * older steps of the job that nobody is receiving is a copy its origin
+ * gave up (the step changed while sent, or retention dropped its record
+ * mid-copy; the origin sends a job's steps one at a time and never skips a
+ * copy it has begun). It would never be finished nor removed: it goes. */
+static void drop_older_incoming(struct rx *r, int inc_fd)
+{
+	char *names[256];
+	size_t n = 0;
+	DIR *d;
+	struct dirent *de;
+	int dup_fd = dup(inc_fd);
+	const char *w;
+
+	d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	while (d && (de = readdir(d)) && n < 256)
+		if (config_check_name(de->d_name, &w) == 0 &&
+		    ckpt_step_cmp(de->d_name, r->step) < 0)
+			names[n++] = strdup(de->d_name);
+	if (d)
+		closedir(d);
+	else if (dup_fd >= 0)
+		close(dup_fd);
+	for (size_t i = 0; i < n; i++) {
+		bool busy;
+
+		if (!names[i])
+			continue;
+		pthread_mutex_lock(&repl.lock);
+		busy = receiving(r->origin, r->job, names[i]);
+		pthread_mutex_unlock(&repl.lock);
+		if (!busy) {
+			log_info("%s/%s/%s/%s/%s: removing a copy its origin gave up (%s is newer)",
+				 repl.cfg->replica_root, INCOMING, r->origin, r->job, names[i],
+				 r->step);
+			treeops_remove(inc_fd, names[i], true);
+		}
+		free(names[i]);
+	}
+}
+
 /* Directory metadata (now that nothing more is created in them), then
  * everything durable, the manifest, and the rename into place. */
 int rx_publish(struct rx *r)
@@ -649,6 +703,7 @@ int rx_publish(struct rx *r)
 	if (rc == 0) {
 		fsync(job_fd);
 		retain(job_fd);
+		drop_older_incoming(r, inc_fd);
 	}
 	close(inc_fd);
 	close(job_fd);

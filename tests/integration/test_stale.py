@@ -116,7 +116,8 @@ def test_newest_step_goes_first(make_cluster):
 def test_skipped_copy_goes_when_the_newer_fails(make_cluster):
     """step-200 is skipped for step-300, whose file then changes size: its
     copy fails for good (the step changed), so step-200 is pending again and
-    reaches n1."""
+    reaches n1. What n1 received of step-300 stays in its .incoming until a
+    newer step of the job is published there: then it goes."""
     n0, n1, _ = busy_sender(make_cluster)
     s200 = small_step(n0, "step-200", 1)
     small_step(n0, "step-300", 2)
@@ -132,6 +133,14 @@ def test_skipped_copy_goes_when_the_newer_fails(make_cluster):
     assert "job1/step-200 to n1: skipped, the newer job1/step-300 goes instead" in log, log[-3000:]
     assert "job1/step-200 to n1: no longer skipped" in log, log[-3000:]
     assert_replica_of(s200, replica(n1, n0, step="step-200"))
+    given_up = n1.replica_root / ".incoming" / "n0" / "job1" / "step-300"
+    assert given_up.is_dir(), "n1 kept nothing of step-300: the clean-up below proves nothing"
+    s400 = small_step(n0, "step-400", 3)
+    commit_wait(n0, ckpt(n0, step="step-400"))
+    assert_replica_of(s400, replica(n1, n0, step="step-400"))
+    assert not given_up.exists(), "the copy n0 gave up stays in n1's .incoming"
+    assert "step-300: removing a copy its origin gave up (step-400 is newer)" in n1.log(), \
+        n1.log()[-2000:]
 
 
 def test_stale_send_sends_every_step(make_cluster):
