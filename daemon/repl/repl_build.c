@@ -399,6 +399,18 @@ int rx_on_piece(struct rx *r, struct rx_piece *pc)
 
 /* ---- offer, publication ---- */
 
+/* A listing of the directory fd is open on (through a dup: fd stays open),
+ * or NULL. */
+static DIR *listing(int fd)
+{
+	int dup_fd = dup(fd);
+	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+
+	if (!d && dup_fd >= 0)
+		close(dup_fd);
+	return d;
+}
+
 static int open_dir(int at, const char *rel, bool create)
 {
 	char path[4096];
@@ -522,11 +534,9 @@ int rx_take_offer(struct rx *r, uint64_t size)
 	if (ckpt_manifest_root(r->st_fd, "offer", &old, NULL, NULL, 0) == 0 && digest_eq(old, r->root)) {
 		read_journal(r);
 	} else {
-		DIR *d;
+		DIR *d = listing(r->in_fd);
 		struct dirent *de;
-		int dup_fd = dup(r->in_fd);
 
-		d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
 		while (d && (de = readdir(d)))
 			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
 			    strcmp(de->d_name, MF_DIRNAME))
@@ -556,12 +566,10 @@ static void retain(int job_fd)
 {
 	char *names[4096];
 	size_t n = 0;
-	DIR *d;
+	DIR *d = listing(job_fd);
 	struct dirent *de;
-	int dup_fd = dup(job_fd);
 	const char *w;
 
-	d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
 	while (d && (de = readdir(d)) && n < 4096) {
 		char mf[600];
 
@@ -611,20 +619,16 @@ static void drop_older_incoming(struct rx *r, int inc_fd)
 {
 	char *names[256];
 	size_t n = 0;
-	DIR *d;
+	DIR *d = listing(inc_fd);
 	struct dirent *de;
-	int dup_fd = dup(inc_fd);
 	const char *w;
 
-	d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
 	while (d && (de = readdir(d)) && n < 256)
 		if (config_check_name(de->d_name, &w) == 0 &&
 		    ckpt_step_cmp(de->d_name, r->step) < 0)
 			names[n++] = strdup(de->d_name);
 	if (d)
 		closedir(d);
-	else if (dup_fd >= 0)
-		close(dup_fd);
 	for (size_t i = 0; i < n; i++) {
 		bool busy;
 
