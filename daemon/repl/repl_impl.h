@@ -14,7 +14,8 @@
  *   PENDING --stale (below)--> SKIPPED --stale no more--> PENDING
  *
  * A pending copy is stale ([transfer] stale = skip) when a newer step of its
- * job (ckpt_step_cmp) is R_READY with its copy to the same partner not failed
+ * job (ckpt_step_cmp) is R_READY (or being hashed again after it was) with
+ * its copy to the same partner not failed
  * (pending, being sent, confirmed, or skipped for a newer one still), nobody
  * waits for this one (not pinned: a `commit --wait`, or a resend that `stage
  * resume` asks for), and it was never begun (a copy cut off mid-way goes on:
@@ -22,7 +23,7 @@
  * picks its next: the newest step goes first, as a trainer that saves faster
  * than its copies go needs. A skipped copy is logged, saved and shown by
  * `stage ls`; it is pending again once it is stale no more (the newer step's
- * copy failed for good, or that step is hashed again) or when it is resent
+ * copy failed for good, or its new hash failed) or when it is resent
  * or committed again with --wait (a plain commit puts it back under the
  * rule).
  *
@@ -123,6 +124,8 @@ struct repl {
 		char job[CKPT_NAME_MAX + 1];
 		uint64_t ms;              /* last seen then (mono_ms); 0: a free entry */
 	} writers[REPL_WRITERS];
+	_Atomic uint64_t wrote_ms;        /* the newest of writers[].ms: without a lock, a
+					   * piece sees that no job is being written */
 	_Atomic uint64_t yielded_ms;      /* time replication paused for them, ever */
 };
 

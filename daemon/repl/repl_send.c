@@ -640,20 +640,24 @@ static bool all_confirmed(const struct record *r)
 }
 
 /* Whether a newer step of s's job is ready for partner i, its copy there
- * not failed: what makes s's copy stale (repl_impl.h). Under lock. */
+ * not failed: what makes s's copy stale (repl_impl.h). A step being hashed
+ * again after it was ready (committed again: its figures kept) still
+ * counts, so that an idle sender does not start an older step meanwhile.
+ * Under lock. */
 static const struct record *newer_for(const struct record *s, size_t i)
 {
 	const struct record *best = NULL;
 
 	for (const struct record *t = repl.records; t; t = t->next)
-		if (t->state == R_READY && t->copies[i].state != C_FAILED &&
+		if ((t->state == R_READY || (t->state == R_HASHING && t->files)) &&
+		    t->copies[i].state != C_FAILED &&
 		    strcmp(t->job, s->job) == 0 && ckpt_step_cmp(t->step, s->step) > 0 &&
 		    (!best || ckpt_step_cmp(t->step, best->step) > 0))
 			best = t;
 	return best;
 }
 
-/* Partner i's copies that are not begun, skipped or pending as the rule of
+/* Partner i's copies not yet begun made skipped or pending, as the rule of
  * repl_impl.h says now: each change logged and saved. Under lock. */
 static void sort_stale(size_t i)
 {

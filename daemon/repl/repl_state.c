@@ -59,6 +59,7 @@ void repl_wrote(const char *job, void *arg)
 	}
 	snprintf(w->job, sizeof(w->job), "%s", job);
 	w->ms = (uint64_t)mono_ms();
+	atomic_store(&repl.wrote_ms, w->ms);
 	pthread_mutex_unlock(&repl.lock);
 }
 
@@ -73,8 +74,9 @@ bool repl_yield(const char *job, uint64_t *budget_ms)
 {
 	uint64_t start = 0, now = 0, cap = (uint64_t)repl.cfg->peer_timeout * 1000 / 4;
 
-	if (!repl.cfg->yield || !repl.cfg->watch || !*budget_ms)
-		return false;
+	if (!repl.cfg->yield || !repl.cfg->watch || !*budget_ms ||
+	    (uint64_t)mono_ms() - atomic_load(&repl.wrote_ms) >= REPL_YIELD_QUIET_MS)
+		return false;   /* nothing written anywhere just now: no lock taken */
 	if (cap > *budget_ms)
 		cap = *budget_ms;
 	pthread_mutex_lock(&repl.lock);

@@ -11,8 +11,8 @@ are committed."""
 import re
 import threading
 
-from helpers import (F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for,
-                     ls_find)
+from helpers import (F, after_kill9, assert_replica_of, ckpt, commit_wait, make_tree, replica,
+                     wait_for, ls_find)
 from test_hostile import Proxy
 
 MiB = 1 << 20
@@ -203,3 +203,46 @@ def test_waiting_for_a_step_keep_drops_at_once(make_cluster):
         f"exit {cp.returncode}: {cp.stdout}{cp.stderr}"
     assert n0.status(timeout=20).returncode == 0, "the daemon stopped serving"
     assert copy_state(n0, "step-400") == "confirmed"
+
+
+def test_a_copy_begun_before_a_kill9_is_not_skipped(make_cluster):
+    """n0 is killed (-9) while it sends step-100, with step-200 and step-300
+    ready behind it: restarted, it knows step-100 was begun (its record says
+    so), so step-100 resumes and lands, step-200 is skipped, step-300 goes."""
+    n0, n1, s100 = busy_sender(make_cluster)
+    small_step(n0, "step-200", 1)
+    s300 = small_step(n0, "step-300", 2)
+    committed(n0, "step-200")
+    committed(n0, "step-300")
+    assert copy_state(n0, "step-100") == "sending", "the test proved nothing"
+    n0.kill9()
+    after_kill9()
+    n0.start()
+    wait_for(lambda: copy_state(n0, "step-300") == "confirmed", 90,
+             f"step-300 to reach n1:\n{n0.log()[-3000:]}")
+    assert copy_state(n0, "step-100") == "confirmed", n0.log()[-3000:]
+    assert copy_state(n0, "step-200") == "skipped"
+    assert_replica_of(s100, replica(n1, n0, step="step-100"))
+    assert_replica_of(s300, replica(n1, n0, step="step-300"))
+
+
+def test_a_newer_step_hashed_again_keeps_the_older_skipped(make_cluster):
+    """step-200 skipped for step-300, both settled; step-300 is committed
+    again and, while it is hashed, the sender is idle: step-200 stays
+    skipped (it does not go meanwhile), and step-300 goes again."""
+    n0, n1, _ = busy_sender(make_cluster)
+    small_step(n0, "step-200", 1)
+    s300 = small_step(n0, "step-300", 2)
+    committed(n0, "step-200")
+    committed(n0, "step-300")
+    wait_for(lambda: copy_state(n0, "step-300") == "confirmed", 90,
+             f"step-300 to reach n1:\n{n0.log()[-3000:]}")
+    assert copy_state(n0, "step-200") == "skipped"
+    cp = n0.run("commit", ckpt(n0, step="step-300"))
+    assert cp.returncode == 0, cp.stderr
+    wait_for(lambda: "commit job1/step-300: manifest written" in n0.log().split(
+        "commit job1/step-300: committed")[-1], 30, "step-300 to be hashed again")
+    wait_for(lambda: copy_state(n0, "step-300") == "confirmed", 60, "step-300 to go again")
+    assert copy_state(n0, "step-200") == "skipped", n0.log()[-3000:]
+    assert not replica(n1, n0, step="step-200").exists(), "step-200 went while step-300 was hashed"
+    assert_replica_of(s300, replica(n1, n0, step="step-300"))
