@@ -137,8 +137,9 @@ integration: $(BIN) $(EVILPEER) $(HOSTLIST_EXPAND) $(SYNCFS_SHIM)
 # Pulls, verify, commit and replication, resume, a full disk, dedup,
 # verify --cluster and restore, the hostile-network and lying-peer tests, a
 # whole doctor run (its figures are not judged under valgrind: too slow), the
-# metrics of a replication and the textfile writer, and requests acting as
-# their users (a pull, checkpoint commands, a replica, a cluster pull).
+# metrics of a replication and the textfile writer, requests acting as their
+# users (a pull, checkpoint commands, a replica, a cluster pull), and the
+# trainer first (skipped steps, pauses for a save).
 VG_BUILD := build-vg
 VG_TESTS := $(addprefix tests/integration/, \
 	test_pull.py::test_messy_tree_is_copied_exactly \
@@ -161,6 +162,8 @@ VG_TESTS := $(addprefix tests/integration/, \
 	test_dedup.py::test_damaged_local_copy_is_fetched_instead \
 	test_hostile.py \
 	test_streams.py \
+	test_stale.py \
+	test_yield.py \
 	test_evil_peer.py \
 	test_doctor.py::test_loopback_fact_values \
 	test_doctor.py::test_bad_input \
