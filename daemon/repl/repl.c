@@ -67,8 +67,12 @@ static struct record *requeue_locked(const char *job, const char *step, bool kee
 				break;
 			}
 		if (!keep_copies)
-			memset(r->copies, 0,
-			       sizeof(*r->copies) * (repl.npartners ? repl.npartners : 1));
+			for (size_t i = 0; i < (repl.npartners ? repl.npartners : 1); i++) {
+				bool pinned = r->copies[i].pinned;   /* its waiter still waits */
+
+				memset(&r->copies[i], 0, sizeof(r->copies[i]));
+				r->copies[i].pinned = pinned;
+			}
 	} else if (!(r = repl_rec_new(job, step))) {
 		return NULL;
 	}
@@ -661,9 +665,9 @@ static int resend_wait(const char *job, const char *step, size_t i, char *why, s
 
 			if (c->state == C_CONFIRMED)
 				return 0;
-			if (c->state == C_FAILED) {
-				snprintf(why, whylen, "the copy of %s/%s on %s failed: %s", job, step,
-					 to, c->why);
+			if (c->state == C_FAILED || c->state == C_SKIPPED) {
+				snprintf(why, whylen, "the copy of %s/%s on %s %s: %s", job, step, to,
+					 c->state == C_FAILED ? "failed" : "was not sent", c->why);
 				return -EIO;
 			}
 		}

@@ -610,38 +610,52 @@ static bool receiving(const char *origin, const char *job, const char *step)
 	return false;
 }
 
+#define DROPPING ".drop."       /* an .incoming step being removed (not a step name) */
+
 /* A newer step of ORIGIN/JOB is published: what .incoming still holds of
- * older steps of the job that nobody is receiving is a copy its origin
- * gave up (the step changed while sent, or retention dropped its record
- * mid-copy; the origin sends a job's steps one at a time and never skips a
- * copy it has begun). It would never be finished nor removed: it goes. */
+ * older steps of the job that nobody is receiving is, almost always, a copy
+ * its origin gave up (the step changed while sent, or retention dropped its
+ * record mid-copy): it would never be finished nor removed, so it goes.
+ * (An origin that still means to send it, having committed it again after
+ * the newer one, sends it from its start.) Each is renamed aside under
+ * repl.lock, where an offer of it would register, so that an offer that
+ * comes meanwhile starts a fresh directory; then removed. What a crash left
+ * aside is removed too. */
 static void drop_older_incoming(struct rx *r, int inc_fd)
 {
-	char *names[256];
+	char *names[256], aside[CKPT_NAME_MAX + sizeof(DROPPING)];
 	size_t n = 0;
 	DIR *d = listing(inc_fd);
 	struct dirent *de;
 	const char *w;
 
 	while (d && (de = readdir(d)) && n < 256)
-		if (config_check_name(de->d_name, &w) == 0 &&
-		    ckpt_step_cmp(de->d_name, r->step) < 0)
+		if ((config_check_name(de->d_name, &w) == 0 &&
+		     ckpt_step_cmp(de->d_name, r->step) < 0) ||
+		    strncmp(de->d_name, DROPPING, strlen(DROPPING)) == 0)
 			names[n++] = strdup(de->d_name);
 	if (d)
 		closedir(d);
 	for (size_t i = 0; i < n; i++) {
-		bool busy;
+		bool gone = false;
 
 		if (!names[i])
 			continue;
+		if (strncmp(names[i], DROPPING, strlen(DROPPING)) == 0) {
+			treeops_remove(inc_fd, names[i], true);
+			free(names[i]);
+			continue;
+		}
+		snprintf(aside, sizeof(aside), DROPPING "%s", names[i]);
 		pthread_mutex_lock(&repl.lock);
-		busy = receiving(r->origin, r->job, names[i]);
+		if (!receiving(r->origin, r->job, names[i]))
+			gone = treeops_rename_noreplace(inc_fd, names[i], inc_fd, aside) == 0;
 		pthread_mutex_unlock(&repl.lock);
-		if (!busy) {
+		if (gone) {
 			log_info("%s/%s/%s/%s/%s: removing a copy its origin gave up (%s is newer)",
 				 repl.cfg->replica_root, INCOMING, r->origin, r->job, names[i],
 				 r->step);
-			treeops_remove(inc_fd, names[i], true);
+			treeops_remove(inc_fd, aside, true);
 		}
 		free(names[i]);
 	}

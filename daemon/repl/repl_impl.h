@@ -14,18 +14,18 @@
  *   PENDING --stale (below)--> SKIPPED --stale no more--> PENDING
  *
  * A pending copy is stale ([transfer] stale = skip) when a newer step of its
- * job (ckpt_step_cmp) is R_READY (or being hashed again after it was) with
- * its copy to the same partner not failed
+ * job (later by ckpt_step_cmp, and committed after it) is R_READY (or being
+ * hashed again after it was) with its copy to the same partner not failed
  * (pending, being sent, confirmed, or skipped for a newer one still), nobody
  * waits for this one (not pinned: a `commit --wait`, or a resend that `stage
- * resume` asks for), and it was never begun (a copy cut off mid-way goes on:
- * the receiver holds its first part). The sender skips stale copies when it
+ * resume` asks for; a pin lasts until the copy is confirmed), and it was
+ * never begun (the receiver took its offer: a copy cut off mid-way goes on,
+ * the receiver holding its first part). The sender skips stale copies when it
  * picks its next: the newest step goes first, as a trainer that saves faster
  * than its copies go needs. A skipped copy is logged, saved and shown by
  * `stage ls`; it is pending again once it is stale no more (the newer step's
- * copy failed for good, or its new hash failed) or when it is resent
- * or committed again with --wait (a plain commit puts it back under the
- * rule).
+ * copy failed for good, or its new hash failed), when it is committed again
+ * (then after the newer step), or resent.
  *
  * Invariants: records and copies change only under repl.lock, and every
  * change that must survive a restart is written to the record's file

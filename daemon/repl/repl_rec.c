@@ -6,7 +6,7 @@
  *   seq 1764500000123456789
  *   state ready                 (hashing | ready | failed)
  *   root 0123...                (32 hex digits, ready only)
- *   size FILES BYTES
+ *   size FILES BYTES            (ready, or hashed again after it was)
  *   copy NAME confirmed         (one per partner that confirmed)
  *   skipped NAME                (one per partner it was skipped for: a newer
  *                                step went instead, repl_impl.h)
@@ -112,9 +112,11 @@ static int rec_save(const struct record *r)
 		rstate_names[r->state]);
 	if (r->state == R_READY) {
 		digest_to_hex(r->root, hex);
-		fprintf(f, "root %s\nsize %llu %llu\n", hex, (unsigned long long)r->files,
-			(unsigned long long)r->bytes);
+		fprintf(f, "root %s\n", hex);
 	}
+	if (r->state == R_READY || r->files)     /* being hashed again: the last figures */
+		fprintf(f, "size %llu %llu\n", (unsigned long long)r->files,
+			(unsigned long long)r->bytes);
 	for (size_t i = 0; i < repl.npartners; i++)
 		if (r->copies[i].state == C_CONFIRMED)
 			fprintf(f, "copy %s confirmed\n", peers.hosts.v[repl.partners[i].host].name);

@@ -78,6 +78,23 @@ static void set_sent(struct sender *s, const char *job, const char *step, uint64
 	pthread_mutex_unlock(&repl.lock);
 }
 
+/* The receiver took the offer (WANT): from now on it may hold part of the
+ * copy, which is therefore never skipped (repl_impl.h), a restart
+ * included. */
+static void mark_begun(struct sender *s, const char *job, const char *step, uint64_t seq)
+{
+	struct record *r;
+	size_t i = (size_t)(s->p - repl.partners);
+
+	pthread_mutex_lock(&repl.lock);
+	r = repl_rec_find(job, step);
+	if (r && r->seq == seq && r->copies[i].state == C_SENDING && !r->copies[i].begun) {
+		r->copies[i].begun = true;
+		repl_rec_save(r);
+	}
+	pthread_mutex_unlock(&repl.lock);
+}
+
 static int expect(struct xport *x, struct msg *m, uint16_t type, char *why, size_t whylen)
 {
 	int rc = x->ops->recv(x, m);
@@ -546,6 +563,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		rc = 0;         /* it already holds this very checkpoint */
 		goto out_close_mf;
 	}
+	mark_begun(s, job, step, seq);
 	if (n > 1 && (rc = attach_streams(s, job, step, root, n, total, why, whylen)) < 0)
 		goto out_close_mf;
 	rc = send_files(s, &o, step_fd, want_idx, want_off, why, whylen);
@@ -639,11 +657,11 @@ static bool all_confirmed(const struct record *r)
 	return true;
 }
 
-/* Whether a newer step of s's job is ready for partner i, its copy there
- * not failed: what makes s's copy stale (repl_impl.h). A step being hashed
- * again after it was ready (committed again: its figures kept) still
- * counts, so that an idle sender does not start an older step meanwhile.
- * Under lock. */
+/* Whether a newer step of s's job (later in step order, and committed after
+ * it) is ready for partner i, its copy there not failed: what makes s's
+ * copy stale (repl_impl.h). A step being hashed again after it was ready
+ * (committed again: its figures kept) still counts, so that an idle sender
+ * does not start an older step meanwhile. Under lock. */
 static const struct record *newer_for(const struct record *s, size_t i)
 {
 	const struct record *best = NULL;
@@ -651,7 +669,8 @@ static const struct record *newer_for(const struct record *s, size_t i)
 	for (const struct record *t = repl.records; t; t = t->next)
 		if ((t->state == R_READY || (t->state == R_HASHING && t->files)) &&
 		    t->copies[i].state != C_FAILED &&
-		    strcmp(t->job, s->job) == 0 && ckpt_step_cmp(t->step, s->step) > 0 &&
+		    t->seq > s->seq && strcmp(t->job, s->job) == 0 &&
+		    ckpt_step_cmp(t->step, s->step) > 0 &&
 		    (!best || ckpt_step_cmp(t->step, best->step) > 0))
 			best = t;
 	return best;
@@ -736,12 +755,6 @@ void *repl_send_main(void *arg)
 		r->copies[i].state = C_SENDING;
 		r->copies[i].sent = 0;
 		r->copies[i].total = total;
-		if (!r->copies[i].begun) {
-			/* Once the receiver may hold part of it, it is never
-			 * skipped: saved, so that a restart knows too. */
-			r->copies[i].begun = true;
-			repl_rec_save(r);
-		}
 		pthread_mutex_unlock(&repl.lock);
 
 		crc = rc = s.x ? 0 : connect_peer(&s);
@@ -759,6 +772,7 @@ void *repl_send_main(void *arg)
 			r->copies[i].state = C_CONFIRMED;
 			r->copies[i].why[0] = '\0';
 			r->copies[i].tries = 0;
+			r->copies[i].begun = r->copies[i].pinned = false;   /* both done with */
 			s.lost = 0;
 			p->confirmed++;
 			log_info("%s/%s: confirmed on %s", job, step, s.h->name);

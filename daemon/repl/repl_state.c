@@ -73,9 +73,10 @@ bool repl_writing(const char *job, uint64_t now_ms)
 bool repl_yield(const char *job, uint64_t *budget_ms)
 {
 	uint64_t start = 0, now = 0, cap = (uint64_t)repl.cfg->peer_timeout * 1000 / 4;
+	uint64_t wrote = atomic_load(&repl.wrote_ms);
 
 	if (!repl.cfg->yield || !repl.cfg->watch || !*budget_ms ||
-	    (uint64_t)mono_ms() - atomic_load(&repl.wrote_ms) >= REPL_YIELD_QUIET_MS)
+	    (uint64_t)mono_ms() >= wrote + REPL_YIELD_QUIET_MS)
 		return false;   /* nothing written anywhere just now: no lock taken */
 	if (cap > *budget_ms)
 		cap = *budget_ms;

@@ -52,13 +52,14 @@ def writer(d, jobs, stop):
 
 @pytest.mark.parametrize("on,job,yield_", [("n0", "job1", "on"), ("n1", "job1", "on"),
                                            ("n0", "job1", "off"), ("n0", "job2", "on"),
-                                           ("n0", "job2+job1", "on")])
+                                           ("n0", "job1+job2", "on")])
 def test_replication_yields_to_a_save(make_cluster, on, job, yield_):
     """With yield on, the copy of job1 moves at most a piece or two while
     another step of job1 is written (at 4 MiB/s it would move about 8 MiB),
     says so in status and metrics, then finishes exact; with yield off, or
-    when the step written is another job's, it moves on. job2+job1: two
-    jobs saving at once, each remembered."""
+    when the step written is another job's, it moves on. job1+job2: two
+    jobs saving at once, each remembered (job2 written last in each round,
+    so a table that kept one job would keep job2)."""
     n0, n1 = make_cluster(2, keep=10, transfer={"watch": "on", "compress": "off",
                                                 "yield": yield_},
                           node_transfer={0: {"rate": "4MiB"}})
