@@ -492,14 +492,14 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 		if (pthread_create(&repl.partners[i].thread, NULL, repl_send_main,
 				   &repl.partners[i]) != 0)
 			log_err("cannot start the sender to %s",
-				peers.hosts.v[repl.partners[i].host].name);
+				repl_partner_name(i));
 	if (peers.cluster) {
 		char list[1024] = "";
 		size_t o = 0;
 
 		for (size_t i = 0; i < repl.npartners && o < sizeof(list); i++)
 			o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", i ? ", " : "",
-					      peers.hosts.v[repl.partners[i].host].name);
+					      repl_partner_name(i));
 		log_info("cluster of %zu nodes; partners: %s; peers on %s", peers.hosts.n,
 			 o ? list : "none", peers_listen_fd() >= 0 ? cfg->listen : "(none)");
 	}
@@ -562,11 +562,6 @@ void repl_close(void)
 	close_partners();
 }
 
-static const char *node_name(size_t partner)
-{
-	return peers.hosts.v[repl.partners[partner].host].name;
-}
-
 /* --wait: until every copy is confirmed or failed. Under lock. */
 static void wait_copies(struct job *j, uint64_t seq, const char *job, const char *step)
 {
@@ -604,7 +599,7 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
 
 					snprintf(noted + 1024 * i, 1024, "%s", why);
 					job_note(j, over ? LOG_ERROR : LOG_WARN, NULL, NULL,
-						 "copy on %s: %s%s", node_name(i), why,
+						 "copy on %s: %s%s", repl_partner_name(i), why,
 						 over ? "" : " (retrying)");
 				}
 			}
@@ -643,7 +638,7 @@ static void wait_copies(struct job *j, uint64_t seq, const char *job, const char
  * stays queued and the wait ends, naming why. */
 static int resend_wait(const char *job, const char *step, size_t i, char *why, size_t whylen)
 {
-	const char *to = node_name(i);
+	const char *to = repl_partner_name(i);
 	uint64_t last = mono_ns(), moved = repl.partners[i].raw;
 
 	for (;;) {
@@ -702,7 +697,7 @@ int repl_resend(const char *job, const char *step, const char *holder, char *why
 
 	pthread_mutex_lock(&repl.lock);
 	for (i = 0; i < repl.npartners; i++)
-		if (strcmp(peers.hosts.v[repl.partners[i].host].name, holder) == 0)
+		if (strcmp(repl_partner_name(i), holder) == 0)
 			break;
 	r = repl_rec_find(job, step);
 	if (i == repl.npartners) {
@@ -911,7 +906,7 @@ void repl_status(struct msg *m, uid_t viewer)
 			lag_bytes += r->bytes - (c->sent < r->bytes ? c->sent : r->bytes);
 			if (c->state == C_SENDING && job_visible(r->job, viewer)) {
 				snprintf(v, sizeof(v), "%s/%s to %s: %llu of %llu bytes", r->job,
-					 r->step, node_name(i), (unsigned long long)c->sent,
+					 r->step, repl_partner_name(i), (unsigned long long)c->sent,
 					 (unsigned long long)c->total);
 				msg_put_str(m, K_NAME, "sending");
 				msg_put_str(m, K_VALUE, v);
@@ -919,9 +914,11 @@ void repl_status(struct msg *m, uid_t viewer)
 		}
 	for (size_t i = 0; peers.cluster && repl.cfg->yield && repl.cfg->watch &&
 			   i < REPL_WRITERS; i++) {
-		const char *job = repl.writers[i].job;
+		const struct writer *w = &repl.writers[i];
+		const char *job = w->job;
 
-		if (repl_writing(job, (uint64_t)mono_ms()) && job_visible(job, viewer)) {
+		if (w->ms && (uint64_t)mono_ms() - w->ms < REPL_YIELD_QUIET_MS &&
+		    job_visible(job, viewer)) {
 			snprintf(v, sizeof(v), "%s: a step is being written here; the job's copies, "
 				 "to and from this node, wait ([transfer] yield)", job);
 			msg_put_str(m, K_NAME, "yield");
@@ -1008,7 +1005,7 @@ void repl_ls(struct msg *m, uid_t viewer)
 				     (unsigned long long)r->bytes);
 		for (size_t i = 0; i < repl.npartners && o < sizeof(v); i++)
 			o += (size_t)snprintf(v + o, sizeof(v) - o, "%s%s:%s", i ? "," : "",
-					      node_name(i), cstate_name(r->copies[i].state));
+					      repl_partner_name(i), cstate_name(r->copies[i].state));
 		if (!repl.npartners && o < sizeof(v))
 			snprintf(v + o, sizeof(v) - o, "none");
 		msg_put_str(m, K_NAME, name);

@@ -564,50 +564,25 @@ int rx_take_offer(struct rx *r, uint64_t size)
 
 static void retain(int job_fd)
 {
-	char *names[4096];
-	size_t n = 0;
-	DIR *d = listing(job_fd);
-	struct dirent *de;
-	const char *w;
+	ckpt_name_t *v;
+	size_t n;
 
-	while (d && (de = readdir(d)) && n < 4096) {
-		char mf[600];
-
-		snprintf(mf, sizeof(mf), "%s/%s", de->d_name, MF_NAME);
-		if (config_check_name(de->d_name, &w) == 0 &&
-		    faccessat(job_fd, mf, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-			names[n++] = strdup(de->d_name);
+	if (ckpt_steps(job_fd, ckpt_has_manifest, NULL, &v, &n) < 0)
+		return;
+	for (size_t i = 0; i + (size_t)repl.cfg->keep < n; i++) {     /* oldest first */
+		log_info("keep = %d: removing the replica %s", repl.cfg->keep, v[i]);
+		treeops_remove(job_fd, v[i], true);
 	}
-	if (d)
-		closedir(d);
-	while (n > (size_t)repl.cfg->keep) {
-		size_t oldest = 0;
-
-		for (size_t i = 1; i < n; i++)
-			if (names[i] && (!names[oldest] || ckpt_step_cmp(names[i], names[oldest]) < 0))
-				oldest = i;
-		if (!names[oldest])
-			break;
-		log_info("keep = %d: removing the replica %s", repl.cfg->keep, names[oldest]);
-		treeops_remove(job_fd, names[oldest], true);
-		free(names[oldest]);
-		names[oldest] = names[--n];
-	}
-	for (size_t i = 0; i < n; i++)
-		free(names[i]);
+	free(v);
 }
 
-/* Whether ORIGIN/JOB/STEP is being received now (a slot of repl.rx). Under
- * repl.lock. */
-static bool receiving(const char *origin, const char *job, const char *step)
+struct rx_slot *rx_slot_find(const char *key)
 {
-	char key[sizeof(((struct rx_slot *)0)->key)];
+	struct rx_slot *s = repl.rx;
 
-	snprintf(key, sizeof(key), "%s/%s/%s", origin, job, step);
-	for (const struct rx_slot *s = repl.rx; s; s = s->next)
-		if (strcmp(s->key, key) == 0)
-			return true;
-	return false;
+	while (s && strcmp(s->key, key) != 0)
+		s = s->next;
+	return s;
 }
 
 #define DROPPING ".drop."       /* an .incoming step being removed (not a step name) */
@@ -624,6 +599,7 @@ static bool receiving(const char *origin, const char *job, const char *step)
 static void drop_older_incoming(struct rx *r, int inc_fd)
 {
 	char *names[256], aside[CKPT_NAME_MAX + sizeof(DROPPING)];
+	char key[sizeof(r->slot.key)];
 	size_t n = 0;
 	DIR *d = listing(inc_fd);
 	struct dirent *de;
@@ -647,8 +623,9 @@ static void drop_older_incoming(struct rx *r, int inc_fd)
 			continue;
 		}
 		snprintf(aside, sizeof(aside), DROPPING "%s", names[i]);
+		snprintf(key, sizeof(key), "%s/%s/%s", r->origin, r->job, names[i]);
 		pthread_mutex_lock(&repl.lock);
-		if (!receiving(r->origin, r->job, names[i]))
+		if (!rx_slot_find(key))
 			gone = treeops_rename_noreplace(inc_fd, names[i], inc_fd, aside) == 0;
 		pthread_mutex_unlock(&repl.lock);
 		if (gone) {

@@ -137,6 +137,12 @@ struct restoring {                    /* the watcher leaves these steps alone */
 /* repl_state.c: the state, the threads' priority. */
 extern struct repl repl;
 
+/* Partner i's node name. */
+static inline const char *repl_partner_name(size_t i)
+{
+	return peers.hosts.v[repl.partners[i].host].name;
+}
+
 /* repl.cond on the monotonic clock: first thing in repl_open, before any
  * thread of replication runs. */
 void repl_state_init(void);

@@ -46,18 +46,13 @@ static void lags_count(struct lag *l)
 		}
 }
 
-static const char *peer_of(size_t i)
-{
-	return peers.hosts.v[repl.partners[i].host].name;
-}
-
 /* One family, one sample per partner, of what get says. */
 static void per_partner(struct prom *p, const char *name, const char *type, const char *help,
 			uint64_t (*get)(size_t i))
 {
 	prom_family(p, name, type, help);
 	for (size_t i = 0; i < repl.npartners; i++)
-		prom_u64(p, (const char *[]){ "peer", peer_of(i), NULL }, get(i));
+		prom_u64(p, (const char *[]){ "peer", repl_partner_name(i), NULL }, get(i));
 }
 
 /* One family, a sample per partner and value of `label`. */
@@ -68,7 +63,7 @@ static void per_partner_by(struct prom *p, const char *name, const char *type, c
 	prom_family(p, name, type, help);
 	for (size_t i = 0; i < repl.npartners; i++)
 		for (size_t k = 0; k < nvalues; k++)
-			prom_u64(p, (const char *[]){ "peer", peer_of(i), label, values[k], NULL },
+			prom_u64(p, (const char *[]){ "peer", repl_partner_name(i), label, values[k], NULL },
 				 get(i, k));
 }
 
@@ -142,7 +137,7 @@ void repl_metrics(struct prom *p)
 	for (size_t i = 0; i < repl.npartners; i++) {
 		uint64_t seq = lags[i].oldest_seq;
 
-		prom_f64(p, (const char *[]){ "peer", peer_of(i), NULL },
+		prom_f64(p, (const char *[]){ "peer", repl_partner_name(i), NULL },
 			 seq && now > seq ? (double)(now - seq) / 1e9 : 0.0);
 	}
 	lags = NULL;

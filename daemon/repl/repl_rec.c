@@ -119,11 +119,11 @@ static int rec_save(const struct record *r)
 			(unsigned long long)r->bytes);
 	for (size_t i = 0; i < repl.npartners; i++)
 		if (r->copies[i].state == C_CONFIRMED)
-			fprintf(f, "copy %s confirmed\n", peers.hosts.v[repl.partners[i].host].name);
+			fprintf(f, "copy %s confirmed\n", repl_partner_name(i));
 		else if (r->copies[i].state == C_SKIPPED)
-			fprintf(f, "skipped %s\n", peers.hosts.v[repl.partners[i].host].name);
+			fprintf(f, "skipped %s\n", repl_partner_name(i));
 		else if (r->copies[i].begun)
-			fprintf(f, "begun %s\n", peers.hosts.v[repl.partners[i].host].name);
+			fprintf(f, "begun %s\n", repl_partner_name(i));
 	if (fflush(f) != 0 || fsync(fileno(f)) < 0)
 		rc = -errno;
 	if (fclose(f) != 0 && !rc)
@@ -173,7 +173,7 @@ static void insert_sorted(struct record *r)
 static void copy_is(struct record *r, const char *name, enum cstate st)
 {
 	for (size_t i = 0; i < repl.npartners; i++)
-		if (strcmp(peers.hosts.v[repl.partners[i].host].name, name) == 0) {
+		if (strcmp(repl_partner_name(i), name) == 0) {
 			r->copies[i].state = st;
 			r->copies[i].begun = st == C_PENDING;   /* "begun NODE" */
 			if (st == C_SKIPPED)

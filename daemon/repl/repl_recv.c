@@ -61,10 +61,8 @@ static void rx_register(struct rx *r)
 {
 	pthread_mutex_lock(&repl.lock);
 	for (;;) {
-		struct rx_slot *s = repl.rx;
+		struct rx_slot *s = rx_slot_find(r->slot.key);
 
-		while (s && strcmp(s->key, r->slot.key) != 0)
-			s = s->next;
 		if (!s)
 			break;
 		s->x->ops->shutdown(s->x);  /* a stale connection of the same sender */

@@ -114,6 +114,9 @@ struct rx {
 	char why[1024];
 };
 
+/* The transfer of key ORIGIN/JOB/STEP being received, or NULL. Under
+ * repl.lock. */
+struct rx_slot *rx_slot_find(const char *key);
 /* The offer a registered slot is the slot of. */
 static inline struct rx *rx_of_slot(struct rx_slot *s)
 {

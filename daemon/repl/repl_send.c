@@ -680,7 +680,7 @@ static const struct record *newer_for(const struct record *s, size_t i)
  * repl_impl.h says now: each change logged and saved. Under lock. */
 static void sort_stale(size_t i)
 {
-	const char *to = peers.hosts.v[repl.partners[i].host].name;
+	const char *to = repl_partner_name(i);
 
 	for (struct record *r = repl.records; r; r = r->next) {
 		struct rcopy *c = &r->copies[i];
