@@ -1,5 +1,5 @@
-/* Inside the replication service: what repl.c, repl_rec.c, repl_send.c,
- * repl_recv.c and repl_build.c share. Not for the rest of the daemon (it
+/* Inside the replication service: what repl.c, repl_view.c, repl_rec.c,
+ * repl_send.c, repl_recv.c and repl_build.c share. Not for the rest of the daemon (it
  * uses repl.h); tools/check-calls holds every *_impl.h to its folder.
  *
  * A record is one committed checkpoint of this node (origin side):
