@@ -79,7 +79,8 @@ static const char *const wire_names[] = {
 	[CFG_WIRE_AUTHENTICATED] = "authenticated", [CFG_WIRE_ENCRYPTED] = "encrypted", NULL,
 };
 static const char *const cache_reads_names[] = {
-	[CFG_CACHE_READS_WARM] = "warm", [CFG_CACHE_READS_ALWAYS] = "always", NULL,
+	[CFG_CACHE_READS_WARM] = "warm", [CFG_CACHE_READS_ALWAYS] = "always",
+	[CFG_CACHE_READS_AUTO] = "auto", NULL,
 };
 static const char *const stale_names[] = {
 	[CFG_STALE_SKIP] = "skip", [CFG_STALE_SEND] = "send", NULL,
@@ -239,9 +240,11 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "connections each copy to a partner goes on, a thread each side per connection "
 		 "(each chunk's pieces on one, the streams in turns); 0: a quarter of the cores, "
 		 "1 to 8" },
-	{ KEY_ENUM("transfer", "cache_reads", cache_reads, cache_reads_names), .def = "warm",
-	  .doc = "warm | always: a commit reads through the page cache only the files mostly there "
-		 "already (warm), or every file, so that its send reads them from memory (always)" },
+	{ KEY_ENUM("transfer", "cache_reads", cache_reads, cache_reads_names), .def = "auto",
+	  .doc = "auto | warm | always: a commit reads through the page cache the files mostly "
+		 "there already (warm), every file (always), or, when the step is to be sent to "
+		 "partners, also cold files up to a quarter of the memory available, so that the "
+		 "send reads them from memory and the disk once (auto)" },
 	{ KEY_ENUM("transfer", "stale", stale, stale_names), .def = "skip",
 	  .doc = "skip | send: a copy never begun when a newer step of its job is ready for the "
 		 "same partner is skipped (the newer goes instead; a copy someone waits for is "

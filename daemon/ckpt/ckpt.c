@@ -31,6 +31,7 @@
 #include "common/manifest.h"
 #include "common/paths.h"
 #include "daemon/engine/copier.h"
+#include "daemon/engine/pcache.h"
 #include "daemon/fs/roots.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/fs/walk.h"
@@ -592,11 +593,15 @@ static int build(struct builder *b, int stage_fd)
 	return b->err;
 }
 
-int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step,
+int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step, bool sent,
 		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen)
 {
 	struct builder b = { .why = why, .whylen = whylen };
 	unsigned lanes = config_hash_threads(cfg);
+	/* auto: the disk read once for the hash and the sends after it, as
+	 * long as the step fits a share of memory the kernel can give back */
+	uint64_t budget = sent && cfg->cache_reads == CFG_CACHE_READS_AUTO ?
+			  pcache_available() / 4 : 0;
 	struct copier_opts co = {
 		.memory = cfg->memory, .io_size = cfg->io_size, .chunk_size = cfg->chunk_size,
 		/* always: no O_DIRECT, so the step is in the cache when its
@@ -604,6 +609,7 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 		.direct_min = cfg->cache_reads == CFG_CACHE_READS_ALWAYS ? UINT64_MAX :
 			      2 * cfg->io_size,
 		.max_files = cfg->files_in_flight, .depth = 8,
+		.cache_budget = budget ? &budget : NULL,
 	};
 	char rel[2 * CKPT_NAME_MAX + 2];
 	int root_fd, stage_fd, rc;

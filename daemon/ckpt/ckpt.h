@@ -32,9 +32,12 @@ int ckpt_locate(const struct stage_config *cfg, const char *arg, bool replicas_o
 
 /* Hashes every file of ckpt_root/JOB/STEP through io_uring and publishes its
  * manifest (temporary name, fsync, rename). A file that changes while it is
- * read fails the commit (-ESTALE): the checkpoint was not finished. 0 with
+ * read fails the commit (-ESTALE): the checkpoint was not finished. With
+ * `sent` (its copies go to partners next), [transfer] cache_reads = auto
+ * reads cold files through the page cache too, up to a quarter of the
+ * memory available, so that the sends read them from memory. 0 with
  * *root, *files and *bytes, or -errno with why. */
-int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step,
+int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step, bool sent,
 		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen);
 
 /* Natural order of step names: runs of digits compare as numbers, so

@@ -361,13 +361,32 @@ static void try_direct(int fd, bool *ok, bool *on)
 		*ok = false;
 }
 
+/* Whether n more bytes fit the budget of cold reads through the cache
+ * (taken if so). */
+static bool take_budget(struct copier *c, uint64_t n)
+{
+	uint64_t left;
+
+	if (!c->o.cache_budget)
+		return false;
+	left = __atomic_load_n(c->o.cache_budget, __ATOMIC_RELAXED);
+	while (left >= n)
+		if (__atomic_compare_exchange_n(c->o.cache_budget, &left, left - n, true,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			return true;
+	return false;
+}
+
 /* A source its writer has just written is read through the cache, where
- * it still is (engine/pcache.h), unless the caller wants the disk read. */
+ * it still is (engine/pcache.h), unless the caller wants the disk read; so
+ * is a cold one the budget still covers, for a reader that reads it again
+ * soon (the send after a commit). */
 static void prefer_cache(struct copier *c, struct cp_file *f)
 {
 	int fl;
 
-	if (!f->src_direct || c->o.direct_verify || !pcache_warm(f->src_fd, 0, f->size))
+	if (!f->src_direct || c->o.direct_verify ||
+	    (!pcache_warm(f->src_fd, 0, f->size) && !take_budget(c, f->size)))
 		return;
 	fl = fcntl(f->src_fd, F_GETFL);
 	if (fl >= 0 && fcntl(f->src_fd, F_SETFL, fl & ~O_DIRECT) == 0)

@@ -36,6 +36,9 @@ struct copier_opts {
 	bool fsync;           /* fdatasync every destination before reporting it */
 	uint64_t fsync_min;   /* ... or those at least this big (0: none) */
 	bool direct_verify;   /* hash-only files: O_DIRECT whatever their size (read the disk, not the cache) */
+	uint64_t *cache_budget; /* bytes of cold files still to read through the page cache
+				 * instead of O_DIRECT, taken atomically by every copier
+				 * sharing it (NULL: none; engine/pcache.h) */
 };
 
 enum cp_state { CP_IDLE, CP_OPENING, CP_DATA, CP_SYNCING, CP_DONE };

@@ -2,6 +2,7 @@
 #include "daemon/engine/pcache.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/fsuid.h>
 #include <sys/mman.h>
@@ -84,4 +85,22 @@ bool pcache_warm_mincore(int fd, uint64_t off, uint64_t len)
 		return false;
 	cached = resident(fd, off, len);
 	return cached >= 0 && (uint64_t)cached * 2 >= pages_of(len);
+}
+
+uint64_t pcache_available(void)
+{
+	char line[128];
+	unsigned long long kib;
+	uint64_t n = 0;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+			n = (uint64_t)kib << 10;
+			break;
+		}
+	fclose(f);
+	return n;
 }

@@ -151,6 +151,7 @@ static void *committer_main(void *arg)
 		char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[1024];
 		uint64_t files = 0, bytes = 0, t0;
 		struct cred *owner = NULL;
+		bool sent = repl.npartners > 0;     /* its copies read it again */
 		digest_t root;
 		int rc;
 
@@ -167,7 +168,7 @@ static void *committer_main(void *arg)
 		t0 = mono_ns();
 		rc = enter_job_owner(job, &owner, why, sizeof(why));
 		if (rc == 0)
-			rc = ckpt_manifest(repl.cfg, job, step, &root, &files, &bytes, why,
+			rc = ckpt_manifest(repl.cfg, job, step, sent, &root, &files, &bytes, why,
 					   sizeof(why));
 		cred_leave();
 		free(owner);

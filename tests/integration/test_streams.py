@@ -126,11 +126,12 @@ def test_streams_after_partner_restart(make_cluster):
     assert streams_said(n0, n1)[0] == 2
 
 
-@pytest.mark.parametrize("threads,cache", [(1, "warm"), (3, "warm"), (3, "always")])
+@pytest.mark.parametrize("threads,cache", [(1, "warm"), (3, "warm"), (3, "always"), (3, "auto")])
 def test_commit_hashed_on_threads(make_cluster, threads, cache):
     """A step of many small files and a few big ones, committed with the
     files hashed on `threads` threads at once (and read through the page
-    cache only where they are, or always): the manifest lists every entry
+    cache only where they are, always, or within the budget the threads
+    share): the manifest lists every entry
     in order with the digests xxhsum gives, `stage verify` passes, and the
     replica is exact."""
     n0, n1 = make_cluster(2, transfer={"watch": "off", "hash_threads": threads,

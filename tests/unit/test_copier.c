@@ -19,6 +19,7 @@
 
 #include "daemon/engine/bufpool.h"
 #include "daemon/engine/copier.h"
+#include "daemon/engine/pcache.h"
 
 static char top[] = "/tmp/test_copier.XXXXXX";
 static int src_fd, dst_fd;
@@ -195,6 +196,67 @@ static void test_changed_while_copying(void **state)
 	free(data);
 }
 
+/* A cold file the cache budget covers is read through the page cache (so
+ * that a reader right after finds it there), one the budget no longer
+ * covers with O_DIRECT; the budget is what the files read that way did not
+ * take. Without a budget every cold file stays cold. */
+static void cold_file(const char *name, const uint8_t *p, size_t n)
+{
+	int fd;
+
+	write_file(name, p, n);
+	fd = openat(src_fd, name, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fdatasync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	assert_false(pcache_warm(fd, 0, n));
+	close(fd);
+}
+
+static unsigned hash_cold_files(uint64_t *budget)
+{
+	struct copier_opts o = { .memory = 8 << 20, .io_size = 1 << 20, .chunk_size = 1 << 20,
+				 .direct_min = 2 << 20, .max_files = 8, .depth = 4,
+				 .cache_budget = budget };
+	const size_t n = 4 << 20;
+	const char *names[] = { "c0", "c1", "c2" };
+	uint8_t *data = pattern(n, 11);
+	struct cp_file f[3];
+	struct copier *c;
+	unsigned warm = 0;
+
+	assert_int_equal(copier_create(&c, -1, &o), 0);
+	for (int i = 0; i < 3; i++) {
+		cold_file(names[i], data, n);
+		f[i] = (struct cp_file){ .src_at = src_fd, .src = names[i], .size = n,
+					 .mtime_ns = mtime_of(names[i]) };
+		assert_int_equal(copier_start(c, &f[i]), 0);
+	}
+	run_all(c);
+	for (int i = 0; i < 3; i++) {
+		int fd = openat(src_fd, names[i], O_RDONLY);
+
+		assert_int_equal(f[i].err, 0);
+		assert_true(digest_eq(f[i].digest, XXH3_128bits(data, n)));
+		assert_true(fd >= 0);
+		warm += pcache_warm(fd, 0, n);
+		close(fd);
+		copier_release(&f[i]);
+	}
+	copier_destroy(c);
+	free(data);
+	return warm;
+}
+
+static void test_cache_budget(void **state)
+{
+	uint64_t budget = 9 << 20;
+
+	assert_int_equal(hash_cold_files(NULL), 0);
+	assert_int_equal(hash_cold_files(&budget), 2);
+	assert_int_equal(budget, 1 << 20);
+}
+
 static void test_bufpool(void **state)
 {
 	struct bufpool bp;
@@ -234,6 +296,7 @@ int main(void)
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_tiny_budget),
 		cmocka_unit_test(test_hash_only_and_missing),
+		cmocka_unit_test(test_cache_budget),
 		cmocka_unit_test(test_changed_while_copying),
 		cmocka_unit_test(test_bufpool),
 	};
