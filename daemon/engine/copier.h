@@ -11,7 +11,8 @@
  * when the budget is spent. So the copier's memory is bounded by the budget
  * plus a few hundred bytes per file in flight, whatever the tree's size.
  *
- * One thread owns a copier; nothing in it is shared.
+ * One thread owns a copier; nothing in it is shared but opts.cache_budget,
+ * which several copiers may take from at once (atomically).
  */
 #ifndef STAGE_COPIER_H
 #define STAGE_COPIER_H

@@ -151,7 +151,7 @@ static void *committer_main(void *arg)
 		char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[1024];
 		uint64_t files = 0, bytes = 0, t0;
 		struct cred *owner = NULL;
-		bool sent = repl.npartners > 0;     /* its copies read it again */
+		bool sent = false;      /* a copy reads it again soon: a partner not down */
 		digest_t root;
 		int rc;
 
@@ -164,6 +164,8 @@ static void *committer_main(void *arg)
 		strcpy(job, r->job);
 		strcpy(step, r->step);
 		r->rehash = false;
+		for (size_t i = 0; i < repl.npartners; i++)
+			sent |= repl.partners[i].state != PEER_DOWN;
 		pthread_mutex_unlock(&repl.lock);
 		t0 = mono_ns();
 		rc = enter_job_owner(job, &owner, why, sizeof(why));
