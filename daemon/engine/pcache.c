@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/fsuid.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -87,11 +88,55 @@ bool pcache_warm_mincore(int fd, uint64_t off, uint64_t len)
 	return cached >= 0 && (uint64_t)cached * 2 >= pages_of(len);
 }
 
+/* The first number in the file at path (cgroup v2's memory.max and
+ * memory.current), or UINT64_MAX when it is "max" or cannot be read. */
+static uint64_t read_u64(const char *path)
+{
+	unsigned long long v;
+	FILE *f = fopen(path, "re");
+	int ok;
+
+	if (!f)
+		return UINT64_MAX;
+	ok = fscanf(f, "%llu", &v) == 1;
+	fclose(f);
+	return ok ? (uint64_t)v : UINT64_MAX;
+}
+
+/* What the daemon's memory cgroup (v2) still allows: its pages, the page
+ * cache it reads into among them, count against memory.max, which
+ * /proc/meminfo does not show in a container. UINT64_MAX: no limit. */
+static uint64_t cgroup_room(void)
+{
+	char line[4096], path[4200];
+	uint64_t max, cur;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	bool found = false;
+	size_t n;
+
+	if (!f)
+		return UINT64_MAX;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strncmp(line, "0::", 3) == 0;
+	fclose(f);
+	if (!found)
+		return UINT64_MAX;
+	n = strcspn(line + 3, "\n");
+	line[3 + n] = '\0';
+	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", line + 3);
+	max = read_u64(path);
+	if (max == UINT64_MAX)
+		return UINT64_MAX;
+	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", line + 3);
+	cur = read_u64(path);
+	return cur == UINT64_MAX ? 0 : cur < max ? max - cur : 0;
+}
+
 uint64_t pcache_available(void)
 {
 	char line[128];
 	unsigned long long kib;
-	uint64_t n = 0;
+	uint64_t n = 0, room = cgroup_room();
 	FILE *f = fopen("/proc/meminfo", "re");
 
 	if (!f)
@@ -102,5 +147,5 @@ uint64_t pcache_available(void)
 			break;
 		}
 	fclose(f);
-	return n;
+	return n < room ? n : room;
 }

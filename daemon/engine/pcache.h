@@ -29,7 +29,9 @@ bool pcache_warm(int fd, uint64_t off, uint64_t len);
 /* The same by mincore(2) alone (its fall-back, which tests call too). */
 bool pcache_warm_mincore(int fd, uint64_t off, uint64_t len);
 /* Bytes of memory the kernel says are available for new pages without
- * swapping (MemAvailable of /proc/meminfo), or 0 when it cannot tell. */
+ * swapping (MemAvailable of /proc/meminfo), no more than the daemon's
+ * memory cgroup still allows (memory.max less memory.current, cgroup v2),
+ * or 0 when it cannot tell. */
 uint64_t pcache_available(void);
 
 #endif

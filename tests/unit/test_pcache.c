@@ -46,10 +46,31 @@ static void test_warm_cold_warm(void **state)
 	free(buf);
 }
 
+/* What a commit may read into the cache is bounded by the memory the
+ * kernel says is available: more than nothing on a running machine, and
+ * never more than /proc/meminfo's MemAvailable. */
+static void test_available(void **state)
+{
+	char line[128];
+	unsigned long long kib = 0;
+	FILE *f = fopen("/proc/meminfo", "re");
+	uint64_t n = pcache_available();
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	assert_true(kib > 0);
+	assert_true(n > 0);
+	assert_true(n <= (uint64_t)kib << 10 || n - ((uint64_t)kib << 10) < (64u << 20));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_warm_cold_warm),
+		cmocka_unit_test(test_available),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
