@@ -2,12 +2,14 @@
 #include "daemon/engine/pcache.h"
 
 #include <errno.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -55,6 +57,13 @@ static uint64_t pages_of(uint64_t len)
 	return (len + pg - 1) / pg;
 }
 
+static bool on_overlay(int fd)
+{
+	struct statfs sf;
+
+	return fstatfs(fd, &sf) == 0 && sf.f_type == OVERLAYFS_SUPER_MAGIC;
+}
+
 bool pcache_warm(int fd, uint64_t off, uint64_t len)
 {
 	uint64_t pages = pages_of(len);
@@ -63,6 +72,11 @@ bool pcache_warm(int fd, uint64_t off, uint64_t len)
 
 	if (len == 0)
 		return false;
+	/* cachestat of an overlayfs file counts the overlay's own mapping,
+	 * which holds no pages: its reads and writes go to the file beneath,
+	 * which a mapping reaches (and mincore sees). */
+	if (on_overlay(fd))
+		return pcache_warm_mincore(fd, off, len);
 	if (syscall(__NR_cachestat, fd, &r, &st, 0) == 0) {
 		if (st.nr_dirty || st.nr_writeback)
 			return true;

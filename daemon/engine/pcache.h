@@ -14,7 +14,8 @@
  * mapping of the range counts the resident ones (the mapping is never
  * touched, so nothing is read), for the file's owner or root only: the
  * kernel tells anyone else every page is resident, and then the answer is
- * "cold".
+ * "cold". On overlayfs cachestat sees the overlay's own, empty mapping:
+ * there mincore answers.
  */
 #ifndef STAGE_PCACHE_H
 #define STAGE_PCACHE_H
