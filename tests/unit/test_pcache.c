@@ -55,7 +55,7 @@ static void test_warm_cold_warm(void **state)
  * (else not run, and said so). */
 static void test_overlay(void **state)
 {
-	char top[] = "/var/tmp/test_pcache_ovl.XXXXXX", p[4][256], opts[1024], cmd[300];
+	char top[] = "/var/tmp/test_pcache_ovl.XXXXXX", p[4][256], opts[1024], file[300], cmd[300];
 	uint8_t *buf = malloc(SIZE);
 	bool mounted;
 	int fd, err;
@@ -70,8 +70,8 @@ static void test_overlay(void **state)
 	mounted = mount("overlay", p[3], "overlay", 0, opts) == 0;
 	err = errno;
 	if (mounted) {
-		snprintf(cmd, sizeof(cmd), "%s/f", p[3]);
-		fd = open(cmd, O_CREAT | O_RDWR, 0600);
+		snprintf(file, sizeof(file), "%s/f", p[3]);
+		fd = open(file, O_CREAT | O_RDWR, 0600);
 		assert_true(fd >= 0);
 		memset(buf, 0x3c, SIZE);
 		assert_int_equal(pwrite(fd, buf, SIZE, 0), (ssize_t)SIZE);
