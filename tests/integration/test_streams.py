@@ -7,10 +7,15 @@ streams and whether a chunk is smaller or bigger than a piece, with held
 chunks left out, and a stream lost mid-copy must cost a resume from the
 receiver's journal, never a wrong byte. And a commit hashed on several
 threads ([transfer] hash_threads) writes the manifest one thread writes.
+A partner whose replicas are on a tmpfs builds each big file by copying the
+streams' pieces into a mapping of it on several threads (the kernel takes
+buffered writes to one file one at a time): the copy must be as exact, and
+survive the partner's kill -9 mid-copy.
 Real daemons on 127.0.0.1; the stream is cut by a proxy on the path."""
 import os
 import re
 import socket
+import subprocess
 import threading
 import time
 
@@ -159,3 +164,76 @@ def test_streams_by_default_follow_the_cores(make_cluster):
     got, why = streams_said(n0, n1)
     assert got == want and why == f"[transfer] streams = 0: a quarter of {cores} cores, 1 to 8", \
         (got, why)
+
+
+@pytest.fixture
+def tmpfs_disk(tmp_path):
+    """A 512 MiB tmpfs for a node's state and roots (root only), unmounted
+    after its daemons stop (set up before make_cluster)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounting a tmpfs")
+    mnt = tmp_path / "mem"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0755", "tmpfs", str(mnt)],
+                   check=True, timeout=30)
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], timeout=30)
+
+
+def copier_threads(d):
+    """Threads of d's daemon named as the write queue's copiers."""
+    n = 0
+    for t in os.listdir(f"/proc/{d.proc.pid}/task"):
+        try:
+            with open(f"/proc/{d.proc.pid}/task/{t}/comm") as f:
+                n += f.read().startswith("wq copy")
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_copy_onto_a_tmpfs(tmpfs_disk, make_cluster, n):
+    """n1's replicas on a tmpfs: files of two pieces or more are mapped and
+    copied into by the receiver's copier threads (they exist once the copy
+    has landed), smaller ones written as before; on 1 stream and on 3 the
+    replica is exact, and so is a second step of the same files changed in
+    part (held chunks copied from the first into the mapping)."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": n, "compress": "off"},
+                          disks={1: tmpfs_disk})
+    step = tree(n0)
+    commit_wait(n0, step)
+    assert_replica_of(step, replica(n1, n0))
+    assert copier_threads(n1) > 0, "n1 wrote the big files without its copiers"
+    assert copier_threads(n0) == 0, "n0 (no tmpfs) started copiers"
+    files = [F(f"s{i}.bin", size=4 * CHUNK + i) for i in range(4)]
+    s1 = make_tree(ckpt(n0, step="step-1"), files, seed=1)
+    commit_wait(n0, s1)
+    s2 = make_tree(ckpt(n0, step="step-2"), files[:2], seed=1)
+    make_tree(s2, files[2:], seed=9)
+    commit_wait(n0, s2)
+    assert_replica_of(s2, replica(n1, n0, step="step-2"))
+
+
+def test_partner_on_a_tmpfs_killed_mid_copy(tmpfs_disk, make_cluster):
+    """kill -9 of n1 while it copies into its tmpfs (a file there already
+    has its full size from the start): restarted, it resumes from its
+    journal, reading back what the journal vouches for, and the replica is
+    exact."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off", "streams": 3},
+                          node_transfer={0: {"rate": "32MiB"}}, disks={1: tmpfs_disk})
+    step = make_tree(ckpt(n0), [F(f"t{i}.bin", size=12 * MiB + i) for i in range(3)])
+    cp = n0.run("commit", step)
+    assert cp.returncode == 0, cp.stderr
+    inc = n1.replica_root / ".incoming" / n0.name / "job1" / "step-100"
+    wait_for(lambda: (inc / ".stage" / "journal").exists() and
+             len((inc / ".stage" / "journal").read_text().splitlines()) >= 2, 60,
+             f"n1 to journal part of the copy:\n{n1.log()[-2000:]}")
+    n1.kill9()
+    assert not replica(n1, n0).exists()
+    n1.start()
+    wait_for(lambda: replica(n1, n0).exists(), 120,
+             f"the copy after n1's restart:\n{n0.log()[-2000:]}\n{n1.log()[-2000:]}")
+    assert_replica_of(step, replica(n1, n0))
+    m = re.search(r"resuming at entry (\d+), byte (\d+)", n1.log())
+    assert m and (int(m.group(1)), int(m.group(2))) > (1, 0), n1.log()[-3000:]

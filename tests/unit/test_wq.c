@@ -5,7 +5,11 @@
  * that is not aligned falls back to the cache without losing a byte, and
  * wq_sync makes durable what is below its offset, and says so, while
  * writes above it go on; a write cut short is asked again, so that the
- * error named is the file system's own. */
+ * error named is the file system's own. A file the daemon alone can reach
+ * on a tmpfs (WQ_MAP_OK) is mapped and copied into by the queue's copier
+ * threads: it comes out the same, a tmpfs without room for it says ENOSPC
+ * before a byte is copied (no SIGBUS), and a file it cannot map is written
+ * through the ring. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -16,7 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <dirent.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -54,7 +61,7 @@ static void write_and_check(struct wq *q, const char *dir, const uint8_t *p, siz
 	uint8_t *back = malloc(n ? n : 1);
 
 	assert_true(fd >= 0);
-	wq_begin(q, fd, n, true);
+	wq_begin(q, fd, n, WQ_DIRECT_OK);
 	*was_direct = q->direct;
 	for (size_t off = 0; off < n;) {
 		size_t len = n - off < piece ? n - off : piece;
@@ -131,7 +138,7 @@ static void test_sync_says_how_far(void **state)
 
 	assert_true(fd >= 0);
 	assert_int_equal(wq_open(&q), 0);
-	wq_begin(&q, fd, n, true);
+	wq_begin(&q, fd, n, WQ_DIRECT_OK);
 	assert_int_equal(wq_durable(&q), 0);
 	for (size_t off = 0; off < n; off += WQ_BUF) {
 		int b = wq_buf(&q);
@@ -175,7 +182,7 @@ static void test_error_is_sticky(void **state)
 	ro = open(path, O_RDONLY);
 	assert_true(ro >= 0);
 	assert_int_equal(wq_open(&q), 0);
-	wq_begin(&q, ro, 3 * WQ_BUF, true);
+	wq_begin(&q, ro, 3 * WQ_BUF, WQ_DIRECT_OK);
 	b = wq_buf(&q);
 	memset(q.buf[b], 1, WQ_BUF);
 	wq_write(&q, b, WQ_BUF, 0);
@@ -184,7 +191,7 @@ static void test_error_is_sticky(void **state)
 	assert_int_equal(wq_write(&q, b, WQ_BUF, WQ_BUF), -EBADF);
 	assert_int_equal(wq_end(&q), -EBADF);
 	/* The next file starts clean. */
-	wq_begin(&q, fd, 10, true);
+	wq_begin(&q, fd, 10, WQ_DIRECT_OK);
 	b = wq_buf(&q);
 	memset(q.buf[b], 2, 10);
 	assert_int_equal(wq_write(&q, b, 10, 0), 0);
@@ -218,7 +225,7 @@ static void test_short_write_says_why(void **state)
 		assert_int_equal(wq_open(&q), 0);
 		rl = (struct rlimit){ .rlim_cur = limit, .rlim_max = old.rlim_max };
 		assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
-		wq_begin(&q, fd, 3 * WQ_BUF, true);
+		wq_begin(&q, fd, 3 * WQ_BUF, WQ_DIRECT_OK);
 		for (size_t off = 0; off < 3 * WQ_BUF && rc == 0; off += WQ_BUF) {
 			int b = wq_buf(&q);
 
@@ -243,6 +250,206 @@ static void test_short_write_says_why(void **state)
 	free(p);
 }
 
+/* Writes p through q into the open file fd (how for wq_begin) in pieces of
+ * `piece` bytes, each written from its own buffer in a shuffled order of
+ * completion (up to WQ_DEPTH at once); 0 or the first error. mapped: whether
+ * the queue mapped the file. */
+static int write_all(struct wq *q, int fd, const uint8_t *p, size_t n, size_t piece,
+		     unsigned how, bool *mapped)
+{
+	int rc = 0;
+
+	wq_begin(q, fd, n, how);
+	*mapped = q->map != NULL;
+	for (size_t off = 0; off < n && rc == 0;) {
+		size_t len = n - off < piece ? n - off : piece;
+		int b = wq_buf(q);
+
+		memcpy(q->buf[b], p + off, len);
+		rc = wq_write(q, b, len, off);
+		off += len;
+	}
+	if (rc == 0)
+		rc = wq_drain(q);
+	return rc;
+}
+
+/* Threads of this process named name. */
+static int threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int count = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d))) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		if (fgets(comm, sizeof(comm), f) && strncmp(comm, name, strlen(name)) == 0)
+			count++;
+		fclose(f);
+	}
+	closedir(d);
+	return count;
+}
+
+/* On a tmpfs, with WQ_MAP_OK: files of two buffers or more are mapped and
+ * come out exactly as written, in whole or odd pieces; smaller ones, and a
+ * file opened write-only (which cannot be mapped shared for writing), go
+ * through the ring and come out the same. The copiers start with the first
+ * mapped file and end with the queue. */
+static void test_mapped(void **state)
+{
+	static const size_t sizes[] = { 100, 2 * WQ_BUF - 1, 2 * WQ_BUF, 2 * WQ_BUF + 4095,
+					9 * WQ_BUF + 17 };
+	static const size_t pieces[] = { WQ_BUF, WQ_BUF - 4095, 3 * 4096 + 1 };
+	struct wq q;
+
+	assert_int_equal(wq_open(&q), 0);
+	assert_int_equal(threads_named("wq copy"), 0);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		for (size_t k = 0; k < sizeof(pieces) / sizeof(pieces[0]); k++) {
+			size_t n = sizes[i];
+			uint8_t *p = pattern(n, (unsigned)(i * 3 + k)), *back = malloc(n);
+			char path[256];
+			int fd = make_file(dirs[1], path, sizeof(path));
+			struct stat st;
+			bool mapped;
+
+			assert_true(fd >= 0);
+			assert_int_equal(write_all(&q, fd, p, n, pieces[k],
+						   WQ_DIRECT_OK | WQ_MAP_OK, &mapped), 0);
+			assert_int_equal(mapped, n >= 2 * WQ_BUF);
+			assert_int_equal(wq_end(&q), 0);
+			assert_null(q.map);
+			assert_int_equal(fstat(fd, &st), 0);
+			assert_int_equal((uint64_t)st.st_size, (uint64_t)n);
+			assert_int_equal(pread(fd, back, n, 0), (ssize_t)n);
+			assert_memory_equal(back, p, n);
+			close(fd);
+			unlink(path);
+			free(back);
+			free(p);
+		}
+	assert_int_equal(threads_named("wq copy"), WQ_DEPTH);
+	/* Write-only: not mapped, written all the same. */
+	{
+		size_t n = 4 * WQ_BUF + 5;
+		uint8_t *p = pattern(n, 99), *back = malloc(n);
+		char path[256];
+		int fd = make_file(dirs[1], path, sizeof(path)), wo = open(path, O_WRONLY);
+		bool mapped;
+
+		assert_true(fd >= 0 && wo >= 0);
+		assert_int_equal(write_all(&q, wo, p, n, WQ_BUF, WQ_MAP_OK, &mapped), 0);
+		assert_false(mapped);
+		assert_int_equal(wq_end(&q), 0);
+		assert_int_equal(pread(fd, back, n, 0), (ssize_t)n);
+		assert_memory_equal(back, p, n);
+		close(wo);
+		close(fd);
+		unlink(path);
+		free(back);
+		free(p);
+	}
+	wq_close(&q);
+	assert_int_equal(threads_named("wq copy"), 0);
+}
+
+/* A mapped file's sync: durable up to the offset asked, once the copies
+ * below it are done. */
+static void test_mapped_sync(void **state)
+{
+	size_t n = 6 * WQ_BUF;
+	uint8_t *p = pattern(n, 5);
+	char path[256];
+	int fd = make_file(dirs[1], path, sizeof(path));
+	struct wq q;
+
+	assert_true(fd >= 0);
+	assert_int_equal(wq_open(&q), 0);
+	wq_begin(&q, fd, n, WQ_MAP_OK);
+	assert_non_null(q.map);
+	for (size_t off = 0; off < n; off += WQ_BUF) {
+		int b = wq_buf(&q);
+
+		memcpy(q.buf[b], p + off, WQ_BUF);
+		assert_int_equal(wq_write(&q, b, WQ_BUF, off), 0);
+		if (off == WQ_BUF)
+			wq_sync(&q, 2 * WQ_BUF);
+		assert_true(wq_durable(&q) == 0 || wq_durable(&q) == 2 * WQ_BUF);
+	}
+	assert_int_equal(wq_drain(&q), 0);
+	assert_int_equal(wq_durable(&q), 2 * WQ_BUF);
+	wq_sync(&q, n);
+	assert_int_equal(wq_drain(&q), 0);
+	assert_int_equal(wq_durable(&q), n);
+	assert_int_equal(wq_end(&q), 0);
+	wq_close(&q);
+	close(fd);
+	unlink(path);
+	free(p);
+}
+
+/* A tmpfs too small for the file: ENOSPC from the first write, before a
+ * byte is copied (a copy into a mapping past the room would be a SIGBUS),
+ * and the room is given back; a file that fits goes on in the same queue.
+ * Needs a tmpfs of its own (a mount: root); said and skipped otherwise. */
+static void test_mapped_no_room(void **state)
+{
+	char dir[] = "/var/tmp/test_wq_small.XXXXXX", path[300];
+	size_t big = 12 * WQ_BUF, fits = 3 * WQ_BUF;
+	uint8_t *p = pattern(big, 11), *back = malloc(big);
+	struct statvfs sv;
+	struct wq q;
+	bool mapped;
+	int fd, b;
+
+	assert_non_null(mkdtemp(dir));
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=8m") < 0) {
+		fprintf(stderr, "# test_mapped_no_room not run: cannot mount a tmpfs at %s: %s\n",
+			dir, strerror(errno));
+		rmdir(dir);
+		free(back);
+		free(p);
+		skip();
+	}
+	assert_int_equal(wq_open(&q), 0);
+	snprintf(path, sizeof(path), "%s/big", dir);
+	fd = open(path, O_RDWR | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	wq_begin(&q, fd, big, WQ_DIRECT_OK | WQ_MAP_OK);
+	assert_null(q.map);
+	b = wq_buf(&q);
+	memcpy(q.buf[b], p, WQ_BUF);
+	assert_int_equal(wq_write(&q, b, WQ_BUF, 0), -ENOSPC);
+	assert_int_equal(wq_end(&q), -ENOSPC);
+	close(fd);
+	assert_int_equal(statvfs(dir, &sv), 0);
+	assert_true((uint64_t)sv.f_bavail * sv.f_frsize >= 7 * (uint64_t)WQ_BUF);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/fits", dir);
+	fd = open(path, O_RDWR | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write_all(&q, fd, p, fits, WQ_BUF, WQ_MAP_OK, &mapped), 0);
+	assert_true(mapped);
+	assert_int_equal(wq_end(&q), 0);
+	assert_int_equal(pread(fd, back, fits, 0), (ssize_t)fits);
+	assert_memory_equal(back, p, fits);
+	close(fd);
+	wq_close(&q);
+	assert_int_equal(umount(dir), 0);
+	rmdir(dir);
+	free(back);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -251,6 +458,9 @@ int main(void)
 		cmocka_unit_test(test_sync_says_how_far),
 		cmocka_unit_test(test_error_is_sticky),
 		cmocka_unit_test(test_short_write_says_why),
+		cmocka_unit_test(test_mapped),
+		cmocka_unit_test(test_mapped_sync),
+		cmocka_unit_test(test_mapped_no_room),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
