@@ -1,5 +1,5 @@
 /* The write queue (wq.h). Between files: fd == -1, inflight == 0, err == 0,
- * direct == false, map == NULL and no sync asked or in flight; wq_begin and
+ * direct == false, mapped == false and no sync asked or in flight; wq_begin and
  * wq_end are the transitions. A sync is its own completion (SYNC_TAG), not
  * counted in inflight; at most one is in flight, and one more may wait
  * (sync_want) until the writes below its offset are done.
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -40,27 +41,40 @@ struct wq_copiers {
 	bool stop;
 	bool no_populate;              /* the kernel refused MADV_POPULATE_WRITE (before 5.14) */
 	int state[WQ_DEPTH];           /* job i: buffer i's write, JOB_ */
-	uint8_t *dst[WQ_DEPTH];        /* in the mapping */
+	int fd[WQ_DEPTH];              /* the file, */
+	uint64_t off[WQ_DEPTH];        /* where in it */
 	const uint8_t *src[WQ_DEPTH];  /* the buffer, busy until reaped */
 	size_t n[WQ_DEPTH];
 	int res[WQ_DEPTH];             /* once done: 0 or -errno */
 };
 
-/* The pages of [dst, dst + n) made present and writable first, so that a
- * failure is an error returned here and not a SIGBUS in the copy. */
-static int copy_in(uint8_t *dst, const uint8_t *src, size_t n, bool *populate)
+/* n bytes of src into fd at off, through a mapping of those pages alone
+ * (a mapping of the whole file would hold page tables and resident pages
+ * in proportion to the file). The pages are made present and writable
+ * first (allocated here, on the copiers' threads: a fallocate of the whole
+ * file would allocate them on the queue's one thread), so that a failure is
+ * an error returned here, not a SIGBUS in the copy: in a file of its full
+ * size already, a page a tmpfs cannot give is EFAULT (a SIGBUS on access),
+ * said as the ENOSPC it is. */
+static int copy_in(int fd, uint64_t off, const uint8_t *src, size_t n, bool *populate)
 {
-	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t a = (uintptr_t)dst & ~(pg - 1);
-	uintptr_t z = ((uintptr_t)dst + n + pg - 1) & ~(pg - 1);
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), at = off & ~(pg - 1);
+	size_t len = (size_t)(off - at) + n;
+	uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)at);
+	int rc = 0;
 
-	if (*populate && madvise((void *)a, z - a, MADV_POPULATE_WRITE) < 0) {
-		if (errno != EINVAL)
-			return -errno;
-		*populate = false;      /* not this kernel: the copy faults them in */
+	if (m == MAP_FAILED)
+		return -errno;
+	if (*populate && madvise(m, len, MADV_POPULATE_WRITE) < 0) {
+		if (errno == EINVAL)
+			*populate = false;      /* not this kernel: the copy faults them in */
+		else
+			rc = errno == EFAULT ? -ENOSPC : -errno;
 	}
-	memcpy(dst, src, n);
-	return 0;
+	if (rc == 0)
+		memcpy(m + (off - at), src, n);
+	munmap(m, len);
+	return rc;
 }
 
 static void *copier_main(void *arg)
@@ -86,7 +100,7 @@ static void *copier_main(void *arg)
 		cp->state[i] = JOB_COPYING;
 		populate = !cp->no_populate;
 		pthread_mutex_unlock(&cp->mu);
-		rc = copy_in(cp->dst[i], cp->src[i], cp->n[i], &populate);
+		rc = copy_in(cp->fd[i], cp->off[i], cp->src[i], cp->n[i], &populate);
 		pthread_mutex_lock(&cp->mu);
 		if (!populate)
 			cp->no_populate = true;
@@ -147,23 +161,22 @@ static bool on_tmpfs(int fd)
 	return fstatfs(fd, &sf) == 0 && sf.f_type == TMPFS_MAGIC;
 }
 
-/* The file's blocks at once, then its mapping: q->map, or NULL (the ring
- * writes it) where the file system or the copiers cannot. Room the file
- * system does not have is the sticky error. */
+/* q->mapped where a shared writable mapping of the file can be made (a
+ * file opened write-only cannot) and the copiers run, the file then of its
+ * full size (a mapping has no page past the end); else the ring writes it. */
 static void map_file(struct wq *q)
 {
-	void *m;
+	void *m = mmap(NULL, 1, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
+	struct stat st;
 
-	if (start_copiers(q) < 0)
+	if (m == MAP_FAILED)
 		return;
-	if (fallocate(q->fd, 0, 0, (off_t)q->size) < 0) {
-		if (errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
-			q->err = -errno;
+	munmap(m, 1);
+	if (start_copiers(q) < 0 || fstat(q->fd, &st) < 0)
 		return;
-	}
-	m = mmap(NULL, q->size, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
-	if (m != MAP_FAILED)
-		q->map = m;
+	if ((uint64_t)st.st_size < q->size && ftruncate(q->fd, (off_t)q->size) < 0)
+		return;
+	q->mapped = true;
 }
 
 int wq_open(struct wq *q)
@@ -217,13 +230,13 @@ void wq_begin(struct wq *q, int fd, uint64_t size, unsigned how)
 	q->err = 0;
 	q->padded = false;
 	q->direct = false;
-	q->map = NULL;
+	q->mapped = false;
 	q->sync_want = q->sync_at = q->durable = 0;
 	if (size < 2 * (uint64_t)WQ_BUF)
 		return;
 	if ((how & WQ_MAP_OK) && on_tmpfs(fd))
 		map_file(q);
-	if (!q->map && !q->err && (how & WQ_DIRECT_OK))
+	if (!q->mapped && !q->err && (how & WQ_DIRECT_OK))
 		set_direct(q, true);
 }
 
@@ -237,7 +250,7 @@ static void try_sync(struct wq *q)
 	for (unsigned i = 0; i < WQ_DEPTH; i++)
 		if (q->busy[i] && q->off[i] < q->sync_want)
 			return;
-	if (q->map) {
+	if (q->mapped) {
 		if (fdatasync(q->fd) < 0)
 			q->err = -errno;
 		else
@@ -318,7 +331,7 @@ static void reap(struct wq *q, bool wait)
 {
 	struct io_uring_cqe *cqe;
 
-	if (q->map) {
+	if (q->mapped) {
 		reap_map(q, wait);
 		return;
 	}
@@ -411,7 +424,7 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 
 	if (q->err)
 		return q->err;
-	if (q->map) {
+	if (q->mapped) {
 		struct wq_copiers *cp = q->cp;
 
 		if (off > q->size || n > q->size - off)
@@ -423,7 +436,8 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 		q->dio[b] = false;
 		q->inflight++;
 		pthread_mutex_lock(&cp->mu);
-		cp->dst[b] = q->map + off;
+		cp->fd[b] = q->fd;
+		cp->off[b] = off;
 		cp->src[b] = q->buf[b];
 		cp->n[b] = n;
 		cp->state[b] = JOB_QUEUED;
@@ -479,9 +493,7 @@ int wq_end(struct wq *q)
 
 	if (rc == 0 && q->padded && ftruncate(q->fd, (off_t)q->size) < 0)
 		rc = -errno;
-	if (q->map)
-		munmap(q->map, q->size);
-	q->map = NULL;
+	q->mapped = false;
 	if (q->fd >= 0 && q->direct)
 		set_direct(q, false);
 	q->fd = -1;

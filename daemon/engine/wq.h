@@ -16,12 +16,13 @@
  * kernel takes buffered writes to one inode one at a time (the inode's
  * lock; io_uring's workers even hash them to one worker), so one file was
  * written by one thread's copy whatever the streams carried (the 16-core
- * machine: one io-wq worker at 100 %). There the file gets its blocks at
- * once (fallocate: a full tmpfs says ENOSPC here, before a byte is
- * written, and no later copy can fault for room), is mapped, and each
- * write is a copy into the mapping by one of the queue's WQ_DEPTH copier
- * threads (MADV_POPULATE_WRITE first, which returns an error where a
- * fault would raise SIGBUS): the writes in flight are copied at once.
+ * machine: one io-wq worker at 100 %). There the file is given its full
+ * size at once, and each write is a copy by one of the queue's WQ_DEPTH
+ * copier threads into a mapping of that piece's pages alone, which
+ * MADV_POPULATE_WRITE first allocates (a full tmpfs is then an error,
+ * ENOSPC, where a copy would have faulted with SIGBUS): the writes in
+ * flight are copied at once, and what is mapped is bounded by the queue,
+ * not the file.
  * A file no one else can reach cannot be truncated under the copy.
  *
  * Durability goes through the ring too: wq_sync asks for an fdatasync of
@@ -71,9 +72,9 @@ struct wq {
 	uint64_t sync_want;            /* a sync asked for, covering [0, this); 0: none */
 	uint64_t sync_at;              /* the sync in flight covers [0, this); 0: none */
 	uint64_t durable;              /* [0, this) made durable by a completed sync */
-	/* The mapped way (WQ_MAP_OK on a tmpfs): writes are copies into map by
-	 * the copiers, and a sync is an fdatasync once those below it are done. */
-	uint8_t *map;                  /* the file's mapping, size bytes; NULL: the ring */
+	/* The mapped way (WQ_MAP_OK on a tmpfs): writes are copies by the
+	 * copiers, and a sync is an fdatasync once those below it are done. */
+	bool mapped;                   /* this file is written so; false: the ring */
 	struct wq_copiers *cp;         /* its threads, started by the first mapped file and
 					* kept until wq_close; NULL until then */
 };
@@ -83,8 +84,7 @@ int wq_open(struct wq *q);
 void wq_close(struct wq *q);
 
 /* Starts writing fd, a regular file of size bytes in the end; how: WQ_DIRECT_OK
- * and WQ_MAP_OK, or 0. A failure to make room for a mapped file is the
- * sticky error (the first wq_write returns it). */
+ * and WQ_MAP_OK, or 0. */
 void wq_begin(struct wq *q, int fd, uint64_t size, unsigned how);
 /* A free buffer's index, waiting for a write to finish if none is. */
 int wq_buf(struct wq *q);

@@ -8,7 +8,7 @@
  * error named is the file system's own. A file the daemon alone can reach
  * on a tmpfs (WQ_MAP_OK) is mapped and copied into by the queue's copier
  * threads: it comes out the same, a tmpfs without room for it says ENOSPC
- * before a byte is copied (no SIGBUS), and a file it cannot map is written
+ * (no SIGBUS), and a file it cannot map is written
  * through the ring. */
 #include <errno.h>
 #include <fcntl.h>
@@ -260,7 +260,7 @@ static int write_all(struct wq *q, int fd, const uint8_t *p, size_t n, size_t pi
 	int rc = 0;
 
 	wq_begin(q, fd, n, how);
-	*mapped = q->map != NULL;
+	*mapped = q->mapped;
 	for (size_t off = 0; off < n && rc == 0;) {
 		size_t len = n - off < piece ? n - off : piece;
 		int b = wq_buf(q);
@@ -327,7 +327,7 @@ static void test_mapped(void **state)
 						   WQ_DIRECT_OK | WQ_MAP_OK, &mapped), 0);
 			assert_int_equal(mapped, n >= 2 * WQ_BUF);
 			assert_int_equal(wq_end(&q), 0);
-			assert_null(q.map);
+			assert_false(q.mapped);
 			assert_int_equal(fstat(fd, &st), 0);
 			assert_int_equal((uint64_t)st.st_size, (uint64_t)n);
 			assert_int_equal(pread(fd, back, n, 0), (ssize_t)n);
@@ -375,7 +375,7 @@ static void test_mapped_sync(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(wq_open(&q), 0);
 	wq_begin(&q, fd, n, WQ_MAP_OK);
-	assert_non_null(q.map);
+	assert_true(q.mapped);
 	for (size_t off = 0; off < n; off += WQ_BUF) {
 		int b = wq_buf(&q);
 
@@ -397,10 +397,10 @@ static void test_mapped_sync(void **state)
 	free(p);
 }
 
-/* A tmpfs too small for the file: ENOSPC from the first write, before a
- * byte is copied (a copy into a mapping past the room would be a SIGBUS),
- * and the room is given back; a file that fits goes on in the same queue.
- * Needs a tmpfs of its own (a mount: root); said and skipped otherwise. */
+/* A tmpfs too small for the file: ENOSPC (a copy into a mapping past the
+ * room would have been a SIGBUS), and the file system has room again once
+ * the file is gone; a file that fits goes on in the same queue. Needs a
+ * tmpfs of its own (a mount: root); said and skipped otherwise. */
 static void test_mapped_no_room(void **state)
 {
 	char dir[] = "/var/tmp/test_wq_small.XXXXXX", path[300];
@@ -409,7 +409,7 @@ static void test_mapped_no_room(void **state)
 	struct statvfs sv;
 	struct wq q;
 	bool mapped;
-	int fd, b;
+	int fd;
 
 	assert_non_null(mkdtemp(dir));
 	if (mount("tmpfs", dir, "tmpfs", 0, "size=8m") < 0) {
@@ -424,16 +424,14 @@ static void test_mapped_no_room(void **state)
 	snprintf(path, sizeof(path), "%s/big", dir);
 	fd = open(path, O_RDWR | O_CREAT, 0600);
 	assert_true(fd >= 0);
-	wq_begin(&q, fd, big, WQ_DIRECT_OK | WQ_MAP_OK);
-	assert_null(q.map);
-	b = wq_buf(&q);
-	memcpy(q.buf[b], p, WQ_BUF);
-	assert_int_equal(wq_write(&q, b, WQ_BUF, 0), -ENOSPC);
+	assert_int_equal(write_all(&q, fd, p, big, WQ_BUF, WQ_DIRECT_OK | WQ_MAP_OK, &mapped),
+			 -ENOSPC);
+	assert_true(mapped);
 	assert_int_equal(wq_end(&q), -ENOSPC);
 	close(fd);
+	unlink(path);
 	assert_int_equal(statvfs(dir, &sv), 0);
 	assert_true((uint64_t)sv.f_bavail * sv.f_frsize >= 7 * (uint64_t)WQ_BUF);
-	unlink(path);
 	snprintf(path, sizeof(path), "%s/fits", dir);
 	fd = open(path, O_RDWR | O_CREAT, 0600);
 	assert_true(fd >= 0);
