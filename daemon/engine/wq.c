@@ -6,9 +6,9 @@
  *
  * A mapped file: buffer i's write is the copiers' job i (idle, queued,
  * being copied, done), and only the queue's thread moves a job from done
- * to idle (reap_map), as it reaps a completion off the ring; a buffer is
- * busy from wq_write until then, so no one refills or trades it while a
- * copier reads it. Its sync is an fdatasync made by the queue's thread
+ * to idle (reap_map, where the ring's completions would be reaped); a
+ * buffer is busy from wq_write until then, so no one refills or trades it
+ * while a copier reads it. Its sync is an fdatasync made by the queue's thread
  * once no copy below its offset is left (on a tmpfs, nothing to wait for). */
 #include "daemon/engine/wq.h"
 #include "daemon/fs/cred.h"
