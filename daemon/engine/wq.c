@@ -236,7 +236,7 @@ void wq_begin(struct wq *q, int fd, uint64_t size, unsigned how)
 		return;
 	if ((how & WQ_MAP_OK) && on_tmpfs(fd))
 		map_file(q);
-	if (!q->mapped && !q->err && (how & WQ_DIRECT_OK))
+	if (!q->mapped && (how & WQ_DIRECT_OK))
 		set_direct(q, true);
 }
 

@@ -50,10 +50,34 @@ static int make_file(const char *dir, char *path, size_t len)
 	return fd;
 }
 
-/* Writes p (n bytes) through q in pieces of `piece` bytes (the last one
- * shorter), then checks the file. */
+/* Writes p through q into the open file fd (how for wq_begin) in pieces of
+ * `piece` bytes (the last one shorter), up to WQ_DEPTH in flight, and waits
+ * for them: 0 or the first error. mapped: whether the queue mapped the file. */
+static int write_all(struct wq *q, int fd, const uint8_t *p, size_t n, size_t piece,
+		     unsigned how, bool *mapped)
+{
+	int rc = 0;
+
+	wq_begin(q, fd, n, how);
+	*mapped = q->mapped;
+	for (size_t off = 0; off < n && rc == 0;) {
+		size_t len = n - off < piece ? n - off : piece;
+		int b = wq_buf(q);
+
+		memcpy(q->buf[b], p + off, len);
+		rc = wq_write(q, b, len, off);
+		off += len;
+	}
+	if (rc == 0)
+		rc = wq_drain(q);
+	return rc;
+}
+
+/* Writes p (n bytes) through q (how for wq_begin) in pieces of `piece`
+ * bytes (the last one shorter), then checks the file; was_direct, mapped:
+ * how the queue wrote it. */
 static void write_and_check(struct wq *q, const char *dir, const uint8_t *p, size_t n,
-			    size_t piece, bool *was_direct)
+			    size_t piece, unsigned how, bool *was_direct, bool *mapped)
 {
 	char path[256];
 	int fd = make_file(dir, path, sizeof(path));
@@ -61,17 +85,10 @@ static void write_and_check(struct wq *q, const char *dir, const uint8_t *p, siz
 	uint8_t *back = malloc(n ? n : 1);
 
 	assert_true(fd >= 0);
-	wq_begin(q, fd, n, WQ_DIRECT_OK);
+	assert_int_equal(write_all(q, fd, p, n, piece, how, mapped), 0);
 	*was_direct = q->direct;
-	for (size_t off = 0; off < n;) {
-		size_t len = n - off < piece ? n - off : piece;
-		int b = wq_buf(q);
-
-		memcpy(q->buf[b], p + off, len);
-		assert_int_equal(wq_write(q, b, len, off), 0);
-		off += len;
-	}
 	assert_int_equal(wq_end(q), 0);
+	assert_false(q->mapped);
 	assert_int_equal(fstat(fd, &st), 0);
 	assert_int_equal((uint64_t)st.st_size, (uint64_t)n);
 	assert_int_equal(pread(fd, back, n, 0), (ssize_t)n);
@@ -91,14 +108,15 @@ static void test_sizes(void **state)
 		2 * WQ_BUF + 1, 2 * WQ_BUF + 4095, 2 * WQ_BUF + 4096, 5 * WQ_BUF + 17,
 	};
 	struct wq q;
-	bool direct, any_direct = false;
+	bool direct, mapped, any_direct = false;
 
 	assert_int_equal(wq_open(&q), 0);
 	for (size_t d = 0; d < 2; d++)
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 			uint8_t *p = pattern(sizes[i], (unsigned)i);
 
-			write_and_check(&q, dirs[d], p, sizes[i], WQ_BUF, &direct);
+			write_and_check(&q, dirs[d], p, sizes[i], WQ_BUF, WQ_DIRECT_OK, &direct,
+					&mapped);
 			/* Small files stay in the cache; big ones on the disk
 			 * go around it. */
 			if (sizes[i] < 2 * WQ_BUF)
@@ -117,28 +135,31 @@ static void test_unaligned_falls_back(void **state)
 	size_t n = 4 * WQ_BUF + 123;
 	uint8_t *p = pattern(n, 7);
 	struct wq q;
-	bool direct;
+	bool direct, mapped;
 
 	assert_int_equal(wq_open(&q), 0);
 	for (size_t d = 0; d < 2; d++) {
-		write_and_check(&q, dirs[d], p, n, WQ_BUF - 4095, &direct);
-		write_and_check(&q, dirs[d], p, n, 3 * 4096 + 1, &direct);
+		write_and_check(&q, dirs[d], p, n, WQ_BUF - 4095, WQ_DIRECT_OK, &direct, &mapped);
+		write_and_check(&q, dirs[d], p, n, 3 * 4096 + 1, WQ_DIRECT_OK, &direct, &mapped);
 	}
 	wq_close(&q);
 	free(p);
 }
 
-static void test_sync_says_how_far(void **state)
+/* On the disk through the ring, and on a tmpfs a mapped file (durable once
+ * the copies below the offset are done). */
+static void sync_says_how_far(const char *dir, unsigned how)
 {
 	size_t n = 6 * WQ_BUF;
 	uint8_t *p = pattern(n, 3);
 	char path[256];
-	int fd = make_file(dirs[0], path, sizeof(path));
+	int fd = make_file(dir, path, sizeof(path));
 	struct wq q;
 
 	assert_true(fd >= 0);
 	assert_int_equal(wq_open(&q), 0);
-	wq_begin(&q, fd, n, WQ_DIRECT_OK);
+	wq_begin(&q, fd, n, how);
+	assert_int_equal(q.mapped, (how & WQ_MAP_OK) != 0);
 	assert_int_equal(wq_durable(&q), 0);
 	for (size_t off = 0; off < n; off += WQ_BUF) {
 		int b = wq_buf(&q);
@@ -167,6 +188,12 @@ static void test_sync_says_how_far(void **state)
 	close(fd);
 	unlink(path);
 	free(p);
+}
+
+static void test_sync_says_how_far(void **state)
+{
+	sync_says_how_far(dirs[0], WQ_DIRECT_OK);
+	sync_says_how_far(dirs[1], WQ_MAP_OK);
 }
 
 /* A write to a file opened read-only fails, and the failure is what every
@@ -250,30 +277,6 @@ static void test_short_write_says_why(void **state)
 	free(p);
 }
 
-/* Writes p through q into the open file fd (how for wq_begin) in pieces of
- * `piece` bytes, each written from its own buffer in a shuffled order of
- * completion (up to WQ_DEPTH at once); 0 or the first error. mapped: whether
- * the queue mapped the file. */
-static int write_all(struct wq *q, int fd, const uint8_t *p, size_t n, size_t piece,
-		     unsigned how, bool *mapped)
-{
-	int rc = 0;
-
-	wq_begin(q, fd, n, how);
-	*mapped = q->mapped;
-	for (size_t off = 0; off < n && rc == 0;) {
-		size_t len = n - off < piece ? n - off : piece;
-		int b = wq_buf(q);
-
-		memcpy(q->buf[b], p + off, len);
-		rc = wq_write(q, b, len, off);
-		off += len;
-	}
-	if (rc == 0)
-		rc = wq_drain(q);
-	return rc;
-}
-
 /* Threads of this process named name. */
 static int threads_named(const char *name)
 {
@@ -315,26 +318,12 @@ static void test_mapped(void **state)
 	assert_int_equal(threads_named("wq copy"), 0);
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 		for (size_t k = 0; k < sizeof(pieces) / sizeof(pieces[0]); k++) {
-			size_t n = sizes[i];
-			uint8_t *p = pattern(n, (unsigned)(i * 3 + k)), *back = malloc(n);
-			char path[256];
-			int fd = make_file(dirs[1], path, sizeof(path));
-			struct stat st;
-			bool mapped;
+			uint8_t *p = pattern(sizes[i], (unsigned)(i * 3 + k));
+			bool direct, mapped;
 
-			assert_true(fd >= 0);
-			assert_int_equal(write_all(&q, fd, p, n, pieces[k],
-						   WQ_DIRECT_OK | WQ_MAP_OK, &mapped), 0);
-			assert_int_equal(mapped, n >= 2 * WQ_BUF);
-			assert_int_equal(wq_end(&q), 0);
-			assert_false(q.mapped);
-			assert_int_equal(fstat(fd, &st), 0);
-			assert_int_equal((uint64_t)st.st_size, (uint64_t)n);
-			assert_int_equal(pread(fd, back, n, 0), (ssize_t)n);
-			assert_memory_equal(back, p, n);
-			close(fd);
-			unlink(path);
-			free(back);
+			write_and_check(&q, dirs[1], p, sizes[i], pieces[k], WQ_DIRECT_OK | WQ_MAP_OK,
+					&direct, &mapped);
+			assert_int_equal(mapped, sizes[i] >= 2 * WQ_BUF);
 			free(p);
 		}
 	assert_int_equal(threads_named("wq copy"), WQ_DEPTH);
@@ -360,41 +349,6 @@ static void test_mapped(void **state)
 	}
 	wq_close(&q);
 	assert_int_equal(threads_named("wq copy"), 0);
-}
-
-/* A mapped file's sync: durable up to the offset asked, once the copies
- * below it are done. */
-static void test_mapped_sync(void **state)
-{
-	size_t n = 6 * WQ_BUF;
-	uint8_t *p = pattern(n, 5);
-	char path[256];
-	int fd = make_file(dirs[1], path, sizeof(path));
-	struct wq q;
-
-	assert_true(fd >= 0);
-	assert_int_equal(wq_open(&q), 0);
-	wq_begin(&q, fd, n, WQ_MAP_OK);
-	assert_true(q.mapped);
-	for (size_t off = 0; off < n; off += WQ_BUF) {
-		int b = wq_buf(&q);
-
-		memcpy(q.buf[b], p + off, WQ_BUF);
-		assert_int_equal(wq_write(&q, b, WQ_BUF, off), 0);
-		if (off == WQ_BUF)
-			wq_sync(&q, 2 * WQ_BUF);
-		assert_true(wq_durable(&q) == 0 || wq_durable(&q) == 2 * WQ_BUF);
-	}
-	assert_int_equal(wq_drain(&q), 0);
-	assert_int_equal(wq_durable(&q), 2 * WQ_BUF);
-	wq_sync(&q, n);
-	assert_int_equal(wq_drain(&q), 0);
-	assert_int_equal(wq_durable(&q), n);
-	assert_int_equal(wq_end(&q), 0);
-	wq_close(&q);
-	close(fd);
-	unlink(path);
-	free(p);
 }
 
 /* A tmpfs too small for the file: ENOSPC (a copy into a mapping past the
@@ -457,7 +411,6 @@ int main(void)
 		cmocka_unit_test(test_error_is_sticky),
 		cmocka_unit_test(test_short_write_says_why),
 		cmocka_unit_test(test_mapped),
-		cmocka_unit_test(test_mapped_sync),
 		cmocka_unit_test(test_mapped_no_room),
 	};
 
