@@ -1,6 +1,6 @@
 /* The piece sender (psend.h).
  *
- * Slots form a ring of PSEND_DEPTH reads of one range in file order: head
+ * Slots form a ring of depth reads of one range in file order: head
  * is the oldest, n are in flight or landed. The invariant between calls is
  * n == 0: a range drains what it started before it returns, so the file can
  * be closed and the next range can start anywhere.
@@ -42,9 +42,35 @@ struct psend_stream {
 	pthread_t thread;
 	bool started, stop;             /* stop: under ps->mu */
 	uint8_t *frame;
-	struct item q[PSEND_DEPTH];     /* under ps->mu */
+	struct item q[PSEND_MAX_DEPTH]; /* under ps->mu */
 	unsigned qh, qn;
 };
+
+/* Slots up to n (their buffers allocated): 0, or -ENOMEM with depth as far
+ * as it got. Only while no slot is in flight or busy. */
+static int grow(struct psend *ps, unsigned n)
+{
+	for (; ps->depth < n; ps->depth++) {
+		unsigned i = ps->depth;
+
+		if (posix_memalign((void **)&ps->base[i], PSEND_ALIGN,
+				   PSEND_ALIGN + PSEND_PIECE) != 0) {
+			ps->base[i] = NULL;
+			return -ENOMEM;
+		}
+		ps->buf[i] = ps->base[i] + PSEND_ALIGN;
+	}
+	return 0;
+}
+
+/* Slots down to n, their buffers freed. Same condition. */
+static void shrink(struct psend *ps, unsigned n)
+{
+	for (; ps->depth > n; ps->depth--) {
+		free(ps->base[ps->depth - 1]);
+		ps->base[ps->depth - 1] = ps->buf[ps->depth - 1] = NULL;
+	}
+}
 
 int psend_open(struct psend *ps, uint64_t rate)
 {
@@ -61,22 +87,12 @@ int psend_open(struct psend *ps, uint64_t rate)
 	ps->frame = malloc(ps->frame_cap);
 	if (!ps->frame)
 		return -ENOMEM;
-	for (unsigned i = 0; i < PSEND_DEPTH; i++) {
-		if (posix_memalign((void **)&ps->base[i], PSEND_ALIGN,
-				   PSEND_ALIGN + PSEND_PIECE) != 0) {
-			ps->base[i] = NULL;
-			rc = -ENOMEM;
-			goto out_free;
-		}
-		ps->buf[i] = ps->base[i] + PSEND_ALIGN;
-	}
-	rc = io_uring_queue_init(PSEND_DEPTH, &ps->ring, 0);
-	if (rc < 0)
-		goto out_free;
-	return 0;
-out_free:
-	for (unsigned i = 0; i < PSEND_DEPTH; i++)
-		free(ps->base[i]);
+	rc = grow(ps, PSEND_DEPTH);
+	if (rc == 0)
+		rc = io_uring_queue_init(PSEND_MAX_DEPTH, &ps->ring, 0);
+	if (rc == 0)
+		return 0;
+	shrink(ps, 0);
 	free(ps->frame);
 	return rc;
 }
@@ -101,8 +117,7 @@ void psend_close(struct psend *ps)
 {
 	psend_streams_end(ps, false);
 	io_uring_queue_exit(&ps->ring);
-	for (unsigned i = 0; i < PSEND_DEPTH; i++)
-		free(ps->base[i]);
+	shrink(ps, 0);
 	free(ps->frame);
 	pthread_mutex_destroy(&ps->mu);
 	pthread_cond_destroy(&ps->cv);
@@ -126,7 +141,7 @@ static void *stream_main(void *arg)
 		if (!t->qn)
 			break;
 		it = t->q[t->qh];
-		t->qh = (t->qh + 1) % PSEND_DEPTH;
+		t->qh = (t->qh + 1) % PSEND_MAX_DEPTH;
 		t->qn--;
 		err = ps->err;
 		pthread_mutex_unlock(&ps->mu);
@@ -160,14 +175,18 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
-int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n)
+int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n, uint64_t budget)
 {
+	uint64_t slots = budget / PSEND_PIECE;
+
 	if (n < 1 || n > PSEND_MAX_STREAMS || ps->nstreams > 1)
 		return -EINVAL;
 	ps->turn = 0;
 	ps->err = 0;
 	if (n == 1)
 		return 0;
+	ps->max_depth = slots < PSEND_DEPTH ? PSEND_DEPTH :
+			slots > PSEND_MAX_DEPTH ? PSEND_MAX_DEPTH : (unsigned)slots;
 	ps->st = calloc(n, sizeof(*ps->st));
 	if (!ps->st)
 		return -ENOMEM;
@@ -218,7 +237,24 @@ int psend_streams_end(struct psend *ps, bool ok)
 	ps->nstreams = 1;
 	ps->turn = 0;           /* the next copy, on one stream or several, starts at 0 */
 	memset(ps->busy, 0, sizeof(ps->busy));
+	shrink(ps, PSEND_DEPTH);        /* the streams' slots go with them */
+	ps->max_depth = 0;
 	return rc;
+}
+
+void psend_streams_group(struct psend *ps, uint64_t group)
+{
+	uint64_t turn = group ? (group + PSEND_PIECE - 1) / PSEND_PIECE : 1;
+	uint64_t want = (ps->nstreams + 1) * turn;
+
+	ps->group = group;
+	if (ps->nstreams <= 1)
+		return;
+	if (want > ps->max_depth)
+		want = ps->max_depth;
+	/* Short of memory the copy goes on with the slots it has. */
+	if (want > ps->depth)
+		(void)grow(ps, (unsigned)want);
 }
 
 /* After a piece that ends at end of a file of size bytes: the stream of
@@ -244,8 +280,8 @@ static bool slot_busy(struct psend *ps, unsigned s)
 
 static void submit(struct psend *ps)
 {
-	while (ps->n < PSEND_DEPTH && ps->next < ps->end) {
-		unsigned s = (ps->head + ps->n) % PSEND_DEPTH;
+	while (ps->n < ps->depth && ps->next < ps->end) {
+		unsigned s = (ps->head + ps->n) % ps->depth;
 		uint64_t len = ps->end - ps->next < PSEND_PIECE ? ps->end - ps->next : PSEND_PIECE;
 		/* A direct read of the range's last piece asks for whole blocks. */
 		uint64_t ask = ps->direct ? (len + PSEND_ALIGN - 1) / PSEND_ALIGN * PSEND_ALIGN : len;
@@ -295,7 +331,7 @@ static int head_ready(struct psend *ps)
 
 static void release(struct psend *ps)
 {
-	ps->head = (ps->head + 1) % PSEND_DEPTH;
+	ps->head = (ps->head + 1) % ps->depth;
 	ps->n--;
 }
 
@@ -367,11 +403,11 @@ static int hand_over(struct psend *ps, struct psend_stream *t, const struct item
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
-	while (t->qn == PSEND_DEPTH && !ps->err)
+	while (t->qn == PSEND_MAX_DEPTH && !ps->err)
 		pthread_cond_wait(&ps->cv, &ps->mu);
 	rc = ps->err;
 	if (rc == 0) {
-		t->q[(t->qh + t->qn) % PSEND_DEPTH] = *it;
+		t->q[(t->qh + t->qn) % PSEND_MAX_DEPTH] = *it;
 		t->qn++;
 		ps->busy[it->slot] = true;
 		pthread_cond_broadcast(&ps->cv);
@@ -512,7 +548,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 				ps->st[j].x->ops->shutdown(ps->st[j].x);
 			pthread_cond_broadcast(&ps->cv);
 		}
-		for (unsigned i = 0; i < PSEND_DEPTH; i++)
+		for (unsigned i = 0; i < ps->depth; i++)
 			while (ps->busy[i])
 				pthread_cond_wait(&ps->cv, &ps->mu);
 		if (rc == 0 && ps->err)

@@ -49,7 +49,8 @@
 #include "common/xport.h"
 
 #define PSEND_PIECE (1u << 20)          /* raw bytes per MSG_DATA */
-#define PSEND_DEPTH 8                   /* pieces read ahead */
+#define PSEND_DEPTH 8                   /* pieces read ahead on one stream */
+#define PSEND_MAX_DEPTH 64              /* pieces read ahead over several (the ring's size) */
 #define PSEND_NO_FILE UINT64_MAX        /* no K_FILE field in the frames */
 #define PSEND_ALIGN 4096u               /* O_DIRECT's alignment of offsets, lengths, buffers */
 #define PSEND_MAX_STREAMS 16
@@ -57,14 +58,17 @@
 struct psend_stream;
 
 struct psend {
-	struct io_uring ring;           /* reads only; PSEND_DEPTH entries */
-	uint8_t *buf[PSEND_DEPTH];      /* PSEND_PIECE each, PSEND_ALIGN-aligned, with
+	struct io_uring ring;           /* reads only; PSEND_MAX_DEPTH entries */
+	/* Slots [0, depth): PSEND_DEPTH, and with streams as many as their
+	 * turns need (psend_streams_group), within the budget given. */
+	uint8_t *buf[PSEND_MAX_DEPTH];  /* PSEND_PIECE each, PSEND_ALIGN-aligned, with
 					 * PSEND_ALIGN bytes of room before (a raw piece's
 					 * frame header goes there: no copy) */
-	uint8_t *base[PSEND_DEPTH];     /* what was allocated: buf - PSEND_ALIGN, owned */
-	int res[PSEND_DEPTH];           /* bytes read or -errno; INT32_MIN in flight */
-	uint64_t off[PSEND_DEPTH];      /* file offset of each slot's read */
-	uint32_t len[PSEND_DEPTH];      /* bytes of the range in it (a direct read asks more) */
+	uint8_t *base[PSEND_MAX_DEPTH]; /* what was allocated: buf - PSEND_ALIGN, owned */
+	int res[PSEND_MAX_DEPTH];       /* bytes read or -errno; INT32_MIN in flight */
+	uint64_t off[PSEND_MAX_DEPTH];  /* file offset of each slot's read */
+	uint32_t len[PSEND_MAX_DEPTH];  /* bytes of the range in it (a direct read asks more) */
+	unsigned depth;                 /* slots in use, buffers allocated */
 	unsigned head, n;               /* oldest slot; slots in flight or ready */
 	int fd;                         /* the file of the range, borrowed */
 	uint64_t next, end;             /* next offset to read; end of the range */
@@ -79,9 +83,10 @@ struct psend {
 	struct psend_stream *st;        /* [nstreams]; [0] unused (the caller's) */
 	unsigned turn;                  /* the stream of the next piece */
 	uint64_t group;                 /* a stream's turn ends where a multiple of this ends */
+	unsigned max_depth;             /* the slots the streams' budget allows */
 	pthread_mutex_t mu;             /* the queues, busy, err; the sent hook */
 	pthread_cond_t cv;
-	bool busy[PSEND_DEPTH];         /* handed to a stream, not sent yet */
+	bool busy[PSEND_MAX_DEPTH];     /* handed to a stream, not sent yet */
 	int err;                        /* a stream's first failure: the copy's */
 };
 
@@ -107,9 +112,10 @@ void psend_close(struct psend *ps);
 /* The pieces of the ranges sent until psend_streams_end go in turns on
  * xs[0..n): xs[0] the x every psend_range is given, xs[1..n) each served
  * by a thread started here (they must stay open until _end). n is 1 to
- * PSEND_MAX_STREAMS; with n == 1 nothing changes. 0, or -errno (no thread
- * left running). */
-int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n);
+ * PSEND_MAX_STREAMS; with n == 1 nothing changes. budget: the bytes the
+ * pieces read ahead may hold, at least PSEND_DEPTH's. 0, or -errno (no
+ * thread left running). */
+int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n, uint64_t budget);
 /* Whether a stream's turn passes after a piece that ends at end, of a file
  * of size bytes, with turns of group bytes (0: a piece): the rule of
  * docs/PROTOCOL.md "Streams", the sender's and the receiver's alike. */
@@ -118,12 +124,12 @@ static inline bool psend_turn_passes(uint64_t end, uint64_t size, uint64_t group
 	return !group || end % group == 0 || end == size;
 }
 /* The group size of the turns (psend.h's opening comment): the chunk size
- * of the manifest the pieces are of. Before the first piece; 0 or unset: a
- * turn is one piece. */
-static inline void psend_streams_group(struct psend *ps, uint64_t group)
-{
-	ps->group = group;
-}
+ * of the manifest the pieces are of; 0 or unset: a turn is one piece.
+ * Between ranges. With streams it sets how far the reads go ahead: a turn
+ * for every stream and one more, within the budget (a slot held by a
+ * stream is not read into, so with PSEND_DEPTH slots two turns of four
+ * pieces would keep two streams busy, however many there are). */
+void psend_streams_group(struct psend *ps, uint64_t group);
 /* Sends MSG_END on xs[1..n) after their last pieces (when ok), stops their
  * threads. 0, or the first failure of a stream (-errno). */
 int psend_streams_end(struct psend *ps, bool ok);

@@ -502,7 +502,9 @@ static int attach_streams(struct sender *s, const char *job, const char *step, d
 		if (rc < 0)
 			snprintf(why, whylen, "stream %u: %s", j, strerror(-rc));
 	}
-	if (rc == 0 && (rc = psend_streams_begin(&s->ps, s->xs, n)) < 0)
+	/* Half the job's buffers for the pieces read ahead (the rest is the
+	 * hash's and the manifest's). */
+	if (rc == 0 && (rc = psend_streams_begin(&s->ps, s->xs, n, repl.cfg->memory / 2)) < 0)
 		snprintf(why, whylen, "cannot start the streams: %s", strerror(-rc));
 	return rc;
 }

@@ -224,10 +224,12 @@ static void test_short_file(void **state)
 }
 
 /* What one stream's far end got: (file, offset) of each piece, then
- * whether MSG_END came. */
+ * whether MSG_END came; with src, each piece's bytes are checked against
+ * src at its offset. */
 struct got {
 	struct xport *x;
-	uint64_t file[16], off[16];
+	const uint8_t *src;
+	uint64_t file[64], off[64];
 	unsigned n;
 	bool end;
 };
@@ -244,9 +246,21 @@ static void *got_main(void *arg)
 			break;
 		}
 		assert_int_equal(m.type, MSG_DATA);
-		assert_true(g->n < 16);
+		assert_true(g->n < 64);
 		assert_int_equal(msg_get_u64(&m, K_FILE, &g->file[g->n]), 0);
 		assert_int_equal(msg_get_u64(&m, K_OFFSET, &g->off[g->n]), 0);
+		if (g->src) {
+			uint8_t *raw = malloc(PSEND_PIECE);
+			const uint8_t *f;
+			size_t fn, rn, used;
+
+			assert_non_null(raw);
+			assert_int_equal(msg_get_bytes(&m, K_DATA, &f, &fn), 0);
+			assert_int_equal(codec_chunk_decode(f, fn, raw, PSEND_PIECE, &rn, &used), 0);
+			assert_int_equal(rn, PSEND_PIECE);
+			assert_memory_equal(raw, g->src + g->off[g->n], rn);
+			free(raw);
+		}
 		g->n++;
 		msg_free(&m);
 	}
@@ -278,7 +292,7 @@ static void test_turns_a_chunk_at_a_time(void **state)
 		assert_int_equal(pthread_create(&t[i], NULL, got_main, &g[i]), 0);
 	}
 	assert_int_equal(psend_open(&ps, 0), 0);
-	assert_int_equal(psend_streams_begin(&ps, c, 3), 0);
+	assert_int_equal(psend_streams_begin(&ps, c, 3, 64 * PSEND_PIECE), 0);
 	psend_streams_group(&ps, 2 * PSEND_PIECE);
 	assert_int_equal(psend_range(&ps, c[0], fd, size, 0, 0, size, &cp, &h, "f", why,
 				     sizeof(why)), 0);
@@ -313,6 +327,68 @@ static void test_turns_a_chunk_at_a_time(void **state)
 	free(p);
 }
 
+/* Four streams, turns of 4 MiB, a 48 MiB file: the reads go ahead a turn
+ * for every stream and one more (20 pieces), so the ring wraps twice, and
+ * every piece still comes on its turn's stream with its own bytes. A
+ * budget of 12 MiB holds it to 12; the slots beyond PSEND_DEPTH go with the
+ * streams. */
+static void test_read_ahead_of_every_stream(void **state)
+{
+	size_t size = 48 * PSEND_PIECE, turn = 4 * PSEND_PIECE;
+	uint8_t *p = pattern(size, 5);
+	const struct psend_hooks h = { 0 };
+	struct xport *c[4], *sv[4];
+	char path[] = "/var/tmp/test_psend.XXXXXX", why[256] = "";
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, size), (ssize_t)size);
+	for (int i = 0; i < 4; i++)
+		pair(&c[i], &sv[i]);
+	for (int round = 0; round < 2; round++) {
+		uint64_t budget = round == 0 ? 64 * PSEND_PIECE : 12 * PSEND_PIECE;
+		struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+		struct got g[4] = { 0 };
+		pthread_t t[4];
+		struct psend ps;
+		struct msg m;
+
+		for (int i = 0; i < 4; i++) {
+			g[i] = (struct got){ .x = sv[i], .src = p };
+			assert_int_equal(pthread_create(&t[i], NULL, got_main, &g[i]), 0);
+		}
+		assert_int_equal(psend_open(&ps, 0), 0);
+		assert_int_equal(ps.depth, PSEND_DEPTH);
+		assert_int_equal(psend_streams_begin(&ps, c, 4, budget), 0);
+		psend_streams_group(&ps, turn);
+		assert_int_equal(ps.depth, round == 0 ? 20 : 12);
+		assert_int_equal(psend_range(&ps, c[0], fd, size, 0, 0, size, &cp, &h, "f", why,
+					     sizeof(why)), 0);
+		assert_int_equal(psend_streams_end(&ps, true), 0);
+		assert_int_equal(ps.depth, PSEND_DEPTH);
+		/* Stream 0's end is its caller's to send: here, to end its reader. */
+		msg_init(&m, MSG_END);
+		assert_int_equal(c[0]->ops->send(c[0], &m), 0);
+		msg_free(&m);
+		for (int i = 0; i < 4; i++) {
+			pthread_join(t[i], NULL);
+			assert_true(g[i].end);
+			assert_int_equal(g[i].n, 12);
+			for (unsigned k = 0; k < g[i].n; k++)
+				assert_int_equal(g[i].off[k], ((k / 4) * 4 + i) * turn +
+							      (k % 4) * PSEND_PIECE);
+		}
+		psend_close(&ps);
+	}
+	for (int i = 0; i < 4; i++) {
+		T->close(c[i]);
+		T->close(sv[i]);
+	}
+	close(fd);
+	unlink(path);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -320,6 +396,7 @@ int main(void)
 		cmocka_unit_test(test_codec_is_the_picked_one),
 		cmocka_unit_test(test_short_file),
 		cmocka_unit_test(test_turns_a_chunk_at_a_time),
+		cmocka_unit_test(test_read_ahead_of_every_stream),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
