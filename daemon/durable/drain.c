@@ -231,7 +231,7 @@ static int drain_file(int src, int dst, const struct mf_entry *e, uint64_t chunk
 	/* The builder checks every chunk against the manifest before its last
 	 * byte is written and the whole file at the end, and writes through
 	 * its queue: the next piece is read while the last ones go out. */
-	rc = cbuild_begin(&dr.cb, e, chunk_size, out, 0, WQ_DIRECT_OK);
+	rc = cbuild_begin(&dr.cb, e, chunk_size, out, 0, true);
 	while (rc == 0 && dr.cb.at < e->size) {
 		uint64_t at = dr.cb.at;
 		size_t want = e->size - at < WQ_BUF ? (size_t)(e->size - at) : WQ_BUF;

@@ -169,7 +169,7 @@ void cbuild_hash(struct cbuild_hasher *h, uint64_t cs, uint64_t idx, uint64_t of
 }
 
 int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size, int fd,
-		 uint64_t keep, unsigned how)
+		 uint64_t keep, bool direct_ok)
 {
 	b->e = e;
 	b->chunk_size = chunk_size;
@@ -192,7 +192,7 @@ int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size
 		if (take(b, p, n, NULL) < 0)
 			return -EBADMSG;
 	}
-	wq_begin(&b->wq, fd, e->size, how);
+	wq_begin(&b->wq, fd, e->size, direct_ok);
 	return 0;
 }
 

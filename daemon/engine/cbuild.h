@@ -87,9 +87,9 @@ void cbuild_close(struct cbuild *b);
  * already in fd (a resumed transfer): they are read back and checked, so
  * that the whole-file digest covers every byte; -EBADMSG (bad_chunk) when
  * they do not match, -EIO when fd is shorter, -EINVAL when keep is past
- * e's size. how as for wq_begin (WQ_DIRECT_OK, WQ_MAP_OK). */
+ * e's size. direct_ok as for wq_begin. */
 int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size, int fd,
-		 uint64_t keep, unsigned how);
+		 uint64_t keep, bool direct_ok);
 /* A free buffer (WQ_BUF bytes) for the next piece, and its address. */
 static inline int cbuild_buf(struct cbuild *b, uint8_t **p)
 {

@@ -1,183 +1,18 @@
 /* The write queue (wq.h). Between files: fd == -1, inflight == 0, err == 0,
- * direct == false, mapped == false and no sync asked or in flight; wq_begin and
- * wq_end are the transitions. A sync is its own completion (SYNC_TAG), not
- * counted in inflight; at most one is in flight, and one more may wait
- * (sync_want) until the writes below its offset are done.
- *
- * A mapped file: buffer i's write is the copiers' job i (idle, queued,
- * being copied, done), and only the queue's thread moves a job from done
- * to idle (reap_map, where the ring's completions would be reaped); a
- * buffer is busy from wq_write until then, so no one refills or trades it
- * while a copier reads it. Its sync is an fdatasync made by the queue's thread
- * once no copy below its offset is left (on a tmpfs, nothing to wait for). */
+ * direct == false and no sync asked or in flight; wq_begin and wq_end are
+ * the transitions. A sync is its own completion (SYNC_TAG), not counted in
+ * inflight; at most one is in flight, and one more may wait (sync_want)
+ * until the writes below its offset are done. */
 #include "daemon/engine/wq.h"
 #include "daemon/fs/cred.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/magic.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #define SYNC_TAG UINT64_MAX
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23          /* Linux 5.14; older headers lack it */
-#endif
-
-enum { JOB_IDLE, JOB_QUEUED, JOB_COPYING, JOB_DONE };
-
-struct wq_copiers {
-	pthread_mutex_t mu;            /* everything below */
-	pthread_cond_t work;           /* a job queued, or stop */
-	pthread_cond_t done;           /* a job done */
-	pthread_t th[WQ_DEPTH];
-	unsigned nth;                  /* threads started */
-	bool stop;
-	bool no_populate;              /* the kernel refused MADV_POPULATE_WRITE (before 5.14) */
-	int state[WQ_DEPTH];           /* job i: buffer i's write, JOB_ */
-	int fd[WQ_DEPTH];              /* the file, */
-	uint64_t off[WQ_DEPTH];        /* where in it */
-	const uint8_t *src[WQ_DEPTH];  /* the buffer, busy until reaped */
-	size_t n[WQ_DEPTH];
-	int res[WQ_DEPTH];             /* once done: 0 or -errno */
-};
-
-/* n bytes of src into fd at off, through a mapping of those pages alone
- * (a mapping of the whole file would hold page tables and resident pages
- * in proportion to the file). The pages are made present and writable
- * first (allocated here, on the copiers' threads: a fallocate of the whole
- * file would allocate them on the queue's one thread), so that a failure is
- * an error returned here, not a SIGBUS in the copy: in a file of its full
- * size already, a page a tmpfs cannot give is EFAULT (a SIGBUS on access),
- * said as the ENOSPC it is. */
-static int copy_in(int fd, uint64_t off, const uint8_t *src, size_t n, bool *populate)
-{
-	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), at = off & ~(pg - 1);
-	size_t len = (size_t)(off - at) + n;
-	uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)at);
-	int rc = 0;
-
-	if (m == MAP_FAILED)
-		return -errno;
-	if (*populate && madvise(m, len, MADV_POPULATE_WRITE) < 0) {
-		if (errno == EINVAL)
-			*populate = false;      /* not this kernel: the copy faults them in */
-		else
-			rc = errno == EFAULT ? -ENOSPC : -errno;
-	}
-	if (rc == 0)
-		memcpy(m + (off - at), src, n);
-	munmap(m, len);
-	return rc;
-}
-
-static void *copier_main(void *arg)
-{
-	struct wq_copiers *cp = arg;
-
-	pthread_setname_np(pthread_self(), "wq copy");
-	pthread_mutex_lock(&cp->mu);
-	for (;;) {
-		int i = -1;
-		bool populate;
-		int rc;
-
-		for (int k = 0; k < WQ_DEPTH && i < 0; k++)
-			if (cp->state[k] == JOB_QUEUED)
-				i = k;
-		if (i < 0) {
-			if (cp->stop)
-				break;
-			pthread_cond_wait(&cp->work, &cp->mu);
-			continue;
-		}
-		cp->state[i] = JOB_COPYING;
-		populate = !cp->no_populate;
-		pthread_mutex_unlock(&cp->mu);
-		rc = copy_in(cp->fd[i], cp->off[i], cp->src[i], cp->n[i], &populate);
-		pthread_mutex_lock(&cp->mu);
-		if (!populate)
-			cp->no_populate = true;
-		cp->res[i] = rc;
-		cp->state[i] = JOB_DONE;
-		pthread_cond_signal(&cp->done);
-	}
-	pthread_mutex_unlock(&cp->mu);
-	return NULL;
-}
-
-static void stop_copiers(struct wq *q)
-{
-	struct wq_copiers *cp = q->cp;
-
-	if (!cp)
-		return;
-	pthread_mutex_lock(&cp->mu);
-	cp->stop = true;
-	pthread_cond_broadcast(&cp->work);
-	pthread_mutex_unlock(&cp->mu);
-	for (unsigned i = 0; i < cp->nth; i++)
-		pthread_join(cp->th[i], NULL);
-	pthread_cond_destroy(&cp->done);
-	pthread_cond_destroy(&cp->work);
-	pthread_mutex_destroy(&cp->mu);
-	free(cp);
-	q->cp = NULL;
-}
-
-/* The copiers, once per queue: 0, or -errno (the ring writes, then). */
-static int start_copiers(struct wq *q)
-{
-	struct wq_copiers *cp;
-
-	if (q->cp)
-		return 0;
-	cp = calloc(1, sizeof(*cp));
-	if (!cp)
-		return -ENOMEM;
-	pthread_mutex_init(&cp->mu, NULL);
-	pthread_cond_init(&cp->work, NULL);
-	pthread_cond_init(&cp->done, NULL);
-	q->cp = cp;
-	while (cp->nth < WQ_DEPTH && pthread_create(&cp->th[cp->nth], NULL, copier_main, cp) == 0)
-		cp->nth++;
-	if (cp->nth == 0) {
-		stop_copiers(q);
-		return -EAGAIN;
-	}
-	return 0;
-}
-
-static bool on_tmpfs(int fd)
-{
-	struct statfs sf;
-
-	return fstatfs(fd, &sf) == 0 && sf.f_type == TMPFS_MAGIC;
-}
-
-/* q->mapped where a shared writable mapping of the file can be made (a
- * file opened write-only cannot) and the copiers run, the file then of its
- * full size (a mapping has no page past the end); else the ring writes it. */
-static void map_file(struct wq *q)
-{
-	void *m = mmap(NULL, 1, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
-	struct stat st;
-
-	if (m == MAP_FAILED)
-		return;
-	munmap(m, 1);
-	if (start_copiers(q) < 0 || fstat(q->fd, &st) < 0)
-		return;
-	if ((uint64_t)st.st_size < q->size && ftruncate(q->fd, (off_t)q->size) < 0)
-		return;
-	q->mapped = true;
-}
 
 int wq_open(struct wq *q)
 {
@@ -205,7 +40,6 @@ out_free:
 void wq_close(struct wq *q)
 {
 	wq_drain(q);
-	stop_copiers(q);
 	io_uring_queue_exit(&q->ring);
 	for (unsigned i = 0; i < WQ_DEPTH; i++)
 		free(q->buf[i]);
@@ -223,20 +57,15 @@ static void set_direct(struct wq *q, bool on)
 		q->direct = on;
 }
 
-void wq_begin(struct wq *q, int fd, uint64_t size, unsigned how)
+void wq_begin(struct wq *q, int fd, uint64_t size, bool direct_ok)
 {
 	q->fd = fd;
 	q->size = size;
 	q->err = 0;
 	q->padded = false;
 	q->direct = false;
-	q->mapped = false;
 	q->sync_want = q->sync_at = q->durable = 0;
-	if (size < 2 * (uint64_t)WQ_BUF)
-		return;
-	if ((how & WQ_MAP_OK) && on_tmpfs(fd))
-		map_file(q);
-	if (!q->mapped && (how & WQ_DIRECT_OK))
+	if (direct_ok && size >= 2 * (uint64_t)WQ_BUF)
 		set_direct(q, true);
 }
 
@@ -250,14 +79,6 @@ static void try_sync(struct wq *q)
 	for (unsigned i = 0; i < WQ_DEPTH; i++)
 		if (q->busy[i] && q->off[i] < q->sync_want)
 			return;
-	if (q->mapped) {
-		if (fdatasync(q->fd) < 0)
-			q->err = -errno;
-		else
-			q->durable = q->sync_want;
-		q->sync_want = 0;
-		return;
-	}
 	sqe = io_uring_get_sqe(&q->ring);
 	if (!sqe)
 		return;         /* the next reap tries again */
@@ -300,41 +121,10 @@ static bool pending(const struct wq *q)
 	return q->inflight || q->sync_at;
 }
 
-/* reap for a mapped file: the copies done (waiting for one if wait). */
-static void reap_map(struct wq *q, bool wait)
-{
-	struct wq_copiers *cp = q->cp;
-
-	pthread_mutex_lock(&cp->mu);
-	while (q->inflight) {
-		bool any = false;
-
-		for (int i = 0; i < WQ_DEPTH; i++) {
-			if (cp->state[i] != JOB_DONE)
-				continue;
-			if (cp->res[i] < 0 && !q->err)
-				q->err = cp->res[i];
-			cp->state[i] = JOB_IDLE;
-			q->busy[i] = false;
-			q->inflight--;
-			any = true;
-		}
-		if (any || !wait)
-			break;
-		pthread_cond_wait(&cp->done, &cp->mu);
-	}
-	pthread_mutex_unlock(&cp->mu);
-	try_sync(q);
-}
-
 static void reap(struct wq *q, bool wait)
 {
 	struct io_uring_cqe *cqe;
 
-	if (q->mapped) {
-		reap_map(q, wait);
-		return;
-	}
 	while (pending(q)) {
 		int rc = wait ? io_uring_wait_cqe(&q->ring, &cqe) : io_uring_peek_cqe(&q->ring, &cqe);
 		uint64_t tag;
@@ -424,28 +214,6 @@ int wq_write(struct wq *q, int b, size_t n, uint64_t off)
 
 	if (q->err)
 		return q->err;
-	if (q->mapped) {
-		struct wq_copiers *cp = q->cp;
-
-		if (off > q->size || n > q->size - off)
-			return -EFBIG;
-		q->busy[b] = true;
-		q->len[b] = (uint32_t)n;
-		q->done[b] = 0;
-		q->off[b] = off;
-		q->dio[b] = false;
-		q->inflight++;
-		pthread_mutex_lock(&cp->mu);
-		cp->fd[b] = q->fd;
-		cp->off[b] = off;
-		cp->src[b] = q->buf[b];
-		cp->n[b] = n;
-		cp->state[b] = JOB_QUEUED;
-		pthread_cond_signal(&cp->work);
-		pthread_mutex_unlock(&cp->mu);
-		reap_map(q, false);
-		return 0;
-	}
 	if (q->direct && (off % WQ_ALIGN || (n % WQ_ALIGN && off + n != q->size))) {
 		/* Writes already in flight were aligned; the rest go buffered. */
 		while (q->inflight)
@@ -493,7 +261,6 @@ int wq_end(struct wq *q)
 
 	if (rc == 0 && q->padded && ftruncate(q->fd, (off_t)q->size) < 0)
 		rc = -errno;
-	q->mapped = false;
 	if (q->fd >= 0 && q->direct)
 		set_direct(q, false);
 	q->fd = -1;

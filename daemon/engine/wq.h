@@ -11,20 +11,6 @@
  * aligned (a peer's odd piece), or one that O_DIRECT refuses with EINVAL
  * (resubmitted), turns O_DIRECT off for the rest of the file.
  *
- * A file on a tmpfs that only this daemon can reach (WQ_MAP_OK: a copy the
- * receiver builds in its own directory) is written another way: the
- * kernel takes buffered writes to one inode one at a time (the inode's
- * lock; io_uring's workers even hash them to one worker), so one file was
- * written by one thread's copy whatever the streams carried (the 16-core
- * machine: one io-wq worker at 100 %). There the file is given its full
- * size at once, and each write is a copy by one of the queue's WQ_DEPTH
- * copier threads into a mapping of that piece's pages alone, which
- * MADV_POPULATE_WRITE first allocates (a full tmpfs is then an error,
- * ENOSPC, where a copy would have faulted with SIGBUS): the writes in
- * flight are copied at once, and what is mapped is bounded by the queue,
- * not the file.
- * A file no one else can reach cannot be truncated under the copy.
- *
  * Durability goes through the ring too: wq_sync asks for an fdatasync of
  * everything written before an offset; it is submitted as soon as the
  * writes before that offset are done, while later ones go on, and
@@ -47,13 +33,6 @@
 #define WQ_BUF (1u << 20)               /* bytes per buffer */
 #define WQ_ALIGN 4096u
 
-/* wq_begin's how: what the caller allows for this file. */
-#define WQ_DIRECT_OK 1u                 /* nothing buffered to mix with: O_DIRECT may be set */
-#define WQ_MAP_OK 2u                    /* the file is this daemon's alone (no other user can
-					 * reach it): on a tmpfs it may be mapped */
-
-struct wq_copiers;
-
 struct wq {
 	struct io_uring ring;
 	uint8_t *buf[WQ_DEPTH];        /* WQ_BUF each, WQ_ALIGN-aligned, owned */
@@ -72,20 +51,15 @@ struct wq {
 	uint64_t sync_want;            /* a sync asked for, covering [0, this); 0: none */
 	uint64_t sync_at;              /* the sync in flight covers [0, this); 0: none */
 	uint64_t durable;              /* [0, this) made durable by a completed sync */
-	/* The mapped way (WQ_MAP_OK on a tmpfs): writes are copies by the
-	 * copiers, and a sync is an fdatasync once those below it are done. */
-	bool mapped;                   /* this file is written so; false: the ring */
-	struct wq_copiers *cp;         /* its threads, started by the first mapped file and
-					* kept until wq_close; NULL until then */
 };
 
 /* 0 or -errno. */
 int wq_open(struct wq *q);
 void wq_close(struct wq *q);
 
-/* Starts writing fd, a regular file of size bytes in the end; how: WQ_DIRECT_OK
- * and WQ_MAP_OK, or 0. */
-void wq_begin(struct wq *q, int fd, uint64_t size, unsigned how);
+/* Starts writing fd, a regular file of size bytes in the end. direct_ok:
+ * the caller has nothing buffered to mix with (O_DIRECT may be set). */
+void wq_begin(struct wq *q, int fd, uint64_t size, bool direct_ok);
 /* A free buffer's index, waiting for a write to finish if none is. */
 int wq_buf(struct wq *q);
 /* Buffer b (free, from wq_buf) becomes full, a buffer filled elsewhere

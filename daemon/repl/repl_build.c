@@ -125,8 +125,7 @@ static int open_file(struct rx *r)
 	r->synced = r->asked = keep;
 	/* A resumed file: what is already durable is read back and checked
 	 * again, so that the whole-file digest covers every byte. */
-	rc = cbuild_begin(&r->cb, &r->ce, r->chunk_size, r->fd, keep,
-			  WQ_DIRECT_OK | WQ_MAP_OK);
+	rc = cbuild_begin(&r->cb, &r->ce, r->chunk_size, r->fd, keep, true);
 	if (rc == -EBADMSG) {   /* the durable part is not what the journal said */
 		forget_file(r);
 		return rx_fail(r, rc, "%s: the resumed part does not match; starting it over",

@@ -228,7 +228,7 @@ static int rebuild(struct rlane *l, const struct mf_entry *e, uint64_t chunk_siz
 			 strerror(errno));
 		goto out_local;
 	}
-	cbuild_begin(&l->cb, e, chunk_size, fd, 0, WQ_DIRECT_OK);
+	cbuild_begin(&l->cb, e, chunk_size, fd, 0, true);
 	for (uint64_t i = 0; i < n && rc == 0 && e->size;) {
 		uint64_t off = i * chunk_size, k;
 		uint64_t len = e->size - off < chunk_size ? e->size - off : chunk_size;
@@ -306,7 +306,7 @@ static int patch(struct rlane *l, const struct mf_entry *e, uint64_t chunk_size,
 		close(fd);
 		return -EAGAIN;
 	}
-	cbuild_begin(&l->cb, e, chunk_size, fd, 0, WQ_DIRECT_OK);
+	cbuild_begin(&l->cb, e, chunk_size, fd, 0, true);
 	for (uint64_t i = 0, k; i < b->nchunks && rc == 0; i = k) {
 		/* A run of consecutive bad chunks: one request. */
 		for (k = i + 1; k < b->nchunks && b->chunks[k] == b->chunks[k - 1] + 1; k++)

@@ -109,7 +109,7 @@ static void test_files_come_out_as_fed(void **state)
 
 			assert_true(fd >= 0);
 			entry_of(&e, p, sizes[s], CHUNK);
-			assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+			assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 			assert_int_equal(feed(&b, p, sizes[s], 0, pieces[q]), 0);
 			assert_true(cbuild_done(&b));
 			assert_true(cbuild_checked(&b));
@@ -143,7 +143,7 @@ static void test_a_bad_chunk_is_never_written(void **state)
 
 		memcpy(bad, good, n);
 		bad[at] ^= 0x10;
-		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 		assert_int_equal(feed(&b, bad, n, 0, 4096), -EBADMSG);
 		assert_int_equal(b.bad_chunk, k);
 		assert_false(cbuild_done(&b));
@@ -185,7 +185,7 @@ static void test_rewind_to_another_source(void **state)
 		memcpy(bad, good, n);
 		bad[n > CHUNK ? 3 * CHUNK + 5 : 40] ^= 1;
 		/* A bad chunk, found by a piece that also completes a good one. */
-		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 		assert_int_equal(feed(&b, bad, n, 0, n > CHUNK ? CHUNK + CHUNK / 2 : 1000), -EBADMSG);
 		assert_int_equal(cbuild_rewind(&b), 0);
 		assert_int_equal(b.at % CHUNK, 0);
@@ -194,7 +194,7 @@ static void test_rewind_to_another_source(void **state)
 		assert_int_equal(cbuild_end(&b), 0);
 		check_file(fd, good, n);
 		/* A source gone mid-chunk: what it gave stays up to the chunk's start. */
-		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 		assert_int_equal(feed(&b, good, n / 2 + 3, 0, 4096), 0);
 		assert_int_equal(cbuild_rewind(&b), 0);
 		assert_int_equal(b.at, n > CHUNK ? (n / 2 + 3) / CHUNK * CHUNK : 0);
@@ -202,7 +202,7 @@ static void test_rewind_to_another_source(void **state)
 		assert_int_equal(cbuild_end(&b), 0);
 		check_file(fd, good, n);
 		/* Rewound and fed wrong again: still refused. */
-		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 		assert_int_equal(feed(&b, good, n / 2, 0, 4096), 0);
 		assert_int_equal(cbuild_rewind(&b), 0);
 		assert_int_equal(feed(&b, bad, n, (size_t)b.at, 4096), n > CHUNK && b.at > 3 * CHUNK ?
@@ -232,7 +232,7 @@ static void test_one_chunk_file_is_checked_by_its_digest(void **state)
 	assert_int_equal(e.nchunks, 0);
 	p[n / 3] ^= 1;
 	assert_int_equal(cbuild_open(&b), 0);
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 	assert_int_equal(feed(&b, p, n - 1, 0, 1000), 0);
 	assert_false(cbuild_checked(&b));     /* nothing of it is checked yet */
 	assert_int_equal(feed(&b, p, n, n - 1, 1000), -EBADMSG);
@@ -259,7 +259,7 @@ static void test_resume_checks_what_is_kept(void **state)
 	entry_of(&e, p, n, CHUNK);
 	assert_int_equal(pwrite(fd, p, keep, 0), (ssize_t)keep);
 	assert_int_equal(cbuild_open(&b), 0);
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, keep, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, keep, true), 0);
 	assert_int_equal(b.at, keep);
 	assert_int_equal(feed(&b, p, n, keep, 10000), 0);
 	assert_int_equal(cbuild_end(&b), 0);
@@ -268,12 +268,12 @@ static void test_resume_checks_what_is_kept(void **state)
 	/* Chunk 2 of the kept part changed on disk. */
 	assert_int_equal(ftruncate(fd, (off_t)keep), 0);
 	assert_int_equal(pwrite(fd, "x", 1, 2 * CHUNK + 9), 1);
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, keep, WQ_DIRECT_OK), -EBADMSG);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, keep, true), -EBADMSG);
 	assert_int_equal(b.bad_chunk, 2);
 	cbuild_end(&b);
 	/* Shorter than it should be. */
 	assert_int_equal(ftruncate(fd, (off_t)keep - 1), 0);
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, keep, WQ_DIRECT_OK), -EIO);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, keep, true), -EIO);
 	cbuild_end(&b);
 	cbuild_close(&b);
 	close(fd);
@@ -297,18 +297,18 @@ static void test_file_digest_and_size_are_checked(void **state)
 	entry_of(&e, p, n, CHUNK);
 	e.digest.low64 ^= 1;
 	assert_int_equal(cbuild_open(&b), 0);
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 	assert_int_equal(feed(&b, p, n, 0, WQ_BUF), 0);
 	assert_int_equal(cbuild_end(&b), -EBADMSG);
 
 	entry_of(&z, p, 0, CHUNK);
 	z.digest.high64 ^= 1;
-	assert_int_equal(cbuild_begin(&b, &z, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &z, CHUNK, fd, 0, true), 0);
 	assert_int_equal(cbuild_end(&b), -EBADMSG);
 
 	e.digest.low64 ^= 1;
 	assert_int_equal(ftruncate(fd, 0), 0);
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 	assert_int_equal(feed(&b, p, n, 0, CHUNK), 0);
 	assert_int_equal(feed(&b, p, 1, 0, 1), -EFBIG);
 	assert_int_equal(cbuild_end(&b), 0);
@@ -339,7 +339,7 @@ static void test_patch_in_place(void **state)
 	disk[5 * CHUNK + 7] ^= 4;
 	assert_int_equal(pwrite(fd, disk, n, 0), (ssize_t)n);
 	assert_int_equal(cbuild_open(&b), 0);
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 	assert_int_equal(cbuild_skip_to(&b, 2), 0);
 	assert_int_equal(feed(&b, good, 3 * CHUNK, 2 * CHUNK, 5000), 0);
 	assert_int_equal(cbuild_skip_to(&b, 1), -EINVAL);
@@ -351,7 +351,7 @@ static void test_patch_in_place(void **state)
 	assert_int_equal(cbuild_end(&b), 0);                   /* no whole digest: skipped */
 	check_file(fd, good, n);
 	/* A wrong chunk offered as a repair is refused like any other. */
-	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
 	assert_int_equal(cbuild_skip_to(&b, 5), 0);
 	assert_int_equal(feed(&b, disk, 6 * CHUNK, 5 * CHUNK, CHUNK), -EBADMSG);
 	assert_int_equal(b.bad_chunk, 5);
@@ -420,7 +420,7 @@ static void test_sums_build_the_same_files(void **state)
 
 			entry_of(&e, p, sizes[z], css[c]);
 			for (unsigned nh = 1; nh <= 3; nh += 2) {
-				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, WQ_DIRECT_OK), 0);
+				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, true), 0);
 				assert_int_equal(feed_sums(&b, p, sizes[z], css[c], WQ_BUF, nh,
 							   SIZE_MAX, SIZE_MAX), 0);
 				assert_true(cbuild_done(&b));
@@ -431,7 +431,7 @@ static void test_sums_build_the_same_files(void **state)
 			if (e.nchunks) {
 				size_t at = sizes[z] / 2;
 
-				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, WQ_DIRECT_OK), 0);
+				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, true), 0);
 				assert_int_equal(feed_sums(&b, p, sizes[z], css[c], WQ_BUF, 3, at,
 							   SIZE_MAX), -EBADMSG);
 				assert_int_equal(b.bad_chunk, at / css[c]);
@@ -441,7 +441,7 @@ static void test_sums_build_the_same_files(void **state)
 			if (e.nchunks && sizes[z] >= css[c]) {
 				size_t last = (css[c] - 1) / WQ_BUF;   /* the piece ending chunk 0 */
 
-				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, WQ_DIRECT_OK), 0);
+				assert_int_equal(cbuild_begin(&b, &e, css[c], fd, 0, true), 0);
 				assert_int_equal(feed_sums(&b, p, sizes[z], css[c], WQ_BUF, 3,
 							   SIZE_MAX, last), -EBADMSG);
 				assert_int_equal(b.bad_chunk, 0);
@@ -473,7 +473,7 @@ static void test_sums_stay_with_their_chunk(void **state)
 	assert_int_equal(cbuild_open(&b), 0);
 	assert_int_equal(cbuild_hasher_open(&h1), 0);
 	assert_int_equal(cbuild_hasher_open(&h2), 0);
-	assert_int_equal(cbuild_begin(&b, &e, cs, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, cs, fd, 0, true), 0);
 	i = cbuild_buf(&b, &buf);
 	memcpy(buf, p, WQ_BUF);
 	cbuild_hash(&h1, cs, 0, 0, buf, WQ_BUF, s);
@@ -496,7 +496,7 @@ static void test_sums_stay_with_their_chunk(void **state)
 
 	/* Begun here: a hasher's sums from mid-chunk on are ignored, and the
 	 * next chunk, begun with sums, takes them. */
-	assert_int_equal(cbuild_begin(&b, &e, cs, fd, 0, WQ_DIRECT_OK), 0);
+	assert_int_equal(cbuild_begin(&b, &e, cs, fd, 0, true), 0);
 	cbuild_hasher_close(&h1);
 	assert_int_equal(cbuild_hasher_open(&h1), 0);
 	for (size_t off = 0; off < n; off += WQ_BUF) {
