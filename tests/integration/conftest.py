@@ -406,20 +406,32 @@ def need_root(what):
         pytest.skip(f"needs root: {what}")
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """An 8 MiB tmpfs (root only); unmounted at teardown. Request it before
-    make_daemon so the daemon stops first."""
+def mounted_tmpfs(mnt, size):
+    """A tmpfs of size ("8m") at mnt, made here (root only), for a fixture to
+    yield from; unmounted when the fixture ends."""
     need_root("mounting a size-limited tmpfs")
-    mnt = tmp_path / "tmpfs"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(mnt)],
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(mnt)],
                    check=True, timeout=30)
     yield mnt
     r = subprocess.run(["umount", str(mnt)], capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
         subprocess.run(["umount", "-l", str(mnt)], timeout=30)
         pytest.fail(f"umount {mnt}: {r.stderr.strip()}", pytrace=False)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """An 8 MiB tmpfs (root only); unmounted at teardown. Request it before
+    make_daemon so the daemon stops first."""
+    yield from mounted_tmpfs(tmp_path / "tmpfs", "8m")
+
+
+@pytest.fixture
+def big_tmpfs(tmp_path):
+    """A 512 MiB tmpfs for a node's state and roots (root only), as
+    small_tmpfs: request it before make_cluster."""
+    yield from mounted_tmpfs(tmp_path / "mem", "512m")
 
 
 @pytest.fixture

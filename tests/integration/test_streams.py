@@ -14,7 +14,6 @@ Real daemons on 127.0.0.1; the stream is cut by a proxy on the path."""
 import os
 import re
 import socket
-import subprocess
 import threading
 import time
 
@@ -165,27 +164,13 @@ def test_streams_by_default_follow_the_cores(make_cluster):
         (got, why)
 
 
-@pytest.fixture
-def tmpfs_disk(tmp_path):
-    """A 512 MiB tmpfs for a node's state and roots (root only), unmounted
-    after its daemons stop (set up before make_cluster)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounting a tmpfs")
-    mnt = tmp_path / "mem"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=0755", "tmpfs", str(mnt)],
-                   check=True, timeout=30)
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], timeout=30)
-
-
 @pytest.mark.parametrize("n", [1, 3])
-def test_copy_onto_a_tmpfs(tmpfs_disk, make_cluster, n):
+def test_copy_onto_a_tmpfs(big_tmpfs, make_cluster, n):
     """n1's replicas on a tmpfs: on 1 stream and on 3 the replica is exact,
     and so is a second step of the same files changed in part (held chunks
     copied from the first)."""
     n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": n, "compress": "off"},
-                          disks={1: tmpfs_disk})
+                          disks={1: big_tmpfs})
     step = tree(n0)
     commit_wait(n0, step)
     assert_replica_of(step, replica(n1, n0))
@@ -198,12 +183,12 @@ def test_copy_onto_a_tmpfs(tmpfs_disk, make_cluster, n):
     assert_replica_of(s2, replica(n1, n0, step="step-2"))
 
 
-def test_partner_on_a_tmpfs_killed_mid_copy(tmpfs_disk, make_cluster):
+def test_partner_on_a_tmpfs_killed_mid_copy(big_tmpfs, make_cluster):
     """kill -9 of n1 while it copies into its tmpfs: restarted, it resumes
     from its journal, reading back what the journal vouches for, and the
     replica is exact."""
     n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off", "streams": 3},
-                          node_transfer={0: {"rate": "32MiB"}}, disks={1: tmpfs_disk})
+                          node_transfer={0: {"rate": "32MiB"}}, disks={1: big_tmpfs})
     step = make_tree(ckpt(n0), [F(f"t{i}.bin", size=12 * MiB + i) for i in range(3)])
     cp = n0.run("commit", step)
     assert cp.returncode == 0, cp.stderr

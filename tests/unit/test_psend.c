@@ -267,6 +267,28 @@ static void *got_main(void *arg)
 	return NULL;
 }
 
+/* n connected pairs c[i] -> sv[i], and a file in /var/tmp holding p's size
+ * bytes (*fd, its name in path); undone by streams_done. */
+static void streams_setup(struct xport **c, struct xport **sv, int n, char *path, int *fd,
+			  const uint8_t *p, size_t size)
+{
+	*fd = mkstemp(path);
+	assert_true(*fd >= 0);
+	assert_int_equal(write(*fd, p, size), (ssize_t)size);
+	for (int i = 0; i < n; i++)
+		pair(&c[i], &sv[i]);
+}
+
+static void streams_done(struct xport **c, struct xport **sv, int n, const char *path, int fd)
+{
+	for (int i = 0; i < n; i++) {
+		T->close(c[i]);
+		T->close(sv[i]);
+	}
+	close(fd);
+	unlink(path);
+}
+
 /* Three streams, turns of 2 MiB chunks: a 3 MiB file's first chunk (two
  * pieces) on stream 0, its last, short one on stream 1; stream 2 gets only
  * its end. Then, the streams ended with the turn on stream 2, a range on
@@ -282,12 +304,10 @@ static void test_turns_a_chunk_at_a_time(void **state)
 	pthread_t t[3];
 	struct psend ps;
 	char path[] = "/var/tmp/test_psend.XXXXXX", why[256] = "";
-	int fd = mkstemp(path);
+	int fd;
 
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, p, size), (ssize_t)size);
+	streams_setup(c, sv, 3, path, &fd, p, size);
 	for (int i = 0; i < 3; i++) {
-		pair(&c[i], &sv[i]);
 		g[i].x = sv[i];
 		assert_int_equal(pthread_create(&t[i], NULL, got_main, &g[i]), 0);
 	}
@@ -318,12 +338,7 @@ static void test_turns_a_chunk_at_a_time(void **state)
 	assert_int_equal(g[2].n, 0);
 	assert_true(g[2].end);
 	psend_close(&ps);
-	for (int i = 0; i < 3; i++) {
-		T->close(c[i]);
-		T->close(sv[i]);
-	}
-	close(fd);
-	unlink(path);
+	streams_done(c, sv, 3, path, fd);
 	free(p);
 }
 
@@ -339,12 +354,9 @@ static void test_read_ahead_of_every_stream(void **state)
 	const struct psend_hooks h = { 0 };
 	struct xport *c[4], *sv[4];
 	char path[] = "/var/tmp/test_psend.XXXXXX", why[256] = "";
-	int fd = mkstemp(path);
+	int fd;
 
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, p, size), (ssize_t)size);
-	for (int i = 0; i < 4; i++)
-		pair(&c[i], &sv[i]);
+	streams_setup(c, sv, 4, path, &fd, p, size);
 	for (int round = 0; round < 2; round++) {
 		uint64_t budget = round == 0 ? 64 * PSEND_PIECE : 12 * PSEND_PIECE;
 		struct codec_params cp = { .dtype = CODEC_DT_COUNT };
@@ -380,12 +392,7 @@ static void test_read_ahead_of_every_stream(void **state)
 		}
 		psend_close(&ps);
 	}
-	for (int i = 0; i < 4; i++) {
-		T->close(c[i]);
-		T->close(sv[i]);
-	}
-	close(fd);
-	unlink(path);
+	streams_done(c, sv, 4, path, fd);
 	free(p);
 }
 
