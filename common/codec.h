@@ -10,6 +10,7 @@
 #ifndef STAGE_CODEC_H
 #define STAGE_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,9 @@ enum codec_dtype {
 struct codec_params {
 	enum codec_dtype dtype;     /* the float codec needs it; others ignore it */
 	int level;                  /* zstd level; 0 means the codec's default */
+	bool no_sum;                /* chunk frames: the raw digest left 0, for a reader
+				     * that said it checks the bytes against digests of
+				     * its own (codec_chunk_decode_unchecked) */
 };
 
 struct codec_ops {
@@ -90,14 +94,23 @@ int codec_chunk_encode(const void *in, size_t n, const struct codec_ops *want,
 		       const struct codec_params *p, void *out, size_t cap, size_t *outlen);
 /* The header of n raw bytes at in sent as they are (codec none), written
  * to hdr: the frame is hdr then the n bytes, so a caller with room before
- * its bytes frames them where they lie, without copying them. */
-void codec_chunk_raw_hdr(const void *in, size_t n, uint8_t hdr[CODEC_CHUNK_HDR]);
+ * its bytes frames them where they lie, without copying them. p: NULL, or
+ * its no_sum. */
+void codec_chunk_raw_hdr(const void *in, size_t n, const struct codec_params *p,
+			 uint8_t hdr[CODEC_CHUNK_HDR]);
 /* Parses and checks a header (n >= CODEC_CHUNK_HDR bytes at in). */
 int codec_chunk_parse_hdr(const void *in, size_t n, struct codec_chunk_hdr *h);
 /* Decodes one frame from in[0..n): *used is the frame's size, *outlen the raw
  * length. The raw bytes are checked against the digest before 0 is returned. */
 int codec_chunk_decode(const void *in, size_t n, void *out, size_t cap, size_t *outlen,
 		       size_t *used);
+/* codec_chunk_decode without the digest check, for a caller that checks
+ * every byte it is handed against digests of its own before it keeps them
+ * (the chunk-checked builder, against a manifest's XXH3-128): one pass over
+ * the bytes fewer. The header, the lengths and the codec's own checks stay;
+ * bytes that do not match the frame's digest are handed back as decoded. */
+int codec_chunk_decode_unchecked(const void *in, size_t n, void *out, size_t cap,
+				 size_t *outlen, size_t *used);
 
 /* ---- dtype detection (codec_dtype.c) ---- */
 

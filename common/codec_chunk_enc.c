@@ -1,5 +1,6 @@
 /* Framing one chunk: pick the codec, compress, write the header. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -15,8 +16,9 @@
 static _Thread_local uint8_t *alt;
 static _Thread_local size_t alt_len;
 
+/* sum: the XXH3-64 of the n raw bytes, or 0 (codec_params.no_sum). */
 static void put_hdr(uint8_t *o, uint8_t codec, uint8_t dtype, const void *in, size_t n,
-		    size_t len)
+		    size_t len, bool sum)
 {
 	o[0] = codec;
 	o[1] = dtype;
@@ -24,7 +26,7 @@ static void put_hdr(uint8_t *o, uint8_t codec, uint8_t dtype, const void *in, si
 	chunk_put32(o + 4, (uint32_t)n);
 	chunk_put32(o + 8, (uint32_t)len);
 	chunk_put32(o + 12, chunk_hdr_check(o));
-	chunk_put64(o + 16, XXH3_64bits(in, n));
+	chunk_put64(o + 16, sum ? XXH3_64bits(in, n) : 0);
 }
 
 size_t codec_chunk_bound(size_t n)
@@ -108,14 +110,15 @@ int codec_chunk_encode(const void *in, size_t n, const struct codec_ops *want,
 	}
 
 	put_hdr(o, used->id, (uint8_t)(used->id == CODEC_FLOAT ? p->dtype : CODEC_DT_BYTES), in, n,
-		len);
+		len, !(p && p->no_sum));
 	*outlen = CODEC_CHUNK_HDR + len;
 	return 0;
 }
 
-void codec_chunk_raw_hdr(const void *in, size_t n, uint8_t hdr[CODEC_CHUNK_HDR])
+void codec_chunk_raw_hdr(const void *in, size_t n, const struct codec_params *p,
+			 uint8_t hdr[CODEC_CHUNK_HDR])
 {
-	put_hdr(hdr, CODEC_NONE, CODEC_DT_BYTES, in, n, n);
+	put_hdr(hdr, CODEC_NONE, CODEC_DT_BYTES, in, n, n, !(p && p->no_sum));
 }
 
 void codec_chunk_enc_thread_end(void)

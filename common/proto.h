@@ -171,6 +171,9 @@ enum msg_key {
 			     * last field, after K_MAC (common/seal.h, PROTOCOL.md) */
 	K_STREAMS = 54,     /* u64: MSG_OFFER: the connections its pieces go on, 1..16 */
 	K_INDEX = 55,       /* u64: MSG_STREAM: which of them this one is, 1.. */
+	K_FRAME_SUM = 56,   /* u64: MSG_WANT, MSG_FETCH_REQ: 0, the asker checks the bytes
+			     * against the manifest only: the chunk frames may carry 0
+			     * for their raw XXH3-64 (absent or 1: they carry it) */
 };
 
 /* Request flags (K_FLAGS). */

@@ -104,7 +104,7 @@ static int encode(struct psend *ps, uint8_t *p, size_t len, const struct codec_o
 		  struct codec_params *cp, uint8_t *frame, uint8_t **out, size_t *flen)
 {
 	if (want && want->id == CODEC_NONE && len <= CODEC_CHUNK_MAX) {
-		codec_chunk_raw_hdr(p, len, p - CODEC_CHUNK_HDR);
+		codec_chunk_raw_hdr(p, len, cp, p - CODEC_CHUNK_HDR);
 		*out = p - CODEC_CHUNK_HDR;
 		*flen = CODEC_CHUNK_HDR + len;
 		return 0;

@@ -94,9 +94,10 @@ int peers_conn_set_state(uint16_t type, void *state);
  * messages) to peer (its proven name) as MSG_DATA pieces, then MSG_END,
  * through this thread's piece sender (read ahead; peer's connections
  * share one rate bucket), kept for the thread's life (ranges.c). 0, or
- * -errno with why (empty: the transport's error). */
+ * -errno with why (empty: the transport's error). no_sum: the frames
+ * without their digest (the asker's K_FRAME_SUM 0). */
 int peers_send_range(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
-		     uint64_t size, const char *name, char *why, size_t whylen);
+		     uint64_t size, bool no_sum, const char *name, char *why, size_t whylen);
 /* The same through one of a few piece senders shared by every thread (a
  * cluster pull's serving: its connections grow with the cluster), waiting
  * at most wait_ms for one: -EAGAIN, nothing sent, when none came free. */

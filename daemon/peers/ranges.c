@@ -133,10 +133,10 @@ static const struct codec_ops *fetch_codec(void *arg)
 
 /* Bytes [off, off + size) of fd through ps, then MSG_END: both senders'. */
 static int send_through(struct psend *ps, struct xport *x, int fd, uint64_t fsize, uint64_t off,
-			uint64_t size, const char *name, char *why, size_t whylen)
+			uint64_t size, bool no_sum, const char *name, char *why, size_t whylen)
 {
 	const struct psend_hooks h = { .pick = fetch_codec };
-	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+	struct codec_params cp = { .dtype = CODEC_DT_COUNT, .no_sum = no_sum };
 	struct msg m;
 	int rc;
 
@@ -151,7 +151,7 @@ static int send_through(struct psend *ps, struct xport *x, int fd, uint64_t fsiz
 }
 
 int peers_send_range(struct xport *x, const char *peer, int fd, uint64_t fsize, uint64_t off,
-		     uint64_t size, const char *name, char *why, size_t whylen)
+		     uint64_t size, bool no_sum, const char *name, char *why, size_t whylen)
 {
 	struct psend *ps;
 	int rc;
@@ -161,7 +161,7 @@ int peers_send_range(struct xport *x, const char *peer, int fd, uint64_t fsize, 
 		snprintf(why, whylen, "the piece sender: %s", strerror(-rc));
 		return rc;
 	}
-	return send_through(ps, x, fd, fsize, off, size, name, why, whylen);
+	return send_through(ps, x, fd, fsize, off, size, no_sum, name, why, whylen);
 }
 
 /* The piece senders a cluster pull's serving shares. A restore's holder
@@ -224,7 +224,7 @@ int peers_send_range_shared(struct xport *x, const char *peer, int fd, uint64_t 
 	}
 	slot = peers.cfg->rate ? pace_slot(peer) : -1;
 	ps->cap = slot >= 0 ? &paces[slot].pace : &ps->pace;
-	rc = send_through(ps, x, fd, fsize, off, size, name, why, whylen);
+	rc = send_through(ps, x, fd, fsize, off, size, false, name, why, whylen);
 	pace_slot_put(slot);
 out:
 	pthread_mutex_lock(&sps.mu);

@@ -134,6 +134,7 @@ struct out {
 	uint64_t chunk;                 /* the manifest's chunk size */
 	uint64_t yield_ms;              /* what [transfer] yield may still hold it up */
 	bool yielded;                   /* it did, before the next piece */
+	bool no_sum;                    /* the WANT's K_FRAME_SUM 0: frames without their digest */
 };
 
 /* A timeout of base ms plus the time the receiver may take to copy `held`
@@ -265,7 +266,7 @@ static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct
 	const char *base;
 	int dir_fd, fd = -1, rc = 0;
 	struct stat st;
-	struct codec_params cp = { .dtype = CODEC_DT_COUNT };
+	struct codec_params cp = { .dtype = CODEC_DT_COUNT, .no_sum = o->no_sum };
 
 	while (rc == 0 && off < e->size) {
 		uint64_t k = e->nchunks ? off / o->chunk : 0, end = chunk_end(o, e, k);
@@ -515,7 +516,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	unsigned n;
 	char rel[2 * CKPT_NAME_MAX + 2];
 	struct msg m;
-	uint64_t code = 0, want_idx = 0, want_off = 0;
+	uint64_t code = 0, want_idx = 0, want_off = 0, frame_sum = 1;
 	int root_fd, step_fd, mf_fd, rc;
 	struct stat st;
 	uint8_t *bits = NULL;
@@ -554,6 +555,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	msg_get_u64(&m, K_CODE, &code);
 	msg_get_u64(&m, K_FILE, &want_idx);
 	msg_get_u64(&m, K_OFFSET, &want_off);
+	msg_get_u64(&m, K_FRAME_SUM, &frame_sum);
+	o.no_sum = frame_sum == 0;
 	if (msg_get_bytes(&m, K_HELD, &hb, &hn) == 0 && hn && (bits = malloc(hn))) {
 		memcpy(bits, hb, hn);
 		o.bits = bits;

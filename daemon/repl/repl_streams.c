@@ -7,14 +7,16 @@
  * stream, so a chunk's pieces all come on one stream. Each further stream
  * arrives as MSG_STREAM on a connection of its own, served by that
  * connection's thread here (repl_recv_stream): it checks the seal of its
- * pieces, decodes them (the codec's digest checked) and hashes their
- * chunks (cbuild_hash), and queues them, at most RX_STREAM_DEPTH, for the
- * offer's thread, which takes them in turn (rx_recv) and builds the copy as
- * from one connection: it compares each chunk's digest and hashes the
- * whole file; the journal, the held chunks and every check are unchanged.
- * So every byte's seal, decode and chunk hash spread over the streams'
- * threads, and the offer's thread keeps one hash and one copy per byte of
- * those (and stream 0's pieces, which it still takes whole).
+ * pieces, decodes them (their bytes are checked against the manifest,
+ * not against the frame's digest as well) and hashes their chunks
+ * (cbuild_hash), and queues them, at most RX_STREAM_DEPTH, for the offer's
+ * thread, which takes them in turn (rx_recv) and builds the copy as from one
+ * connection: it compares each chunk's digest and hashes the whole file;
+ * the journal, the held chunks and every check are unchanged. So every
+ * byte's seal, decode and chunk hash spread over the streams' threads, and
+ * the offer's thread keeps one hash and no copy per byte of those (and
+ * stream 0's pieces, which it still takes whole). The whole-file hash stays
+ * there: it is what binds the bytes to the offer's root (engine/cbuild.h).
  *
  * States of a further stream, under r->smu:
  *
@@ -220,8 +222,10 @@ static int prepare(struct rx_piece *pc, const struct msg *m, uint64_t cs,
 		pc->bad = RX_PIECE_NO_FIELDS;
 		return 0;
 	}
-	if (codec_chunk_decode(p, n, pc->buf, REPL_PIECE, &pc->raw, &used) < 0 || used != n ||
-	    pc->raw == 0) {
+	/* Not the frame's digest: cbuild_hash hashes the bytes for the
+	 * manifest's chunk digests just below, the check that counts. */
+	if (codec_chunk_decode_unchecked(p, n, pc->buf, REPL_PIECE, &pc->raw, &used) < 0 ||
+	    used != n || pc->raw == 0) {
 		pc->bad = RX_PIECE_DAMAGED;
 		return 0;
 	}

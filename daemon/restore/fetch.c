@@ -106,7 +106,7 @@ out:
 }
 
 static int send_range(struct xport *x, const char *origin, int step_fd, const char *rel,
-		      uint64_t off, uint64_t size, char *why, size_t whylen)
+		      uint64_t off, uint64_t size, bool no_sum, char *why, size_t whylen)
 {
 	const char *base;
 	struct stat st;
@@ -124,7 +124,8 @@ static int send_range(struct xport *x, const char *origin, int step_fd, const ch
 			 "not a file of that size here" : strerror(-rc));
 		goto out;
 	}
-	rc = peers_send_range(x, origin, fd, (uint64_t)st.st_size, off, size, rel, why, whylen);
+	rc = peers_send_range(x, origin, fd, (uint64_t)st.st_size, off, size, no_sum, rel, why,
+			      whylen);
 out:
 	if (fd >= 0)
 		close(fd);
@@ -135,7 +136,7 @@ int restore_fetch_serve(struct xport *x, const char *peer, const struct msg *req
 {
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
 	char rel[3 * (CKPT_NAME_MAX + 1)], why[1024] = "", *hex = NULL, *path = NULL;
-	uint64_t off = 0, size = 0, uid = 0;
+	uint64_t off = 0, size = 0, uid = 0, frame_sum = 1;
 	digest_t want, have;
 	struct stat st = { 0 };
 	int step_fd = -1, rc;
@@ -195,7 +196,9 @@ int restore_fetch_serve(struct xport *x, const char *peer, const struct msg *req
 		goto out;
 	}
 	x->ops->set_timeout(x, peers_io_ms());
-	rc = path ? send_range(x, origin, step_fd, path, off, size, why, sizeof(why))
+	msg_get_u64(req, K_FRAME_SUM, &frame_sum);
+	rc = path ? send_range(x, origin, step_fd, path, off, size, frame_sum == 0, why,
+			       sizeof(why))
 		  : send_manifest(x, step_fd, why, sizeof(why));
 	if (rc < 0 && *why) {
 		log_warn("restore of %s for %s: %s", rel, peer, why);

@@ -155,7 +155,7 @@ def test_data_not_matching_refused(trio):
     t = trio
     run_refusals(t, [
         ("data_bad_chunk", r"from n2: dir/a\.bin: chunk 0 does not match its digest"),
-        ("data_bad_frame", r"from n2: dir/a\.bin: the piece at 0 is damaged"),
+        ("data_bad_frame", r"from n2: dir/a\.bin: chunk 2 does not match its digest"),
         ("data_past_end", r"from n2: dir/a\.bin: the piece at 8192 is damaged"),
         ("data_index_range", "from n2: DATA for entry 6, which is not a file with data"),
         ("data_index_huge", "from n2: DATA for entry 18446744073709551615, which is not a file"),
@@ -178,7 +178,14 @@ def test_data_not_matching_refused(trio):
         assert cp.returncode == 0, cp.stdout
         r = t.n1.run("verify", "--deep", t.n1.base / "replicas" / "n2" / JOB / s)
         assert r.returncode == 0, r.stdout + r.stderr
-    assert t.published() == ["data_bad_chunk", "data_end_mid_file"]
+    # Right bytes under a frame digest that does not match them: taken,
+    # since the receiver checks every byte against the manifest's digests
+    # and not the frame's (a second pass over the same bytes).
+    cp = t.evil("data_bad_digest")
+    assert cp.returncode == 0, cp.stdout
+    r = t.n1.run("verify", "--deep", t.n1.base / "replicas" / "n2" / JOB / "data_bad_digest")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert t.published() == ["data_bad_chunk", "data_bad_digest", "data_end_mid_file"]
     t.legit_commit()
 
 
@@ -229,7 +236,8 @@ def test_requests_refused(trio):
     there, ranges past the end or absurd, names that are not names; a
     flood of questions is answered. The controls fetch the copy back."""
     t = trio
-    for s in ("offer_ok", "fetch_manifest_ok", "fetch_range_ok", "hold_flood", "hold_names"):
+    for s in ("offer_ok", "fetch_manifest_ok", "fetch_range_ok", "fetch_range_no_sum", "hold_flood",
+              "hold_names"):
         cp = t.evil(s, step="good")
         assert cp.returncode == 0, cp.stdout
     malformed = "fetch from n2 refused: a path that is absolute, has an empty, '.' or '..' component"
@@ -339,14 +347,16 @@ def test_lying_partner(trio):
     """(f) The evil node as n1's partner, for a real sender: a WANT whose
     K_HELD claims every chunk (exact length, 64 KiB long), claims chunk 0
     only (one byte), or resumes beyond the end, then vanishes without DONE;
-    one that vanishes mid-copy. The sender sends exactly what each WANT
+    one that vanishes mid-copy; one that says K_FRAME_SUM 0 (every frame
+    then carries 0 for its digest; without it, every frame's digest is
+    right). The sender sends exactly what each WANT
     asks, neither crashes nor hangs, and never counts the copy as confirmed:
     it stays pending (docs/PROTOCOL.md: only DONE 0 confirms) and is
     offered again. n1 meanwhile still receives n0's commits."""
     t = trio
     step = make_tree(ckpt(t.n1, step="s1"), [F("a.bin", size=300_000), F("b.bin", size=5000)])
     for i, s in enumerate(["recv_held_all", "recv_held_long", "recv_held_short", "recv_want_beyond",
-                           "recv_vanish_mid"]):
+                           "recv_vanish_mid", "recv_no_sum"]):
         p = start_partner(t, s)
         if i == 0:
             cp = t.n1.run("commit", step)

@@ -407,6 +407,8 @@ int get_want(struct ctx *c, struct want *w)
 	msg_get_u64(&m, K_CODE, &w->code);
 	msg_get_u64(&m, K_FILE, &w->file);
 	msg_get_u64(&m, K_OFFSET, &w->off);
+	w->frame_sum = 1;
+	msg_get_u64(&m, K_FRAME_SUM, &w->frame_sum);
 	/* msg_get_bytes writes its outputs even when the key is absent */
 	if (msg_get_bytes(&m, K_HELD, &p, &n) == 0 && n) {
 		w->held = malloc(n);
@@ -435,7 +437,7 @@ int offer_std(struct ctx *c, struct ent *v, struct buf *mf, digest_t *root,
 }
 
 int send_piece_as(struct ctx *c, uint64_t idx, uint64_t off, const uint8_t *raw,
-			 size_t n, const struct codec_ops *codec, bool damage)
+			 size_t n, const struct codec_ops *codec, enum damage damage)
 {
 	struct codec_params cp = { .dtype = CODEC_DT_BYTES };
 	size_t cap = codec_chunk_bound(n), flen;
@@ -444,8 +446,10 @@ int send_piece_as(struct ctx *c, uint64_t idx, uint64_t off, const uint8_t *raw,
 	int rc = frame ? codec_chunk_encode(raw, n, codec, &cp, frame, cap, &flen) : -ENOMEM;
 
 	if (rc == 0) {
-		if (damage)     /* the frame's XXH3-64 no longer matches */
+		if (damage == DAMAGE_PAYLOAD)   /* its last byte */
 			frame[flen - 1] ^= 0x40;
+		else if (damage == DAMAGE_DIGEST)   /* the XXH3-64 field, the bytes right */
+			frame[16] ^= 0x40;
 		msg_init(&m, MSG_DATA);
 		msg_put_u64(&m, K_FILE, idx);
 		msg_put_u64(&m, K_OFFSET, off);

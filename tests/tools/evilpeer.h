@@ -72,6 +72,7 @@ enum { E_DIR, E_A, E_B, E_LINK, E_OUT, E_EMPTY, E_COUNT };
 
 struct want {
 	uint64_t code, file, off;
+	uint64_t frame_sum;              /* K_FRAME_SUM; 1 when absent */
 	uint8_t *held;
 	size_t nheld;
 };
@@ -103,8 +104,10 @@ void offer_fields(const struct ctx *c, struct msg *m, digest_t root, uint64_t si
 int send_slices(struct ctx *c, const char *p, size_t n, uint64_t base);
 int get_want(struct ctx *c, struct want *w);
 int offer_std(struct ctx *c, struct ent *v, struct buf *mf, digest_t *root, struct want *w);
+/* What send_piece_as spoils in the frame it sends. */
+enum damage { DAMAGE_NONE, DAMAGE_PAYLOAD, DAMAGE_DIGEST };
 int send_piece_as(struct ctx *c, uint64_t idx, uint64_t off, const uint8_t *raw, size_t n,
-		  const struct codec_ops *codec, bool damage);
+		  const struct codec_ops *codec, enum damage damage);
 int send_bytes(struct ctx *c, uint64_t idx, uint64_t a, uint64_t b, uint64_t flip);
 int send_wanted(struct ctx *c, const struct ent *v, size_t n, const struct want *w);
 int end_and_done(struct ctx *c);

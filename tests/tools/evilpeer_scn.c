@@ -31,6 +31,12 @@ static int scn_offer(struct ctx *c, int how)
 			rc = sendm(c, &m) < 0 || send_slices(c, mf.p, mf.n, 0) < 0 || get_want(c, &w);
 		} else if (how == O_OK) {
 			rc = offer_std(c, v, &mf, &root, &w);
+			/* The receiver checks every byte against the manifest and
+			 * says so: the frames need not carry their digest. */
+			if (rc == 0 && w.code == 0 && w.frame_sum != 0) {
+				say("FAIL: the WANT did not say K_FRAME_SUM 0");
+				rc = FAIL;
+			}
 		} else {       /* keys a newer peer might add: skipped, not refused */
 			manifest(c, &mf, v, std_tree(c, v), CHUNK, &root);
 			offer_fields(c, &m, root, mf.n);
@@ -175,7 +181,7 @@ static int scn_manifest(struct ctx *c, int how)
 
 /* ---- scenarios: DATA that does not match the manifest ---- */
 
-enum { D_BAD_CHUNK, D_BAD_FRAME, D_PAST_END, D_INDEX_RANGE, D_INDEX_HUGE, D_NOT_FILE, D_GAP,
+enum { D_BAD_CHUNK, D_BAD_FRAME, D_BAD_DIGEST, D_PAST_END, D_INDEX_RANGE, D_INDEX_HUGE, D_NOT_FILE, D_GAP,
        D_BACKWARDS, D_DUP, D_END_EARLY, D_END_MID, D_BOMB, D_NO_FIELDS, D_ZERO, D_UNKNOWN_TYPE,
        D_DONE };
 
@@ -203,16 +209,29 @@ static int scn_data(struct ctx *c, int how)
 	case D_BAD_CHUNK:      /* right frame, wrong bytes: chunk 0's digest fails */
 		rc = send_bytes(c, E_A, 0, A_SIZE, 100);
 		break;
-	case D_BAD_FRAME:      /* right bytes, frame digest broken */
+	case D_BAD_FRAME:      /* a frame whose last byte changed: chunk 2 fails */
 		p = malloc(A_SIZE);
 		gen(c, E_A, 0, p, A_SIZE);
-		rc = send_piece_as(c, E_A, 0, p, A_SIZE, &codec_none_ops, true);
+		rc = send_piece_as(c, E_A, 0, p, A_SIZE, &codec_none_ops, DAMAGE_PAYLOAD);
 		break;
+	case D_BAD_DIGEST:     /* right bytes, the frame's digest field wrong: taken
+				* (the bytes are checked against the manifest, not the
+				* frame), the rest sent, the copy published */
+		p = malloc(A_SIZE);
+		gen(c, E_A, 0, p, A_SIZE);
+		rc = send_piece_as(c, E_A, 0, p, A_SIZE, &codec_none_ops, DAMAGE_DIGEST);
+		free(p);
+		if (rc == 0) {
+			struct want rest = { .file = E_A + 1 };
+
+			rc = send_wanted(c, v, E_COUNT, &rest);
+		}
+		return rc < 0 ? FAIL : end_and_done(c);
 	case D_PAST_END:       /* 4096 bytes where 1808 remain */
 		p = malloc(CHUNK);
 		gen(c, E_A, 8192, p, CHUNK);
 		rc = send_bytes(c, E_A, 0, 8192, UINT64_MAX);
-		rc = rc ? rc : send_piece_as(c, E_A, 8192, p, CHUNK, &codec_none_ops, false);
+		rc = rc ? rc : send_piece_as(c, E_A, 8192, p, CHUNK, &codec_none_ops, DAMAGE_NONE);
 		break;
 	case D_INDEX_RANGE:    /* every file right, then entry 6 of 6 */
 	case D_INDEX_HUGE:
@@ -244,7 +263,7 @@ static int scn_data(struct ctx *c, int how)
 		break;
 	case D_BOMB:           /* 8 MiB of zeros in a few hundred bytes of zstd */
 		p = calloc(1, 8u << 20);
-		rc = p ? send_piece_as(c, E_A, 0, p, 8u << 20, &codec_zstd_ops, false) : -ENOMEM;
+		rc = p ? send_piece_as(c, E_A, 0, p, 8u << 20, &codec_zstd_ops, DAMAGE_NONE) : -ENOMEM;
 		break;
 	case D_NO_FIELDS:
 		msg_init(&m, MSG_DATA);
@@ -253,7 +272,7 @@ static int scn_data(struct ctx *c, int how)
 		rc = sendm(c, &m);
 		break;
 	case D_ZERO:
-		rc = send_piece_as(c, E_A, 0, (const uint8_t *)"", 0, &codec_none_ops, false);
+		rc = send_piece_as(c, E_A, 0, (const uint8_t *)"", 0, &codec_none_ops, DAMAGE_NONE);
 		break;
 	case D_UNKNOWN_TYPE:
 	case D_DONE:
@@ -319,7 +338,7 @@ static int scn_frame(struct ctx *c, int how)
 
 /* ---- scenarios: a requester asking for what it may not have ---- */
 
-enum { Q_MANIFEST_OK, Q_RANGE_OK, Q_DOTDOT, Q_ABS, Q_INNER_DOTDOT, Q_STAGE, Q_VIA_LINK, Q_LINK,
+enum { Q_MANIFEST_OK, Q_RANGE_OK, Q_RANGE_NO_SUM, Q_DOTDOT, Q_ABS, Q_INNER_DOTDOT, Q_STAGE, Q_VIA_LINK, Q_LINK,
        Q_DIR, Q_OTHER_ORIGIN, Q_WRONG_ROOT, Q_NO_STEP, Q_PAST_END, Q_HUGE_SIZE, Q_HUGE_OFF,
        Q_BAD_JOB, Q_HOLD_BAD, Q_HOLD_FLOOD, Q_HOLD_NAMES };
 
@@ -343,8 +362,10 @@ static void fetch_msg(const struct ctx *c, struct msg *m, const char *origin, co
 	}
 }
 
-/* Reads MANIFEST slices or DATA pieces up to END into out: 0, or -EPROTO. */
-static int fetch_body(struct ctx *c, struct buf *out)
+/* Reads MANIFEST slices or DATA pieces up to END into out: 0, or -EPROTO.
+ * no_sum: the fetch said K_FRAME_SUM 0, so each frame's digest must be 0
+ * (else right). */
+static int fetch_body(struct ctx *c, struct buf *out, bool no_sum)
 {
 	uint8_t *raw = malloc(PIECE);
 
@@ -362,7 +383,10 @@ static int fetch_body(struct ctx *c, struct buf *out)
 		}
 		if (msg_get_bytes(&m, K_DATA, &p, &n) < 0 ||
 		    (m.type != MSG_MANIFEST && m.type != MSG_DATA) ||
-		    (m.type == MSG_DATA && codec_chunk_decode(p, n, raw, PIECE, &got, &used) < 0)) {
+		    (m.type == MSG_DATA && (no_sum ?
+			n < CODEC_CHUNK_HDR || memcmp(p + 16, "\0\0\0\0\0\0\0\0", 8) != 0 ||
+			codec_chunk_decode_unchecked(p, n, raw, PIECE, &got, &used) < 0 :
+			codec_chunk_decode(p, n, raw, PIECE, &got, &used) < 0))) {
 			show(&m);
 			msg_free(&m);
 			break;
@@ -392,16 +416,19 @@ static int scn_fetch(struct ctx *c, int how)
 	switch (how) {
 	case Q_MANIFEST_OK:
 		fetch_msg(c, &m, origin, job, step, root, NULL, 0, 0);
-		rc = sendm(c, &m) < 0 || fetch_body(c, &got) || got.n != mf.n ||
+		rc = sendm(c, &m) < 0 || fetch_body(c, &got, false) || got.n != mf.n ||
 		     memcmp(got.p, mf.p, mf.n) != 0;
 		say(rc ? "FAIL: not our manifest back" : "PASS: our manifest back, byte for byte");
 		goto out;
-	case Q_RANGE_OK: {
+	case Q_RANGE_OK:
+	case Q_RANGE_NO_SUM: {     /* an older asker, then one that checks the bytes itself */
 		uint8_t want[A_SIZE];
 
 		gen(c, E_A, 0, want, A_SIZE);
 		fetch_msg(c, &m, origin, job, step, root, "dir/a.bin", 100, 8900);
-		rc = sendm(c, &m) < 0 || fetch_body(c, &got) || got.n != 8900 ||
+		if (how == Q_RANGE_NO_SUM)
+			msg_put_u64(&m, K_FRAME_SUM, 0);
+		rc = sendm(c, &m) < 0 || fetch_body(c, &got, how == Q_RANGE_NO_SUM) || got.n != 8900 ||
 		     memcmp(got.p, want + 100, 8900) != 0;
 		say(rc ? "FAIL: not the range asked for" : "PASS: the range, byte for byte");
 		goto out;
@@ -547,8 +574,32 @@ static int scn_relay(struct ctx *c, int how)
  * We are PEER's partner: we listen where the hosts file says we are, take
  * its connection, read its offer, answer a lying WANT, and vanish. */
 
-enum { V_HELD_ALL, V_HELD_LONG, V_HELD_SHORT, V_WANT_BEYOND, V_VANISH_MID, V_REFUSE,
-       V_HOLD_GARBAGE, V_HOLD_FLOOD };
+enum { V_HELD_ALL, V_HELD_LONG, V_HELD_SHORT, V_WANT_BEYOND, V_VANISH_MID, V_NO_SUM,
+       V_REFUSE, V_HOLD_GARBAGE, V_HOLD_FLOOD };
+
+/* A piece's frame as the WANT asked for it: its digest there and right
+ * (checked decode), or, after K_FRAME_SUM 0, left 0 (and the frame whole
+ * otherwise). 0, or -1 said. */
+static int frame_as_asked(const struct msg *m, bool no_sum)
+{
+	static uint8_t raw[CODEC_CHUNK_MAX];
+	struct codec_chunk_hdr h;
+	const uint8_t *p;
+	size_t n, got, used;
+
+	if (msg_get_bytes(m, K_DATA, &p, &n) < 0 || codec_chunk_parse_hdr(p, n, &h) < 0) {
+		say("FAIL: a piece without a frame that parses");
+		return -1;
+	}
+	if (no_sum ? h.digest != 0 ||
+		     codec_chunk_decode_unchecked(p, n, raw, sizeof(raw), &got, &used) < 0 :
+		     codec_chunk_decode(p, n, raw, sizeof(raw), &got, &used) < 0) {
+		say("FAIL: a frame %s", no_sum ? "with a digest after K_FRAME_SUM 0 (or broken)" :
+		    "whose digest does not match its bytes");
+		return -1;
+	}
+	return 0;
+}
 
 /* PEER asks us what we hold (verify --cluster): the answer lies. Garbage:
  * a state no node sends. Flood: valid groups, each from an origin of its
@@ -722,6 +773,8 @@ static int scn_recv(struct ctx *c, int how)
 	msg_put_u64(&m, K_OFFSET, how == V_WANT_BEYOND ? UINT64_MAX : 0);
 	if (nheld)
 		msg_put_bytes(&m, K_HELD, held, nheld);
+	if (how == V_NO_SUM)
+		msg_put_u64(&m, K_FRAME_SUM, 0);
 	if (sendm(c, &m) < 0)
 		goto out;
 	/* What the sender streams must respect the WANT. */
@@ -739,6 +792,10 @@ static int scn_recv(struct ctx *c, int how)
 		if (m.type != MSG_DATA || msg_get_u64(&m, K_FILE, &idx) < 0 ||
 		    msg_get_u64(&m, K_OFFSET, &off) < 0) {
 			show(&m);
+			msg_free(&m);
+			goto out;
+		}
+		if (frame_as_asked(&m, how == V_NO_SUM) < 0) {
 			msg_free(&m);
 			goto out;
 		}
@@ -904,6 +961,7 @@ const struct scenario evil_scenarios[] = {
 	{ "mf_huge_file", scn_manifest, M_HUGE_FILE },
 	{ "data_bad_chunk", scn_data, D_BAD_CHUNK },
 	{ "data_bad_frame", scn_data, D_BAD_FRAME },
+	{ "data_bad_digest", scn_data, D_BAD_DIGEST },
 	{ "data_past_end", scn_data, D_PAST_END },
 	{ "data_index_range", scn_data, D_INDEX_RANGE },
 	{ "data_index_huge", scn_data, D_INDEX_HUGE },
@@ -927,6 +985,7 @@ const struct scenario evil_scenarios[] = {
 	{ "frame_oversized_mid_offer", scn_frame, F_OVERSIZED_MID },
 	{ "fetch_manifest_ok", scn_fetch, Q_MANIFEST_OK },
 	{ "fetch_range_ok", scn_fetch, Q_RANGE_OK },
+	{ "fetch_range_no_sum", scn_fetch, Q_RANGE_NO_SUM },
 	{ "fetch_dotdot", scn_fetch, Q_DOTDOT },
 	{ "fetch_absolute", scn_fetch, Q_ABS },
 	{ "fetch_inner_dotdot", scn_fetch, Q_INNER_DOTDOT },
@@ -956,6 +1015,7 @@ const struct scenario evil_scenarios[] = {
 	{ "recv_held_short", scn_recv, V_HELD_SHORT },
 	{ "recv_want_beyond", scn_recv, V_WANT_BEYOND },
 	{ "recv_vanish_mid", scn_recv, V_VANISH_MID },
+	{ "recv_no_sum", scn_recv, V_NO_SUM },
 	{ "recv_refuse", scn_recv, V_REFUSE },
 	{ "recv_hold_garbage", scn_recv, V_HOLD_GARBAGE },
 	{ "recv_hold_flood", scn_recv, V_HOLD_FLOOD },

@@ -1,6 +1,7 @@
 /* common/codec*.c: every codec round-trips edge cases, the float codec on
  * its own (no fallback to hide behind), damaged frames and containers are
- * refused with -EBADMSG, and dtype detection. */
+ * refused with -EBADMSG, the decode without the digest check, and dtype
+ * detection. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -407,7 +408,7 @@ static void test_raw_hdr_in_place(void **state)
 
 		for (size_t i = 0; i < n; i++)
 			room[CODEC_CHUNK_HDR + i] = (uint8_t)(i * 131 + k);
-		codec_chunk_raw_hdr(room + CODEC_CHUNK_HDR, n, room);
+		codec_chunk_raw_hdr(room + CODEC_CHUNK_HDR, n, NULL, room);
 		assert_int_equal(codec_chunk_encode(room + CODEC_CHUNK_HDR, n, &codec_none_ops, &cp,
 						    frame, codec_chunk_bound(n), &flen), 0);
 		assert_int_equal(flen, CODEC_CHUNK_HDR + n);
@@ -416,7 +417,18 @@ static void test_raw_hdr_in_place(void **state)
 		assert_int_equal(got, n);
 		assert_int_equal(used, flen);
 		if (n) {
+			struct codec_params ns = { .dtype = CODEC_DT_BYTES, .no_sum = true };
+
 			assert_memory_equal(back, room + CODEC_CHUNK_HDR, n);
+			/* Without the digest: the same frame but for its 0 there. */
+			codec_chunk_raw_hdr(room + CODEC_CHUNK_HDR, n, &ns, room);
+			assert_memory_equal(room, frame, 16);
+			for (int i = 16; i < 24; i++)
+				assert_int_equal(room[i], 0);
+			assert_int_equal(codec_chunk_decode_unchecked(room, flen, back, n + 1, &got,
+								      &used), 0);
+			assert_memory_equal(back, room + CODEC_CHUNK_HDR, n);
+			codec_chunk_raw_hdr(room + CODEC_CHUNK_HDR, n, NULL, room);
 			room[CODEC_CHUNK_HDR + n / 2] ^= 0x10;
 			assert_int_not_equal(codec_chunk_decode(room, flen, back, n + 1, &got, &used), 0);
 		}
@@ -424,6 +436,64 @@ static void test_raw_hdr_in_place(void **state)
 		free(frame);
 		free(back);
 	}
+}
+
+/* Decoding without the digest (for a caller that checks the bytes against
+ * digests of its own): the same bytes as the checked decode for every
+ * codec; a frame whose digest field is wrong, or left 0 by an encoder told
+ * no_sum, is handed back as decoded, where the checked decode refuses it;
+ * a broken header, a cut frame, a payload that does not decode and a
+ * buffer too small are refused all the same. */
+static void test_unchecked(void **state)
+{
+	size_t n = 100003, cap = codec_chunk_bound(n), len, got, used;
+	uint8_t *raw = malloc(n), *frame = malloc(cap), *back = malloc(n);
+	struct codec_params p = { .dtype = CODEC_DT_BF16 };
+
+	for (unsigned id = 0; id < CODEC_COUNT; id++) {
+		fill_gauss(raw, n, CODEC_DT_BF16);
+		assert_int_equal(codec_chunk_encode(raw, n, codec_by_id(id), &p, frame, cap, &len),
+				 0);
+		memset(back, 0, n);
+		assert_int_equal(codec_chunk_decode_unchecked(frame, len, back, n, &got, &used), 0);
+		assert_int_equal(got, n);
+		assert_int_equal(used, len);
+		assert_memory_equal(back, raw, n);
+		frame[16] ^= 1;         /* the digest of the raw bytes */
+		assert_int_equal(codec_chunk_decode(frame, len, back, n, &got, &used), -EBADMSG);
+		memset(back, 0, n);
+		assert_int_equal(codec_chunk_decode_unchecked(frame, len, back, n, &got, &used), 0);
+		assert_memory_equal(back, raw, n);
+		frame[16] ^= 1;
+		frame[5] ^= 1;          /* the raw length: the header's check fails */
+		assert_int_equal(codec_chunk_decode_unchecked(frame, len, back, n, &got, &used),
+				 -EBADMSG);
+		frame[5] ^= 1;
+		assert_int_equal(codec_chunk_decode_unchecked(frame, len - 1, back, n, &got, &used),
+				 -EBADMSG);
+		assert_int_equal(codec_chunk_decode_unchecked(frame, len, back, n - 1, &got, &used),
+				 -ENOSPC);
+		/* Framed without the digest (no_sum): 0 there, the same bytes
+		 * back unchecked, refused checked. */
+		p.no_sum = true;
+		assert_int_equal(codec_chunk_encode(raw, n, codec_by_id(id), &p, frame, cap, &len),
+				 0);
+		p.no_sum = false;
+		for (int k = 16; k < 24; k++)
+			assert_int_equal(frame[k], 0);
+		assert_int_equal(codec_chunk_decode(frame, len, back, n, &got, &used), -EBADMSG);
+		memset(back, 0, n);
+		assert_int_equal(codec_chunk_decode_unchecked(frame, len, back, n, &got, &used), 0);
+		assert_memory_equal(back, raw, n);
+		if (id != CODEC_NONE) {         /* a payload its codec cannot decode */
+			memset(frame + CODEC_CHUNK_HDR, 0xa5, len - CODEC_CHUNK_HDR);
+			assert_int_equal(codec_chunk_decode_unchecked(frame, len, back, n, &got,
+								      &used), -EBADMSG);
+		}
+	}
+	free(back);
+	free(frame);
+	free(raw);
 }
 
 int main(void)
@@ -435,6 +505,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip_gauss),
 		cmocka_unit_test(test_escapes),
 		cmocka_unit_test(test_corrupt_frames),
+		cmocka_unit_test(test_unchecked),
 		cmocka_unit_test(test_detect),
 		cmocka_unit_test(test_container),
 		cmocka_unit_test(test_container_empty),
