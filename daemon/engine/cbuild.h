@@ -11,13 +11,15 @@
  * restore's temporary and rename.
  *
  * A file of one chunk (nchunks == 0 in the manifest) has no chunk digests:
- * its one chunk is checked against the file's digest. A file of chunks is
- * checked twice over, each chunk and then the whole: the manifest's root
- * covers the files' digests and not their chunks' (docs/MANIFEST.md), so it
- * is the whole-file digest that binds the bytes to the root the offer
- * named; a manifest whose chunk lines disagree with its file digests (a
- * lying or broken sender) is refused by it, and roots compared by
- * verify --cluster speak for the bytes. The piece that
+ * its one chunk is checked against the file's digest. A file of chunks built
+ * whole from its start (a replica's, a restore's first try) is checked twice
+ * over, each chunk and then the whole: the manifest's root covers the files'
+ * digests and not their chunks' (docs/MANIFEST.md), so it is the whole-file
+ * digest that binds the bytes to the root the offer named; a manifest whose
+ * chunk lines disagree with its file digests (a broken sender) is refused
+ * by it. A repair in place (cbuild_skip_to) and a file rewound to take the
+ * rest from another source (cbuild_rewind) are checked chunk by chunk
+ * only: the whole no longer passes through once. The piece that
  * completes a chunk is written only once the chunk matched, so the file
  * never holds a whole chunk that was not checked; after a failure
  * (cbuild_put's -EBADMSG, bad_chunk saying which) it holds checked chunks

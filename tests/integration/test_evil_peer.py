@@ -349,14 +349,15 @@ def test_lying_partner(trio):
     only (one byte), or resumes beyond the end, then vanishes without DONE;
     one that vanishes mid-copy; one that says K_FRAME_SUM 0 (every frame
     then carries 0 for its digest; without it, every frame's digest is
-    right). The sender sends exactly what each WANT
+    right: it goes first, so that its no_sum would show if it stuck to the
+    copies after it). The sender sends exactly what each WANT
     asks, neither crashes nor hangs, and never counts the copy as confirmed:
     it stays pending (docs/PROTOCOL.md: only DONE 0 confirms) and is
     offered again. n1 meanwhile still receives n0's commits."""
     t = trio
     step = make_tree(ckpt(t.n1, step="s1"), [F("a.bin", size=300_000), F("b.bin", size=5000)])
-    for i, s in enumerate(["recv_held_all", "recv_held_long", "recv_held_short", "recv_want_beyond",
-                           "recv_vanish_mid", "recv_no_sum"]):
+    for i, s in enumerate(["recv_no_sum", "recv_held_all", "recv_held_long", "recv_held_short",
+                           "recv_want_beyond", "recv_vanish_mid"]):
         p = start_partner(t, s)
         if i == 0:
             cp = t.n1.run("commit", step)

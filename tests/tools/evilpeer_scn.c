@@ -814,7 +814,7 @@ static int scn_recv(struct ctx *c, int how)
 			goto out;
 		}
 	}
-	if (how == V_VANISH_MID) {
+	if ((how == V_VANISH_MID || how == V_NO_SUM) && pieces == 0) {
 		say("FAIL: END without a piece, where every piece was asked for");
 		goto out;
 	}
