@@ -100,7 +100,8 @@ int peers_send_range(struct xport *x, const char *peer, int fd, uint64_t fsize, 
 		     uint64_t size, bool no_sum, const char *name, char *why, size_t whylen);
 /* The same through one of a few piece senders shared by every thread (a
  * cluster pull's serving: its connections grow with the cluster), waiting
- * at most wait_ms for one: -EAGAIN, nothing sent, when none came free. */
+ * at most wait_ms for one: -EAGAIN, nothing sent, when none came free. Its
+ * frames always carry their digest: no manifest checks those bytes. */
 int peers_send_range_shared(struct xport *x, const char *peer, int fd, uint64_t fsize,
 			    uint64_t off, uint64_t size, int wait_ms, const char *name, char *why,
 			    size_t whylen);

@@ -374,7 +374,7 @@ int rx_on_data(struct rx *r, const struct msg *m)
 		return rc;
 	b = cbuild_buf(&r->cb, &buf);
 	/* The builder checks every byte against the manifest before the
-	 * journal vouches for it: the frame's own digest would be a second
+	 * journal vouches for it: the frame's own digest would be one more
 	 * pass over the same bytes. */
 	rc = codec_chunk_decode_unchecked(p, n, buf, REPL_PIECE, &raw, &used);
 	if (rc < 0 || used != n || raw == 0 || off + raw > r->ce.size)
