@@ -436,6 +436,17 @@ int offer_std(struct ctx *c, struct ent *v, struct buf *mf, digest_t *root,
 	return 0;
 }
 
+int frame_raw(const uint8_t *p, size_t n, bool no_sum, uint8_t *raw, size_t cap, size_t *got)
+{
+	struct codec_chunk_hdr h;
+	size_t used;
+
+	if (codec_chunk_parse_hdr(p, n, &h) < 0 || (no_sum && h.digest != 0))
+		return -EBADMSG;
+	return no_sum ? codec_chunk_decode_unchecked(p, n, raw, cap, got, &used) :
+			codec_chunk_decode(p, n, raw, cap, got, &used);
+}
+
 int send_piece_as(struct ctx *c, uint64_t idx, uint64_t off, const uint8_t *raw,
 			 size_t n, const struct codec_ops *codec, enum damage damage)
 {

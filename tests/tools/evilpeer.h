@@ -104,6 +104,11 @@ void offer_fields(const struct ctx *c, struct msg *m, digest_t root, uint64_t si
 int send_slices(struct ctx *c, const char *p, size_t n, uint64_t base);
 int get_want(struct ctx *c, struct want *w);
 int offer_std(struct ctx *c, struct ent *v, struct buf *mf, digest_t *root, struct want *w);
+/* The raw bytes of a piece's chunk frame p[0..n) into raw (cap bytes), as
+ * the asker's K_FRAME_SUM asked: with no_sum its digest field must be 0 (the
+ * bytes decoded without a check), without it the digest must match. 0
+ * (*got: the raw length), or -errno. */
+int frame_raw(const uint8_t *p, size_t n, bool no_sum, uint8_t *raw, size_t cap, size_t *got);
 /* What send_piece_as spoils in the frame it sends. */
 enum damage { DAMAGE_NONE, DAMAGE_PAYLOAD, DAMAGE_DIGEST };
 int send_piece_as(struct ctx *c, uint64_t idx, uint64_t off, const uint8_t *raw, size_t n,

@@ -4,6 +4,7 @@
  * detection. */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -232,18 +233,54 @@ static void test_escapes(void **state)
 	free(b);
 }
 
+/* The frame tests' bytes: bf16 noise, framed by one codec after another. */
+struct framed {
+	size_t n, cap, len;
+	uint8_t *raw, *frame, *back;
+};
+
+static void framed_open(struct framed *f)
+{
+	f->n = 100003;
+	f->cap = codec_chunk_bound(f->n);
+	f->raw = malloc(f->n);
+	f->frame = malloc(f->cap);
+	f->back = malloc(f->n);
+	assert_true(f->raw && f->frame && f->back);
+}
+
+/* Fresh noise in raw (unless again), framed by codec id into frame (len),
+ * with its digest or, no_sum, without. */
+static void framed_encode(struct framed *f, unsigned id, bool again, bool no_sum)
+{
+	struct codec_params p = { .dtype = CODEC_DT_BF16, .no_sum = no_sum };
+
+	if (!again)
+		fill_gauss(f->raw, f->n, CODEC_DT_BF16);
+	assert_int_equal(codec_chunk_encode(f->raw, f->n, codec_by_id(id), &p, f->frame, f->cap,
+					    &f->len), 0);
+}
+
+static void framed_close(struct framed *f)
+{
+	free(f->back);
+	free(f->frame);
+	free(f->raw);
+}
+
 /* Every one-byte change of a frame is refused or decodes to the same bytes:
  * never wrong output accepted, never a crash. */
 static void test_corrupt_frames(void **state)
 {
-	size_t n = 100003, cap = codec_chunk_bound(n), len, got, used;
-	uint8_t *raw = malloc(n), *frame = malloc(cap), *back = malloc(n);
-	struct codec_params p = { .dtype = CODEC_DT_BF16 };
+	struct framed f;
 
+	framed_open(&f);
 	for (unsigned id = 0; id < CODEC_COUNT; id++) {
-		fill_gauss(raw, n, CODEC_DT_BF16);
-		assert_int_equal(codec_chunk_encode(raw, n, codec_by_id(id), &p, frame, cap, &len),
-				 0);
+		size_t n = f.n, len, got, used;
+		uint8_t *raw = f.raw, *frame = f.frame, *back = f.back;
+
+		framed_encode(&f, id, false, false);
+		len = f.len;
 		assert_int_equal(frame[0], id);
 		for (size_t i = 0; i < len; i += i < 64 ? 1 : 97) {
 			for (int bit = 0; bit < 8; bit += 3) {
@@ -264,9 +301,7 @@ static void test_corrupt_frames(void **state)
 		/* A buffer too small for the raw length is not overrun. */
 		assert_int_equal(codec_chunk_decode(frame, len, back, n - 1, &got, &used), -ENOSPC);
 	}
-	free(back);
-	free(frame);
-	free(raw);
+	framed_close(&f);
 }
 
 static void test_detect(void **state)
@@ -446,14 +481,15 @@ static void test_raw_hdr_in_place(void **state)
  * buffer too small are refused all the same. */
 static void test_unchecked(void **state)
 {
-	size_t n = 100003, cap = codec_chunk_bound(n), len, got, used;
-	uint8_t *raw = malloc(n), *frame = malloc(cap), *back = malloc(n);
-	struct codec_params p = { .dtype = CODEC_DT_BF16 };
+	struct framed f;
 
+	framed_open(&f);
 	for (unsigned id = 0; id < CODEC_COUNT; id++) {
-		fill_gauss(raw, n, CODEC_DT_BF16);
-		assert_int_equal(codec_chunk_encode(raw, n, codec_by_id(id), &p, frame, cap, &len),
-				 0);
+		size_t n = f.n, len, got, used;
+		uint8_t *raw = f.raw, *frame = f.frame, *back = f.back;
+
+		framed_encode(&f, id, false, false);
+		len = f.len;
 		memset(back, 0, n);
 		assert_int_equal(codec_chunk_decode_unchecked(frame, len, back, n, &got, &used), 0);
 		assert_int_equal(got, n);
@@ -475,10 +511,8 @@ static void test_unchecked(void **state)
 				 -ENOSPC);
 		/* Framed without the digest (no_sum): 0 there, the same bytes
 		 * back unchecked, refused checked. */
-		p.no_sum = true;
-		assert_int_equal(codec_chunk_encode(raw, n, codec_by_id(id), &p, frame, cap, &len),
-				 0);
-		p.no_sum = false;
+		framed_encode(&f, id, true, true);
+		len = f.len;
 		for (int k = 16; k < 24; k++)
 			assert_int_equal(frame[k], 0);
 		assert_int_equal(codec_chunk_decode(frame, len, back, n, &got, &used), -EBADMSG);
@@ -491,9 +525,7 @@ static void test_unchecked(void **state)
 								      &used), -EBADMSG);
 		}
 	}
-	free(back);
-	free(frame);
-	free(raw);
+	framed_close(&f);
 }
 
 int main(void)
