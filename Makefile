@@ -90,7 +90,7 @@ unit: $(UNIT_BIN)
 # A peer holding the cluster key that misbehaves on purpose, for
 # tests/integration/test_evil_peer.py: the daemon's own handshake and frames.
 EVILPEER := $(BUILD)/tests/evilpeer
-$(EVILPEER): $(call obj,tests/tools/evilpeer.c tests/tools/evilpeer_scn.c) $(BUILD)/libdaemon.a $(BUILD)/libclient.a $(BUILD)/libcommon.a
+$(EVILPEER): $(call obj,tests/tools/evilpeer.c tests/tools/evilpeer_scn.c tests/tools/evilpeer_partner.c) $(BUILD)/libdaemon.a $(BUILD)/libclient.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 all: $(EVILPEER)

@@ -77,6 +77,11 @@ struct want {
 	size_t nheld;
 };
 
+/* The partner scenarios (evilpeer_partner.c), how they lie. */
+enum { V_HELD_ALL, V_HELD_LONG, V_HELD_SHORT, V_WANT_BEYOND, V_VANISH_MID, V_NO_SUM,
+       V_REFUSE, V_HOLD_GARBAGE, V_HOLD_FLOOD };
+int scn_recv(struct ctx *c, int how);
+
 struct scenario {
 	const char *name;
 	int (*run)(struct ctx *c, int how);
