@@ -248,6 +248,37 @@ def schedstat(pid="self"):
         return None, None
 
 
+def parse_cpus(text):
+    """A CPU list as taskset -c and /sys write it ("0-3,8,10-11") -> a set of CPU numbers,
+    each one this process may run on; ValueError naming the list and the cause."""
+    out = set()
+    try:
+        for part in text.split(","):
+            a, _, b = part.strip().partition("-")
+            lo, hi = int(a), int(b or a)
+            if lo < 0 or hi < lo:
+                raise ValueError
+            out.update(range(lo, hi + 1))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a CPU list (like 0-3,8)") from None
+    allowed = os.sched_getaffinity(0)
+    if not out or not out <= allowed:
+        raise ValueError(f"CPU list {text!r}: this machine lets this process run on "
+                         f"{cpus_text(allowed)} only")
+    return out
+
+
+def cpus_text(cpus):
+    """A set of CPUs written as a list: {0, 1, 2, 5} -> "0-2,5"."""
+    v, out = sorted(cpus), []
+    for c in v:
+        if out and out[-1][1] == c - 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
 # ----------------------------------------------------------------- the page cache
 
 def drop_caches_check(smoke):
@@ -319,6 +350,7 @@ class Node:
         self.stage = priv / "stage"
         self.proc = None
         self.starts = 0
+        self.cpus = None        # a set of CPUs to start staged on (sched_setaffinity), or all
 
     @property
     def addr(self):
@@ -374,9 +406,15 @@ class Node:
         with open(self.log_path, "ab" if self.starts else "wb") as f:
             f.write(f"\n=== staged start {self.starts} at {datetime.now().isoformat()} ===\n".encode())
             f.flush()
+            cpus = self.cpus
+
+            def pre():
+                _pdeathsig()
+                if cpus:
+                    os.sched_setaffinity(0, cpus)   # every thread staged starts inherits it
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f,
                                          stderr=subprocess.STDOUT, cwd=self.work,
-                                         start_new_session=True, preexec_fn=_pdeathsig)
+                                         start_new_session=True, preexec_fn=pre)
         self.starts += 1
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
