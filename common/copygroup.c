@@ -27,6 +27,35 @@ void hold_put(struct msg *m, const struct hold_cell *c, bool with_holder)
 	}
 	for (unsigned i = 0; i < c->ntext; i++)
 		msg_put_str(m, K_TEXT, c->text[i]);
+	for (unsigned i = 0; i < c->ncopy; i++)
+		msg_put_str(m, K_COPY, c->copy[i]);
+}
+
+int copy_note_parse(const char *s, struct copy_note *n)
+{
+	static const char *const states[] = { COPY_QUEUED, COPY_SENDING, COPY_SKIPPED,
+					      COPY_FAILED };
+	const char *sp = strchr(s, ' '), *st, *end, *w;
+	size_t len;
+	bool known = false;
+
+	if (!sp || strlen(s) > 512 || (size_t)(sp - s) >= sizeof(n->node))
+		return -EBADMSG;
+	memcpy(n->node, s, (size_t)(sp - s));
+	n->node[sp - s] = '\0';
+	if (config_check_name(n->node, &w) < 0)
+		return -EBADMSG;
+	st = sp + 1;
+	end = strchr(st, ':');
+	len = end ? (size_t)(end - st) : strlen(st);
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+		known |= strlen(states[i]) == len && memcmp(st, states[i], len) == 0;
+	if (!known || (end && end[1] != ' '))
+		return -EBADMSG;
+	memcpy(n->state, st, len);
+	n->state[len] = '\0';
+	n->why = end ? end + 2 : NULL;
+	return 0;
 }
 
 static void cell_free(struct hold_cell *c)
@@ -37,6 +66,8 @@ static void cell_free(struct hold_cell *c)
 	free(c->step);
 	for (unsigned i = 0; i < c->ntext; i++)
 		free(c->text[i]);
+	for (unsigned i = 0; i < c->ncopy; i++)
+		free(c->copy[i]);
 }
 
 void hold_cells_free(struct hold_cell *cells, size_t n)
@@ -76,8 +107,10 @@ static bool cell_ok(const struct hold_cell *c)
 
 	for (size_t i = 0; c->state && i < sizeof(states) / sizeof(states[0]); i++)
 		known |= strcmp(c->state, states[i]) == 0;
+	/* A node speaks of the copies of its own commits only. */
 	return known && name_ok(c->origin, true) && c->holder && name_ok(c->holder, false) &&
-	       (!c->step || name_ok(c->step, false));
+	       (!c->step || name_ok(c->step, false)) &&
+	       (c->ncopy == 0 || strcmp(c->origin, c->holder) == 0);
 }
 
 int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells, size_t *n)
@@ -139,6 +172,16 @@ int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells
 			if (c->ntext < COPY_TEXTS_MAX && !(c->text[c->ntext++] = dup_field(p, len)))
 				rc = -EBADMSG;
 			break;
+		case K_COPY: {
+			struct copy_note note;
+
+			if (c->ncopy == COPY_NOTES_MAX)
+				break;          /* more partners than a note each: the first */
+			if (!(c->copy[c->ncopy++] = dup_field(p, len)) ||
+			    copy_note_parse(c->copy[c->ncopy - 1], &note) < 0)
+				rc = -EBADMSG;
+			break;
+		}
 		default:
 			break;
 		}

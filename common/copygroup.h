@@ -20,7 +20,24 @@ struct hold_cell {
 	uint64_t files, bytes;
 	char *text[COPY_TEXTS_MAX];
 	unsigned ntext;
+	char *copy[COPY_NOTES_MAX];        /* K_COPY notes (an origin's own copy only) */
+	unsigned ncopy;
 };
+
+/* A K_COPY note: how the origin's copy of the step to `node` stands, when
+ * it has not been confirmed there. The states: */
+#define COPY_QUEUED  "queued"          /* waits its turn (or the partner; why: its last try) */
+#define COPY_SENDING "sending"         /* being sent now (why: how far) */
+#define COPY_SKIPPED "skipped"         /* left out for a newer step ([transfer] stale) */
+#define COPY_FAILED  "failed"          /* given up (why: the partner's refusal) */
+struct copy_note {
+	char node[256];
+	char state[16];
+	const char *why;                   /* into the note's text; NULL: none */
+};
+/* Reads a note "NODE STATE" or "NODE STATE: WHY" (NODE a node name, STATE
+ * one of the above, at most 512 bytes in all): 0, or -EBADMSG. */
+int copy_note_parse(const char *s, struct copy_note *n);
 
 /* Parses every copy group of m, appending to *cells (*n of them, growing).
  * holder: for a MSG_HOLD, its sender, the holder of every group (a group

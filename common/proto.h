@@ -109,8 +109,11 @@ enum msg_type {
  *             "missing", "unreachable", "differs" (root unlike the others')
  *   K_STEP, K_ROOT (when a manifest was read), K_FILES_TOTAL, K_BYTES_TOTAL,
  *   K_TEXT    zero or more: the findings, first ones only
+ *   K_COPY    zero or more, in an origin's group about its own copy: a copy
+ *             of the step to a partner that the origin has not seen
+ *             confirmed, "NODE STATE" or "NODE STATE: WHY" (copygroup.h)
  */
-enum { COPY_TEXTS_MAX = 8 };
+enum { COPY_TEXTS_MAX = 8, COPY_NOTES_MAX = 16 };
 
 enum msg_key {
 	K_PATH = 1,         /* str */
@@ -174,6 +177,8 @@ enum msg_key {
 	K_FRAME_SUM = 56,   /* u64: MSG_WANT, MSG_FETCH_REQ: 0, the asker checks the bytes
 			     * against the manifest only: the chunk frames may carry 0
 			     * for their raw XXH3-64 (absent or 1: they carry it) */
+	K_COPY = 57,        /* str: MSG_HOLD, MSG_CELLS: a copy of the origin's step to NODE
+			     * not confirmed yet: "NODE STATE[: WHY]" (copy groups) */
 };
 
 /* Request flags (K_FLAGS). */

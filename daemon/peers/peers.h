@@ -22,12 +22,14 @@
 #ifndef STAGE_PEERS_H
 #define STAGE_PEERS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/auth.h"
 #include "common/config.h"
+#include "common/digest.h"
 #include "common/hosts.h"
 #include "common/proto.h"
 #include "common/xport.h"
@@ -37,12 +39,19 @@
 #define PEERS_MAX_HANDSHAKING 16       /* connections not yet authenticated, at once */
 
 /* The membership: written by peers_open and peers_close only. */
+typedef size_t (*peers_notes_fn)(const char *job, const char *step, const digest_t *root,
+				 char **out, size_t cap);
 struct peers {
 	const struct stage_config *cfg;   /* borrowed, immutable */
 	bool cluster;                     /* a hosts file with this node in it */
 	struct hosts hosts;               /* cluster only */
 	struct auth_key key;              /* cluster of more than one node only */
 	size_t self;                      /* this node's index in hosts */
+	/* Set by replication while it runs (NULL otherwise): the copies of
+	 * this node's commit of JOB/STEP (of this root, when root is not NULL)
+	 * that a partner has not confirmed, as K_COPY notes (copygroup.h),
+	 * each malloc'd, at most cap; how many. What the survey says of them. */
+	_Atomic(peers_notes_fn) copy_notes;
 };
 extern struct peers peers;
 

@@ -496,6 +496,7 @@ int repl_open(const struct stage_config *cfg, char *why, size_t whylen)
 				   &repl.partners[i]) != 0)
 			log_err("cannot start the sender to %s",
 				repl_partner_name(i));
+	atomic_store(&peers.copy_notes, repl_copy_notes);
 	if (peers.cluster) {
 		char list[1024] = "";
 		size_t o = 0;
@@ -532,7 +533,8 @@ out_close_partners:
 void repl_close(void)
 {
 	pthread_mutex_lock(&repl.lock);
-	repl.stopping = true;
+	repl.stopping = true;       /* repl_copy_notes says nothing from here on */
+	atomic_store(&peers.copy_notes, NULL);
 	for (size_t i = 0; i < repl.npartners; i++) {
 		struct partner *p = &repl.partners[i];
 

@@ -73,6 +73,11 @@ void repl_restore_end(const char *job, const char *step);
  * set-gid-root directory, on its partners. The sticky bit is kept. */
 #define PEER_MODE(m) ((m) & 01777)
 
+/* How the copies of this node's commit of JOB/STEP stand where a partner
+ * has not confirmed them: peers.copy_notes while replication runs
+ * (daemon/peers/peers.h). */
+size_t repl_copy_notes(const char *job, const char *step, const digest_t *root, char **out,
+		       size_t cap);
 /* The newest checkpoint this node committed: its bytes (0: none) and, in
  * what, its JOB/STEP. */
 uint64_t repl_newest_committed(char *what, size_t len);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/copygroup.h"
 #include "common/manifest.h"
 #include "daemon/repl/repl_impl.h"
 
@@ -240,4 +241,61 @@ uint64_t repl_newest_committed(char *what, size_t len)
 	}
 	pthread_mutex_unlock(&repl.lock);
 	return bytes;
+}
+
+/* One K_COPY note (copygroup.h) for partner i's copy of r, or NULL when it
+ * is confirmed (or memory ran out: a note is an explanation, not a
+ * finding). Under lock. */
+static char *copy_note(const struct record *r, size_t i)
+{
+	const struct rcopy *c = &r->copies[i];
+	const struct partner *p = &repl.partners[i];
+	const char *to = repl_partner_name(i), *why = c->why;
+	char *s = NULL;
+	int n = -1;
+
+	switch (c->state) {
+	case C_CONFIRMED:
+		return NULL;
+	case C_SENDING:
+		n = asprintf(&s, "%s " COPY_SENDING ": %.1f of %.1f MiB sent", to,
+			     (double)c->sent / (1 << 20), (double)c->total / (1 << 20));
+		break;
+	case C_PENDING:
+		if (p->state == PEER_DOWN)
+			n = asprintf(&s, "%s " COPY_QUEUED ": %s is down (%.400s)", to, to, p->why);
+		else if (why[0])
+			n = asprintf(&s, "%s " COPY_QUEUED ": the last try failed (%.400s)", to, why);
+		else
+			n = asprintf(&s, "%s " COPY_QUEUED, to);
+		break;
+	case C_SKIPPED:
+		if (strncmp(why, "skipped: ", 9) == 0)
+			why += 9;
+		n = asprintf(&s, "%s " COPY_SKIPPED ": %.400s", to,
+			     why[0] ? why : "a newer step went first");
+		break;
+	case C_FAILED:
+		n = asprintf(&s, "%s " COPY_FAILED ": %.400s", to, why[0] ? why : "given up");
+		break;
+	}
+	return n < 0 ? NULL : s;
+}
+
+size_t repl_copy_notes(const char *job, const char *step, const digest_t *root, char **out,
+		       size_t cap)
+{
+	const struct record *r;
+	size_t n = 0;
+
+	pthread_mutex_lock(&repl.lock);
+	r = repl.stopping ? NULL : repl_rec_find(job, step);
+	/* A record being hashed again, or of another root, is not about the
+	 * copy the survey read: nothing is said of it. */
+	if (r && r->state == R_READY && (!root || digest_eq(*root, r->root)))
+		for (size_t i = 0; i < repl.npartners && n < cap; i++)
+			if ((out[n] = copy_note(r, i)))
+				n++;
+	pthread_mutex_unlock(&repl.lock);
+	return n;
 }

@@ -259,6 +259,48 @@ static int copy_problem(struct cverify_out *o, const struct cverify_in *in,
 		       c->ntext ? ": " : "", c->ntext ? c->text[0] : "");
 }
 
+/* What origin's own copy says of its copy to holder (a K_COPY note), if
+ * it says anything: the copy is queued, being sent, skipped or given up,
+ * rather than lost. */
+static bool origin_note(const struct dc *d, const char *origin, const char *holder,
+			struct copy_note *n, const char **text)
+{
+	const struct hold_cell *own = find(d, origin, origin);
+
+	if (!own || !at_step(d->in, own))
+		return false;
+	for (unsigned i = 0; i < own->ncopy; i++)
+		if (copy_note_parse(own->copy[i], n) == 0 && strcmp(n->node, holder) == 0) {
+			*text = own->copy[i] + strlen(holder) + 1;
+			return true;
+		}
+	return false;
+}
+
+/* The problem of a copy the origin has not sent to holder yet, or will
+ * not: named by the origin's note, and counted for the result's advice. */
+static int noted_problem(struct cverify_out *o, const struct cverify_in *in, const char *origin,
+			 const char *holder, const struct copy_note *n)
+{
+	const char *sep = n->why ? ": " : "", *why = n->why ? n->why : "";
+
+	if (strcmp(n->state, COPY_SKIPPED) == 0) {
+		o->skipped++;
+		return problem(o, "%s holds no copy of %s's %s: %s skipped it%s%s ([transfer] stale)",
+			       holder, origin, in->step, origin, sep, why);
+	}
+	if (strcmp(n->state, COPY_FAILED) == 0)
+		return problem(o, "%s holds no copy of %s's %s: %s gave up sending it%s%s", holder,
+			       origin, in->step, origin, sep, why);
+	o->on_way++;
+	if (strcmp(n->state, COPY_SENDING) == 0)
+		return problem(o, "%s holds no copy of %s's %s yet: %s is sending it%s%s%s", holder,
+			       origin, in->step, origin, n->why ? " (" : "", n->why ? n->why : "",
+			       n->why ? ")" : "");
+	return problem(o, "%s holds no copy of %s's %s yet: it is queued on %s%s%s", holder,
+		       origin, in->step, origin, sep, why);
+}
+
 static int one_origin(struct cverify_out *o, const struct dc *d, const char *origin)
 {
 	const struct cverify_in *in = d->in;
@@ -273,12 +315,23 @@ static int one_origin(struct cverify_out *o, const struct dc *d, const char *ori
 		const char *holder = in->names[h];
 		const struct hold_cell *c = find(d, origin, holder);
 		bool own = strcmp(holder, origin) == 0, expected = own;
-		const char *state;
+		const char *state, *text;
+		struct copy_note note;
 
 		for (size_t i = 0; i < nplace; i++)
 			expected |= strcmp(place[i], holder) == 0;
 		if (!in->reached[h])
 			continue;       /* its holder-level group says it */
+		if (!own && expected && (!c || strcmp(c->state, "other-step") == 0) &&
+		    origin_note(d, origin, holder, &note, &text)) {
+			struct hold_cell miss = { .origin = (char *)origin, .holder = (char *)holder,
+						  .step = (char *)in->step };
+
+			rc = push(o, &miss, "missing", text);
+			if (rc == 0)
+				rc = noted_problem(o, in, origin, holder, &note);
+			continue;
+		}
 		if (!c) {
 			struct hold_cell miss = { .origin = (char *)origin, .holder = (char *)holder,
 						  .step = (char *)in->step };
@@ -510,6 +563,18 @@ void cverify_run(struct job *j, const char *path, const char *nodes)
 			   "(above), and every copy on the nodes that answered is intact; verify "
 			   "again when %s back", job, step, flat.unreached,
 			   flat.unreached == 1 ? "" : "s", flat.unreached == 1 ? "it is" : "they are");
+	else if (out.on_way + out.skipped == out.nproblems && !out.skipped)
+		/* Every copy missing is on its way: nothing to repair. */
+		job_result(j, 1, NULL, NULL, "%s/%s is not on every node yet: %zu cop%s on the way "
+			   "(above); verify again once %s confirmed (`stage commit --wait` returns "
+			   "then)", job, step, out.on_way, out.on_way == 1 ? "y is" : "ies are",
+			   out.on_way == 1 ? "it is" : "they are");
+	else if (out.on_way + out.skipped == out.nproblems)
+		job_result(j, 1, NULL, NULL, "%s/%s is not on every node: %zu cop%s skipped for a "
+			   "newer step%s (above); `stage commit --wait` of the step on its origin "
+			   "sends %s", job, step, out.skipped, out.skipped == 1 ? "y was" : "ies were",
+			   out.on_way ? ", the others are on the way" : "",
+			   out.skipped + out.on_way == 1 ? "it" : "them");
 	else
 		job_result(j, 1, NULL, NULL, "%s/%s does not verify (%zu problem%s): %s", job, step,
 			   out.nproblems, out.nproblems == 1 ? "" : "s", out.recoverable ?

@@ -43,6 +43,8 @@ struct cverify_out {
 	size_t nproblems;
 	bool recoverable;          /* every origin has an intact copy somewhere */
 	size_t norigins;
+	size_t on_way, skipped;    /* of the problems: copies their origin says are queued or
+				    * being sent, and skipped for a newer step (K_COPY) */
 };
 int cverify_decide(const struct cverify_in *in, struct cverify_out *out);
 void cverify_free(struct cverify_out *out);

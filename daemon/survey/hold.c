@@ -74,11 +74,13 @@ static bool latest_other(int dirfd, const char *step, char out[CKPT_NAME_MAX + 1
  * replica_root/ORIGIN/JOB). own: this node's own copy, whose deep verify
  * leaves its record for a restore here (pull/damage.h). */
 static void survey_copy(const struct stage_config *cfg, const char *origin, const char *label,
-			int job_dir, const char *step, bool deep, bool own, struct msg *m)
+			int job_dir, const char *job, const char *step, bool deep, bool own,
+			struct msg *m)
 {
 	struct hold_cell c = { .origin = (char *)origin, .step = (char *)step };
 	char other[CKPT_NAME_MAX + 1], path[8192];
 	struct texts t = { .c = &c };
+	peers_notes_fn notes;
 	int fd, rc;
 
 	fd = openat(job_dir, step, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -138,15 +140,24 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 	}
 out:
 	close(fd);
+	/* This node's own copy: what its replication says of the copies its
+	 * partners have not confirmed, so that an asker can tell a copy on
+	 * its way, or skipped, from one lost. */
+	notes = own ? atomic_load(&peers.copy_notes) : NULL;
+	if (notes)
+		c.ncopy = (unsigned)notes(job, step, c.has_root ? &c.root : NULL, c.copy,
+					  COPY_NOTES_MAX);
 	hold_put(m, &c, false);
 	for (unsigned i = 0; i < c.ntext; i++)
 		free(c.text[i]);
+	for (unsigned i = 0; i < c.ncopy; i++)
+		free(c.copy[i]);
 }
 
 /* Every committed step of one copy's job directory, the newest
  * HOLD_STEPS_MAX of them (natural order): what resume chooses from. */
 static void survey_steps(const struct stage_config *cfg, const char *origin, const char *label,
-			 int job_dir, bool deep, bool own, struct msg *m)
+			 int job_dir, const char *job, bool deep, bool own, struct msg *m)
 {
 	ckpt_name_t *v;
 	size_t n;
@@ -157,18 +168,19 @@ static void survey_steps(const struct stage_config *cfg, const char *origin, con
 	if (ckpt_steps(job_dir, ckpt_has_manifest, NULL, &v, &n) < 0)
 		return;
 	for (size_t k = n; k > 0 && n - k < HOLD_STEPS_MAX; k--)      /* newest first */
-		survey_copy(cfg, origin, label, job_dir, v[k - 1], deep, own, m);
+		survey_copy(cfg, origin, label, job_dir, job, v[k - 1], deep, own, m);
 	free(v);
 }
 
 /* One copy directory: the step asked for, or every step (step NULL). */
 static void survey_one(const struct stage_config *cfg, const char *origin, const char *label,
-		       int job_dir, const char *step, bool deep, bool own, struct msg *m)
+		       int job_dir, const char *job, const char *step, bool deep, bool own,
+		       struct msg *m)
 {
 	if (step)
-		survey_copy(cfg, origin, label, job_dir, step, deep, own, m);
+		survey_copy(cfg, origin, label, job_dir, job, step, deep, own, m);
 	else
-		survey_steps(cfg, origin, label, job_dir, deep, own, m);
+		survey_steps(cfg, origin, label, job_dir, job, deep, own, m);
 }
 
 int hold_survey(const struct stage_config *cfg, const char *self, const char *job,
@@ -186,7 +198,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 	snprintf(label, sizeof(label), "%s/%s", cfg->ckpt_root, job);
 	fd = treeops_open_beneath_path(cfg->ckpt_root, job);
 	if (fd >= 0) {
-		survey_one(cfg, self, label, fd, step, deep, true, m);
+		survey_one(cfg, self, label, fd, job, step, deep, true, m);
 		close(fd);
 	}
 	d = opendir(cfg->replica_root);
@@ -198,7 +210,7 @@ int hold_survey(const struct stage_config *cfg, const char *self, const char *jo
 		if (fd < 0)
 			continue;
 		snprintf(label, sizeof(label), "%s/%s/%s", cfg->replica_root, e->d_name, job);
-		survey_one(cfg, e->d_name, label, fd, step, deep, false, m);
+		survey_one(cfg, e->d_name, label, fd, job, step, deep, false, m);
 		close(fd);
 	}
 	if (d)

@@ -8,11 +8,12 @@ one begun and cut off; a skipped copy goes after all once the newer step's
 copy fails for good, or when it is committed again (after the newer). Real
 daemons on 127.0.0.1, n0's sender held behind by its rate cap while steps
 are committed."""
+import json
 import re
 import threading
 
-from helpers import (F, after_kill9, assert_replica_of, ckpt, commit_wait, make_tree, replica,
-                     wait_for, ls_find)
+from helpers import (F, after_kill9, assert_replica_of, ckpt, commit_wait, copy_cells, make_tree,
+                     replica, wait_for, ls_find)
 from test_hostile import Proxy
 
 MiB = 1 << 20
@@ -269,3 +270,53 @@ def test_steps_queued_while_the_partner_is_down(make_cluster):
     assert copy_state(n0, "step-300") == "skipped", n0.log()[-3000:]
     assert_replica_of(steps["step-400"], replica(n1, n0, step="step-400"))
     assert not replica(n1, n0, step="step-200").exists()
+
+
+def test_verify_cluster_names_copies_not_there_yet(make_cluster):
+    """verify --cluster of a step whose copy to n1 is being sent, queued or
+    skipped says so, from n0's replication (K_COPY notes in n0's answer),
+    rather than calling the copy lost and advising a restore; asked on n0
+    (which answers itself) and on n1 (n0's answer over the wire). Once the
+    copies are confirmed the steps verify. (A copy is skipped when the sender
+    picks its next, so step-200 is queued while step-100 goes.)"""
+    n0, n1, _ = busy_sender(make_cluster)
+    for i, s in enumerate(["step-200", "step-300"], start=1):
+        small_step(n0, s, i)
+        committed(n0, s)
+    assert copy_state(n0, "step-100") == "sending", \
+        "step-100 was sent before the questions: the test proved nothing"
+
+    def verify(node, step):
+        v = node.run("verify", "--cluster", ckpt(node, step=step), timeout=60)
+        return v.returncode, v.stdout + v.stderr
+
+    rc, out = verify(n0, "step-100")
+    assert rc == 1, out
+    assert re.search(r"n1 holds no copy of n0's step-100 yet: n0 is sending it "
+                     r"\([\d.]+ of 32\.0 MiB sent\)", out), out
+    assert "job1/step-100 is not on every node yet: 1 copy is on the way" in out, out
+    assert "stage restore" not in out, out
+    rc, out = verify(n1, "step-300")
+    assert rc == 1, out
+    assert "n1 holds no copy of n0's step-300 yet: it is queued on n0" in out, out
+    assert copy_state(n0, "step-100") == "sending", \
+        "step-100 was confirmed before the questions were answered: the test proved nothing"
+
+    # Once step-100 is confirmed the sender picks step-300 and skips step-200.
+    wait_for(lambda: copy_state(n0, "step-200") == "skipped", 60,
+             f"step-200 to be skipped:\n{n0.log()[-3000:]}")
+    rc, out = verify(n1, "step-200")
+    assert rc == 1, out
+    assert ("n1 holds no copy of n0's step-200: n0 skipped it: step-300 is newer and went "
+            "first ([transfer] stale)") in out, out
+    assert "1 copy was skipped for a newer step" in out, out
+    v = n0.run("--json", "verify", "--cluster", ckpt(n0, step="step-200"), timeout=60)
+    row = copy_cells(v.stdout)[("n0", "n1")]
+    assert row["state"] == "missing" and \
+        "skipped: step-300 is newer and went first" in json.dumps(row), row
+
+    wait_for(lambda: copy_state(n0, "step-300") == "confirmed", 60,
+             f"step-300 to reach n1:\n{n0.log()[-3000:]}")
+    for node in (n0, n1):
+        rc, out = verify(node, "step-300")
+        assert rc == 0, out

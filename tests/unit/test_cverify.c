@@ -299,6 +299,83 @@ static void test_partner_missing(void **state)
 	cverify_free(&out);
 }
 
+/* n0's copy to n1 not there, and n0's own copy saying why (a K_COPY note):
+ * the problem names what n0 says, the row keeps it, and the counts give
+ * the result's advice; a note about a copy that is there, or from an own
+ * copy of another step, changes nothing. */
+static void test_copy_notes(void **state)
+{
+	static const struct {
+		const char *note, *problem;
+		size_t on_way, skipped;
+	} cases[] = {
+		{ "n1 sending: 3.0 of 32.0 MiB sent", "n1 holds no copy of n0's " STEP " yet: n0 is "
+		  "sending it (3.0 of 32.0 MiB sent)", 1, 0 },
+		{ "n1 queued", "n1 holds no copy of n0's " STEP " yet: it is queued on n0", 1, 0 },
+		{ "n1 queued: n1 is down (refused)", "n1 holds no copy of n0's " STEP " yet: it is "
+		  "queued on n0: n1 is down (refused)", 1, 0 },
+		{ "n1 skipped: step-300 is newer and went first", "n1 holds no copy of n0's " STEP
+		  ": n0 skipped it: step-300 is newer and went first ([transfer] stale)", 0, 1 },
+		{ "n1 failed: n1: no space", "n1 holds no copy of n0's " STEP ": n0 gave up sending "
+		  "it: n1: no space", 0, 0 },
+	};
+
+	setup_ring(3);
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+		for (int older = 0; older < 2; older++) {
+			/* n1 holds nothing of n0, or an older step of n0's */
+			struct hold_cell cells[] = {
+				CELL("n0", "n0", "ok", STEP, 1),
+				CELL("n1", "n1", "ok", STEP, 2), CELL("n1", "n2", "ok", STEP, 2),
+				CELL("n2", "n2", "ok", STEP, 3), CELL("n2", "n0", "ok", STEP, 3),
+				CELL("n0", "n1", "other-step", "step-90", 9),
+			};
+			struct cverify_out out;
+
+			cells[0].copy[0] = (char *)cases[k].note;
+			cells[0].ncopy = 1;
+			assert_int_equal(decide(3, NULL, NULL, cells, 5 + (size_t)older, &out), 1);
+			assert_int_equal(out.nproblems, 1);
+			assert_has_problem(&out, cases[k].problem);
+			assert_int_equal(out.on_way, cases[k].on_way);
+			assert_int_equal(out.skipped, cases[k].skipped);
+			assert_row(&out, "n0", "n1", "missing");
+			assert_int_equal(row(&out, "n0", "n1")->ntext, 1);
+			assert_string_equal(row(&out, "n0", "n1")->text[0],
+					    cases[k].note + 3);
+			cverify_free(&out);
+		}
+
+	/* A note about a copy that is there (n1 confirmed it since): the
+	 * copy is what counts. */
+	struct hold_cell there[] = {
+		CELL("n0", "n0", "ok", STEP, 1), CELL("n0", "n1", "ok", STEP, 1),
+		CELL("n1", "n1", "ok", STEP, 2), CELL("n1", "n2", "ok", STEP, 2),
+		CELL("n2", "n2", "ok", STEP, 3), CELL("n2", "n0", "ok", STEP, 3),
+	};
+	struct cverify_out out;
+
+	there[0].copy[0] = (char *)"n1 sending: 31.0 of 32.0 MiB sent";
+	there[0].ncopy = 1;
+	assert_int_equal(decide(3, NULL, NULL, there, 6, &out), 0);
+	cverify_free(&out);
+
+	/* n0's own copy is of another step: its notes are not about this one. */
+	struct hold_cell other[] = {
+		CELL("n0", "n0", "other-step", "step-90", 9),
+		CELL("n1", "n1", "ok", STEP, 2), CELL("n1", "n2", "ok", STEP, 2),
+		CELL("n2", "n2", "ok", STEP, 3), CELL("n2", "n0", "ok", STEP, 3),
+	};
+
+	other[0].copy[0] = (char *)"n1 sending: 3.0 of 32.0 MiB sent";
+	other[0].ncopy = 1;
+	assert_int_equal(decide(3, NULL, NULL, other, 5, &out), 1);
+	assert_int_equal(out.on_way, 0);
+	assert_int_equal(problems_with(&out, "sending"), 0);
+	assert_has_problem(&out, "n1 holds no copy of n0's " STEP " (placement puts one there)");
+	cverify_free(&out);
+}
+
 static void test_roots_differ(void **state)
 {
 	const struct hold_cell cells[] = {
@@ -731,6 +808,7 @@ int main(void)
 		cmocka_unit_test(test_own_incomplete_no_text),
 		cmocka_unit_test(test_own_missing),
 		cmocka_unit_test(test_partner_missing),
+		cmocka_unit_test(test_copy_notes),
 		cmocka_unit_test(test_roots_differ),
 		cmocka_unit_test(test_roots_differ_without_own),
 		cmocka_unit_test(test_other_step),

@@ -53,6 +53,9 @@ static void assert_cell_equal(const struct hold_cell *a, const struct hold_cell 
 	assert_int_equal(a->ntext, b->ntext);
 	for (unsigned i = 0; i < b->ntext; i++)
 		assert_string_equal(a->text[i], b->text[i]);
+	assert_int_equal(a->ncopy, b->ncopy);
+	for (unsigned i = 0; i < b->ncopy; i++)
+		assert_string_equal(a->copy[i], b->copy[i]);
 }
 
 /* R(x) as a constant initializer. */
@@ -420,6 +423,94 @@ static void test_parse_malformed(void **state)
 	}
 }
 
+/* K_COPY notes: an origin's own group says how its copies to partners
+ * stand; they go and come back exactly, each note's parts read; a note that
+ * is not "NODE STATE[: WHY]" with a known state, or one in a group about
+ * another origin's copy, makes the frame malformed; past COPY_NOTES_MAX the
+ * rest are dropped. */
+static void test_copy_notes(void **state)
+{
+	static const char *const notes[] = {
+		"n1 sending: 3.0 of 32.0 MiB sent", "n2 skipped: step-300 is newer and went first",
+		"n3 queued", "n4 failed: n4: no space left on device",
+		"n5 queued: n5 is down (connection refused)",
+	};
+	static const char *const want[][3] = {
+		{ "n1", "sending", "3.0 of 32.0 MiB sent" },
+		{ "n2", "skipped", "step-300 is newer and went first" },
+		{ "n3", "queued", NULL },
+		{ "n4", "failed", "n4: no space left on device" },
+		{ "n5", "queued", "n5 is down (connection refused)" },
+	};
+	static const char *const bad[] = {
+		"n1", "n1 ", "n1 lost", "n1 sending:x", "n1 sending:", "../n1 queued",
+		" queued", "n1 queued extra", "n1 Queued",
+	};
+	struct hold_cell c = { .origin = "n0", .state = "ok", .step = STEP };
+	struct hold_cell *out = NULL;
+	struct copy_note note;
+	char big[600];
+	struct msg m;
+	size_t n = 0;
+
+	for (unsigned i = 0; i < 5; i++)
+		c.copy[c.ncopy++] = (char *)notes[i];
+	msg_init(&m, MSG_HOLD);
+	hold_put(&m, &c, false);
+	assert_int_equal(hold_parse(&m, "n0", &out, &n), 0);
+	assert_int_equal(n, 1);
+	assert_cell_equal(&out[0], &c, "n0");
+	for (unsigned i = 0; i < 5; i++) {
+		assert_int_equal(copy_note_parse(out[0].copy[i], &note), 0);
+		assert_string_equal(note.node, want[i][0]);
+		assert_string_equal(note.state, want[i][1]);
+		if (want[i][2])
+			assert_string_equal(note.why, want[i][2]);
+		else
+			assert_null(note.why);
+	}
+	/* The same group from another holder: a node speaks only of its own
+	 * commits' copies. */
+	assert_int_equal(hold_parse(&m, "n9", &out, &n), -EBADMSG);
+	assert_int_equal(n, 1);
+	msg_free(&m);
+
+	for (unsigned b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+		assert_int_equal(copy_note_parse(bad[b], &note), -EBADMSG);
+		msg_init(&m, MSG_HOLD);
+		msg_put_str(&m, K_ORIGIN, "n0");
+		msg_put_str(&m, K_STATE, "ok");
+		msg_put_str(&m, K_COPY, bad[b]);
+		if (hold_parse(&m, "n0", &out, &n) != -EBADMSG)
+			fail_msg("note \"%s\" was not refused", bad[b]);
+		assert_int_equal(n, 1);
+		msg_free(&m);
+	}
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	memcpy(big, "n1 failed: ", 11);
+	assert_int_equal(copy_note_parse(big, &note), -EBADMSG);
+	big[512] = '\0';
+	assert_int_equal(copy_note_parse(big, &note), 0);
+
+	/* More notes than COPY_NOTES_MAX: the first ones. */
+	msg_init(&m, MSG_HOLD);
+	msg_put_str(&m, K_ORIGIN, "n0");
+	msg_put_str(&m, K_STATE, "ok");
+	for (unsigned i = 0; i < COPY_NOTES_MAX + 3; i++) {
+		char s[64];
+
+		snprintf(s, sizeof(s), "p%u queued", i);
+		msg_put_str(&m, K_COPY, s);
+	}
+	assert_int_equal(hold_parse(&m, "n0", &out, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(out[1].ncopy, COPY_NOTES_MAX);
+	assert_string_equal(out[1].copy[COPY_NOTES_MAX - 1], "p15 queued");
+	msg_free(&m);
+	hold_cells_free(out, n);
+}
+
 /* The same message without the fault parses: the cases above fail for the
  * reason they name, not another. */
 static void test_parse_control(void **state)
@@ -488,6 +579,7 @@ int main(void)
 		cmocka_unit_test(test_parse_texts_capped),
 		cmocka_unit_test(test_parse_malformed),
 		cmocka_unit_test(test_parse_control),
+		cmocka_unit_test(test_copy_notes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
