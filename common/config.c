@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <grp.h>
+#include <sched.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,8 +239,8 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "connections a restore fetches over at once, spread over the holders of intact copies" },
 	{ KEY_INT("transfer", "streams", streams), .min = 0, .max = 16, .def = "0",
 	  .doc = "connections each copy to a partner goes on, a thread each side per connection "
-		 "(each chunk's pieces on one, the streams in turns); 0: a quarter of the cores, "
-		 "1 to 8" },
+		 "(each chunk's pieces on one, the streams in turns); 0: a quarter of the CPUs "
+		 "the daemon may run on, 1 to 8" },
 	{ KEY_ENUM("transfer", "cache_reads", cache_reads, cache_reads_names), .def = "auto",
 	  .doc = "auto | warm | always: a commit reads through the page cache the files mostly "
 		 "there already (warm), every file (always), or, when the step is to be sent to "
@@ -255,7 +256,7 @@ static const struct cfg_entry cfg_table[] = {
 		 "is quiet; each copy waits half of [cluster] peer_timeout in all at most" },
 	{ KEY_INT("transfer", "hash_threads", hash_threads), .min = 0, .max = 16, .def = "0",
 	  .doc = "threads hashing a commit's files at once (a file is one thread's); "
-		 "0: a quarter of the cores, 1 to 8" },
+		 "0: a quarter of the CPUs the daemon may run on, 1 to 8" },
 	{ KEY_ENUM("transfer", "priority", priority, priority_names), .def = "low",
 	  .doc = "low | normal: CPU and I/O priority of hashing commits, sending and receiving replicas" },
 
@@ -869,13 +870,41 @@ void config_free(struct stage_config *c)
 		entry_release(&cfg_table[i], c);
 }
 
-/* What 0 means for streams and hash_threads: a quarter of the cores online,
- * 1 to 8. */
+unsigned config_cpus(void)
+{
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t ncpu = online > 1024 ? (size_t)online : 1024, size;
+	cpu_set_t *set;
+	unsigned n = 0;
+
+	/* The mask is sized for every CPU the kernel may name, beyond those
+	 * online (sched_getaffinity fails with EINVAL on a mask too small). */
+	while ((set = CPU_ALLOC(ncpu))) {
+		size = CPU_ALLOC_SIZE(ncpu);
+		CPU_ZERO_S(size, set);
+		if (sched_getaffinity(0, size, set) == 0) {
+			n = (unsigned)CPU_COUNT_S(size, set);
+			CPU_FREE(set);
+			break;
+		}
+		CPU_FREE(set);
+		if (errno != EINVAL || ncpu >= (1u << 20))
+			break;
+		ncpu *= 2;
+	}
+	if (n == 0)
+		n = online > 0 ? (unsigned)online : 1;
+	return n;
+}
+
+/* What 0 means for streams and hash_threads: a quarter of the CPUs this
+ * process may run on (its affinity: a cpuset, systemd's CPUAffinity=,
+ * taskset), 1 to 8. */
 static unsigned quarter_cores(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+	unsigned n = config_cpus() / 4;
 
-	return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
+	return n < 1 ? 1 : n > 8 ? 8 : n;
 }
 
 unsigned config_streams(const struct stage_config *c)

@@ -89,8 +89,11 @@ int config_group_id(const char *s, gid_t *out);
 /* Fills every key with its default (strings allocated). 0 or -ENOMEM. */
 int config_defaults(struct stage_config *c);
 /* The streams a copy goes on: [transfer] streams, or with 0 a quarter of
- * the cores online (1 to 8: the knee measured on a 16-core node was 4). */
+ * config_cpus() (1 to 8: the knee measured on a 16-core node was 4). */
 unsigned config_streams(const struct stage_config *c);
+/* The CPUs this process may run on (its affinity mask; the CPUs online if
+ * that cannot be read): what "the cores" means for the defaults. */
+unsigned config_cpus(void);
 /* The threads a commit hashes on: [transfer] hash_threads, or with 0 the
  * same quarter of the cores. */
 unsigned config_hash_threads(const struct stage_config *c);

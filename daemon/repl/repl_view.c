@@ -79,8 +79,9 @@ void repl_status(struct msg *m, uid_t viewer)
 			else if (repl.cfg->streams)
 				snprintf(sw, sizeof(sw), "[transfer] streams = %d", repl.cfg->streams);
 			else
-				snprintf(sw, sizeof(sw), "[transfer] streams = 0: a quarter of %ld "
-					 "cores, 1 to 8", sysconf(_SC_NPROCESSORS_ONLN));
+				snprintf(sw, sizeof(sw), "[transfer] streams = 0: a quarter of the "
+					 "%u CPU%s it may run on, 1 to 8", config_cpus(),
+					 config_cpus() == 1 ? "" : "s");
 			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
 				 "%llu bytes sent as %llu, %llu bytes held there, %u stream%s (%s)",
 				 hp->name, hp->host, hp->port, p->x ? p->x->ops->name : "-",

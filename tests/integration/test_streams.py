@@ -150,17 +150,27 @@ def test_commit_hashed_on_threads(make_cluster, threads, cache):
     assert_replica_of(step, replica(n1, n0))
 
 
-def test_streams_by_default_follow_the_cores(make_cluster):
-    """[transfer] streams = 0 (the default): a quarter of the cores, 1 to
-    8; status says so, and the copy is exact."""
-    n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": 0})
-    cores = os.sysconf("SC_NPROCESSORS_ONLN")
-    want = min(8, max(1, cores // 4))
+@pytest.mark.parametrize("pinned", [False, True])
+def test_streams_by_default_follow_the_cores(make_cluster, pinned):
+    """[transfer] streams = 0 (the default): a quarter of the CPUs the
+    daemon may run on, 1 to 8; status says so, and the copy is exact.
+    Pinned: the daemons started on one CPU (as under a cpuset or systemd's
+    CPUAffinity=) count that one, not the machine's."""
+    mine = os.sched_getaffinity(0)
+    if pinned:
+        os.sched_setaffinity(0, {min(mine)})        # the daemons inherit it
+    try:
+        n0, n1 = make_cluster(2, transfer={"watch": "off", "streams": 0})
+    finally:
+        os.sched_setaffinity(0, mine)
+    cpus = 1 if pinned else len(mine)
+    want = min(8, max(1, cpus // 4))
     step = tree(n0)
     commit_wait(n0, step)
     assert_replica_of(step, replica(n1, n0))
     got, why = streams_said(n0, n1)
-    assert got == want and why == f"[transfer] streams = 0: a quarter of {cores} cores, 1 to 8", \
+    assert got == want and why == (f"[transfer] streams = 0: a quarter of the {cpus} "
+                                   f"CPU{'' if cpus == 1 else 's'} it may run on, 1 to 8"), \
         (got, why)
 
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -687,9 +688,36 @@ static void test_check_name(void **state)
 	assert_string_equal(why, "name longer than 255 bytes");
 }
 
+/* config_cpus counts the CPUs this thread may run on, not those online:
+ * pinned to one, it says one, and the defaults follow it. */
+static void test_cpus_follow_affinity(void **state)
+{
+	struct stage_config c = { .streams = 0, .hash_threads = 0 };
+	cpu_set_t all, one;
+	unsigned n;
+
+	assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+	n = config_cpus();
+	assert_int_equal(n, (unsigned)CPU_COUNT(&all));
+	CPU_ZERO(&one);
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &all)) {
+			CPU_SET(i, &one);
+			break;
+		}
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	assert_int_equal(config_cpus(), 1);
+	assert_int_equal(config_streams(&c), 1);
+	assert_int_equal(config_hash_threads(&c), 1);
+	assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
+	assert_int_equal(config_cpus(), n);
+	assert_int_equal(config_streams(&c), n / 4 < 1 ? 1 : n / 4 > 8 ? 8 : n / 4);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cpus_follow_affinity),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_defaults_socket_user),
 		cmocka_unit_test(test_size),
