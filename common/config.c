@@ -20,8 +20,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <grp.h>
-#include <sched.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -882,13 +882,12 @@ unsigned config_cpus(void)
 	while ((set = CPU_ALLOC(ncpu))) {
 		size = CPU_ALLOC_SIZE(ncpu);
 		CPU_ZERO_S(size, set);
-		if (sched_getaffinity(0, size, set) == 0) {
+		int err = sched_getaffinity(0, size, set) == 0 ? 0 : errno;
+
+		if (err == 0)
 			n = (unsigned)CPU_COUNT_S(size, set);
-			CPU_FREE(set);
-			break;
-		}
 		CPU_FREE(set);
-		if (errno != EINVAL || ncpu >= (1u << 20))
+		if (err != EINVAL || ncpu >= (1u << 20))
 			break;
 		ncpu *= 2;
 	}

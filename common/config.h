@@ -95,7 +95,7 @@ unsigned config_streams(const struct stage_config *c);
  * that cannot be read): what "the cores" means for the defaults. */
 unsigned config_cpus(void);
 /* The threads a commit hashes on: [transfer] hash_threads, or with 0 the
- * same quarter of the cores. */
+ * same quarter of config_cpus(). */
 unsigned config_hash_threads(const struct stage_config *c);
 /* Parses INI text over the current values. On error returns -EINVAL (or
  * -ENOMEM) and writes "FILE:LINE: key 'section.key': why" into err. */

@@ -39,7 +39,7 @@ int copy_note_parse(const char *s, struct copy_note *n)
 	size_t len;
 	bool known = false;
 
-	if (!sp || strlen(s) > 512 || (size_t)(sp - s) >= sizeof(n->node))
+	if (!sp || strlen(s) > COPY_NOTE_MAX || (size_t)(sp - s) >= sizeof(n->node))
 		return -EBADMSG;
 	memcpy(n->node, s, (size_t)(sp - s));
 	n->node[sp - s] = '\0';
@@ -50,7 +50,7 @@ int copy_note_parse(const char *s, struct copy_note *n)
 	len = end ? (size_t)(end - st) : strlen(st);
 	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
 		known |= strlen(states[i]) == len && memcmp(st, states[i], len) == 0;
-	if (!known || (end && end[1] != ' '))
+	if (!known || (end && (end[1] != ' ' || end[2] == '\0' || end[2] == ' ')))
 		return -EBADMSG;
 	memcpy(n->state, st, len);
 	n->state[len] = '\0';
@@ -174,12 +174,16 @@ int hold_parse(const struct msg *m, const char *holder, struct hold_cell **cells
 			break;
 		case K_COPY: {
 			struct copy_note note;
+			char *t = dup_field(p, len);
 
-			if (c->ncopy == COPY_NOTES_MAX)
-				break;          /* more partners than a note each: the first */
-			if (!(c->copy[c->ncopy++] = dup_field(p, len)) ||
-			    copy_note_parse(c->copy[c->ncopy - 1], &note) < 0)
+			/* Every note is checked; past COPY_NOTES_MAX they are
+			 * dropped (more partners than that: the first ones). */
+			if (!t || copy_note_parse(t, &note) < 0)
 				rc = -EBADMSG;
+			if (rc == 0 && c->ncopy < COPY_NOTES_MAX)
+				c->copy[c->ncopy++] = t;
+			else
+				free(t);
 			break;
 		}
 		default:

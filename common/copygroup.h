@@ -35,8 +35,10 @@ struct copy_note {
 	char state[16];
 	const char *why;                   /* into the note's text; NULL: none */
 };
+#define COPY_NOTE_MAX 512                /* bytes a note may have */
 /* Reads a note "NODE STATE" or "NODE STATE: WHY" (NODE a node name, STATE
- * one of the above, at most 512 bytes in all): 0, or -EBADMSG. */
+ * one of the above, WHY not empty and not starting with a space; at most
+ * COPY_NOTE_MAX bytes in all): 0, or -EBADMSG. */
 int copy_note_parse(const char *s, struct copy_note *n);
 
 /* Parses every copy group of m, appending to *cells (*n of them, growing).

@@ -178,7 +178,8 @@ enum msg_key {
 			     * against the manifest only: the chunk frames may carry 0
 			     * for their raw XXH3-64 (absent or 1: they carry it) */
 	K_COPY = 57,        /* str: MSG_HOLD, MSG_CELLS: a copy of the origin's step to NODE
-			     * not confirmed yet: "NODE STATE[: WHY]" (copy groups) */
+			     * not confirmed yet: "NODE STATE[: WHY]" (copy groups; in
+			     * MSG_HOLD only) */
 };
 
 /* Request flags (K_FLAGS). */

@@ -38,9 +38,10 @@
 #define PEERS_CONNECT_MS 3000          /* a question or a restore dials within this */
 #define PEERS_MAX_HANDSHAKING 16       /* connections not yet authenticated, at once */
 
-/* The membership: written by peers_open and peers_close only. */
 typedef size_t (*peers_notes_fn)(const char *job, const char *step, const digest_t *root,
 				 char **out, size_t cap);
+/* The membership: written by peers_open and peers_close only, but for
+ * copy_notes (atomic), which replication sets and clears. */
 struct peers {
 	const struct stage_config *cfg;   /* borrowed, immutable */
 	bool cluster;                     /* a hosts file with this node in it */
@@ -48,8 +49,8 @@ struct peers {
 	struct auth_key key;              /* cluster of more than one node only */
 	size_t self;                      /* this node's index in hosts */
 	/* Set by replication while it runs (NULL otherwise): the copies of
-	 * this node's commit of JOB/STEP (of this root, when root is not NULL)
-	 * that a partner has not confirmed, as K_COPY notes (copygroup.h),
+	 * this node's commit of JOB/STEP with this root that a partner has
+	 * not confirmed, as K_COPY notes (copygroup.h),
 	 * each malloc'd, at most cap; how many. What the survey says of them. */
 	_Atomic(peers_notes_fn) copy_notes;
 };

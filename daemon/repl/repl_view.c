@@ -69,7 +69,7 @@ void repl_status(struct msg *m, uid_t viewer)
 			snprintf(v, sizeof(v), "%s %s:%u: not a partner of this node", hp->name,
 				 hp->host, hp->port);
 		else if (p->state == PEER_UP) {
-			unsigned n = p->streams ? p->streams : 1;
+			unsigned n = p->streams ? p->streams : 1, cpus = config_cpus();
 			char sw[96];
 
 			/* Why that many: the setting, or the connections it got. */
@@ -80,8 +80,7 @@ void repl_status(struct msg *m, uid_t viewer)
 				snprintf(sw, sizeof(sw), "[transfer] streams = %d", repl.cfg->streams);
 			else
 				snprintf(sw, sizeof(sw), "[transfer] streams = 0: a quarter of the "
-					 "%u CPU%s it may run on, 1 to 8", config_cpus(),
-					 config_cpus() == 1 ? "" : "s");
+					 "%u CPU%s it may run on, 1 to 8", cpus, cpus == 1 ? "" : "s");
 			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
 				 "%llu bytes sent as %llu, %llu bytes held there, %u stream%s (%s)",
 				 hp->name, hp->host, hp->port, p->x ? p->x->ops->name : "-",
@@ -244,6 +243,17 @@ uint64_t repl_newest_committed(char *what, size_t len)
 	return bytes;
 }
 
+/* A reason as a note may carry it: not empty, not starting with a space
+ * (copy_note_parse), else dflt. */
+static const char *note_why(const char *w, const char *dflt)
+{
+	if (strncmp(w, "skipped: ", 9) == 0)
+		w += 9;
+	while (*w == ' ')
+		w++;
+	return *w ? w : dflt;
+}
+
 /* One K_COPY note (copygroup.h) for partner i's copy of r, or NULL when it
  * is confirmed (or memory ran out: a note is an explanation, not a
  * finding). Under lock. */
@@ -251,36 +261,33 @@ static char *copy_note(const struct record *r, size_t i)
 {
 	const struct rcopy *c = &r->copies[i];
 	const struct partner *p = &repl.partners[i];
-	const char *to = repl_partner_name(i), *why = c->why;
-	char *s = NULL;
-	int n = -1;
+	const char *to = repl_partner_name(i);
+	char s[COPY_NOTE_MAX + 1];
 
-	switch (c->state) {
-	case C_CONFIRMED:
+	/* A reason (a partner's refusal) is cut at 200 bytes, so that with a
+	 * node name of 255 the note stays within COPY_NOTE_MAX, past which it
+	 * would make the answer malformed. A sender marks a copy sending
+	 * before it dials, so a partner down shows as queued in either state. */
+	if (c->state == C_CONFIRMED)
 		return NULL;
-	case C_SENDING:
-		n = asprintf(&s, "%s " COPY_SENDING ": %.1f of %.1f MiB sent", to,
-			     (double)c->sent / (1 << 20), (double)c->total / (1 << 20));
-		break;
-	case C_PENDING:
-		if (p->state == PEER_DOWN)
-			n = asprintf(&s, "%s " COPY_QUEUED ": %s is down (%.400s)", to, to, p->why);
-		else if (why[0])
-			n = asprintf(&s, "%s " COPY_QUEUED ": the last try failed (%.400s)", to, why);
-		else
-			n = asprintf(&s, "%s " COPY_QUEUED, to);
-		break;
-	case C_SKIPPED:
-		if (strncmp(why, "skipped: ", 9) == 0)
-			why += 9;
-		n = asprintf(&s, "%s " COPY_SKIPPED ": %.400s", to,
-			     why[0] ? why : "a newer step went first");
-		break;
-	case C_FAILED:
-		n = asprintf(&s, "%s " COPY_FAILED ": %.400s", to, why[0] ? why : "given up");
-		break;
-	}
-	return n < 0 ? NULL : s;
+	if ((c->state == C_SENDING || c->state == C_PENDING) && p->state == PEER_DOWN)
+		snprintf(s, sizeof(s), "%s " COPY_QUEUED ": the partner is down (%.200s)", to,
+			 p->why);
+	else if (c->state == C_SENDING)
+		snprintf(s, sizeof(s), "%s " COPY_SENDING ": %.1f of %.1f MiB sent", to,
+			 (double)c->sent / (1 << 20), (double)c->total / (1 << 20));
+	else if (c->state == C_PENDING && c->why[0])
+		snprintf(s, sizeof(s), "%s " COPY_QUEUED ": the last try failed (%.200s)", to,
+			 c->why);
+	else if (c->state == C_PENDING)
+		snprintf(s, sizeof(s), "%s " COPY_QUEUED, to);
+	else if (c->state == C_SKIPPED)
+		snprintf(s, sizeof(s), "%s " COPY_SKIPPED ": %.200s", to,
+			 note_why(c->why, "a newer step went first"));
+	else
+		snprintf(s, sizeof(s), "%s " COPY_FAILED ": %.200s", to,
+			 note_why(c->why, "given up"));
+	return strdup(s);
 }
 
 size_t repl_copy_notes(const char *job, const char *step, const digest_t *root, char **out,
@@ -293,7 +300,7 @@ size_t repl_copy_notes(const char *job, const char *step, const digest_t *root, 
 	r = repl.stopping ? NULL : repl_rec_find(job, step);
 	/* A record being hashed again, or of another root, is not about the
 	 * copy the survey read: nothing is said of it. */
-	if (r && r->state == R_READY && (!root || digest_eq(*root, r->root)))
+	if (r && r->state == R_READY && digest_eq(*root, r->root))
 		for (size_t i = 0; i < repl.npartners && n < cap; i++)
 			if ((out[n] = copy_note(r, i)))
 				n++;

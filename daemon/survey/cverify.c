@@ -284,15 +284,15 @@ static int noted_problem(struct cverify_out *o, const struct cverify_in *in, con
 {
 	const char *sep = n->why ? ": " : "", *why = n->why ? n->why : "";
 
-	if (strcmp(n->state, COPY_SKIPPED) == 0) {
-		o->skipped++;
+	o->noted++;
+	if (strcmp(n->state, COPY_SKIPPED) == 0)
 		return problem(o, "%s holds no copy of %s's %s: %s skipped it%s%s ([transfer] stale)",
 			       holder, origin, in->step, origin, sep, why);
-	}
 	if (strcmp(n->state, COPY_FAILED) == 0)
 		return problem(o, "%s holds no copy of %s's %s: %s gave up sending it%s%s", holder,
 			       origin, in->step, origin, sep, why);
-	o->on_way++;
+	/* A copy queued after a failed try may fail again: not "on its way". */
+	o->on_way += strcmp(n->state, COPY_SENDING) == 0 || !n->why;
 	if (strcmp(n->state, COPY_SENDING) == 0)
 		return problem(o, "%s holds no copy of %s's %s yet: %s is sending it%s%s%s", holder,
 			       origin, in->step, origin, n->why ? " (" : "", n->why ? n->why : "",
@@ -563,18 +563,19 @@ void cverify_run(struct job *j, const char *path, const char *nodes)
 			   "(above), and every copy on the nodes that answered is intact; verify "
 			   "again when %s back", job, step, flat.unreached,
 			   flat.unreached == 1 ? "" : "s", flat.unreached == 1 ? "it is" : "they are");
-	else if (out.on_way + out.skipped == out.nproblems && !out.skipped)
+	else if (out.on_way == out.nproblems)
 		/* Every copy missing is on its way: nothing to repair. */
 		job_result(j, 1, NULL, NULL, "%s/%s is not on every node yet: %zu cop%s on the way "
 			   "(above); verify again once %s confirmed (`stage commit --wait` returns "
 			   "then)", job, step, out.on_way, out.on_way == 1 ? "y is" : "ies are",
 			   out.on_way == 1 ? "it is" : "they are");
-	else if (out.on_way + out.skipped == out.nproblems)
-		job_result(j, 1, NULL, NULL, "%s/%s is not on every node: %zu cop%s skipped for a "
-			   "newer step%s (above); `stage commit --wait` of the step on its origin "
-			   "sends %s", job, step, out.skipped, out.skipped == 1 ? "y was" : "ies were",
-			   out.on_way ? ", the others are on the way" : "",
-			   out.skipped + out.on_way == 1 ? "it" : "them");
+	else if (out.noted == out.nproblems)
+		/* Copies skipped, given up or failing: a new commit of the step
+		 * on its origin makes every copy of it pending again. */
+		job_result(j, 1, NULL, NULL, "%s/%s is not on every node: its origin has not sent "
+			   "%zu cop%s (above); `stage commit --wait` of the step there sends %s", job,
+			   step, out.noted, out.noted == 1 ? "y" : "ies",
+			   out.noted == 1 ? "it" : "them");
 	else
 		job_result(j, 1, NULL, NULL, "%s/%s does not verify (%zu problem%s): %s", job, step,
 			   out.nproblems, out.nproblems == 1 ? "" : "s", out.recoverable ?

@@ -43,8 +43,9 @@ struct cverify_out {
 	size_t nproblems;
 	bool recoverable;          /* every origin has an intact copy somewhere */
 	size_t norigins;
-	size_t on_way, skipped;    /* of the problems: copies their origin says are queued or
-				    * being sent, and skipped for a newer step (K_COPY) */
+	size_t noted, on_way;      /* of the problems: copies their origin says it has not
+				    * sent (K_COPY), and of those the ones on their way (being
+				    * sent, or queued with nothing against them) */
 };
 int cverify_decide(const struct cverify_in *in, struct cverify_out *out);
 void cverify_free(struct cverify_out *out);

@@ -140,13 +140,12 @@ static void survey_copy(const struct stage_config *cfg, const char *origin, cons
 	}
 out:
 	close(fd);
-	/* This node's own copy: what its replication says of the copies its
-	 * partners have not confirmed, so that an asker can tell a copy on
-	 * its way, or skipped, from one lost. */
-	notes = own ? atomic_load(&peers.copy_notes) : NULL;
+	/* This node's own copy: what its replication says of the copies of
+	 * this commit (this root) its partners have not confirmed, so that an
+	 * asker can tell a copy on its way, or skipped, from one lost. */
+	notes = own && c.has_root ? atomic_load(&peers.copy_notes) : NULL;
 	if (notes)
-		c.ncopy = (unsigned)notes(job, step, c.has_root ? &c.root : NULL, c.copy,
-					  COPY_NOTES_MAX);
+		c.ncopy = (unsigned)notes(job, step, &c.root, c.copy, COPY_NOTES_MAX);
 	hold_put(m, &c, false);
 	for (unsigned i = 0; i < c.ntext; i++)
 		free(c.text[i]);

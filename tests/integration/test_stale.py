@@ -309,7 +309,8 @@ def test_verify_cluster_names_copies_not_there_yet(make_cluster):
     assert rc == 1, out
     assert ("n1 holds no copy of n0's step-200: n0 skipped it: step-300 is newer and went "
             "first ([transfer] stale)") in out, out
-    assert "1 copy was skipped for a newer step" in out, out
+    assert ("job1/step-200 is not on every node: its origin has not sent 1 copy (above); "
+            "`stage commit --wait` of the step there sends it") in out, out
     v = n0.run("--json", "verify", "--cluster", ckpt(n0, step="step-200"), timeout=60)
     row = copy_cells(v.stdout)[("n0", "n1")]
     assert row["state"] == "missing" and \

@@ -307,17 +307,18 @@ static void test_copy_notes(void **state)
 {
 	static const struct {
 		const char *note, *problem;
-		size_t on_way, skipped;
+		size_t on_way;
 	} cases[] = {
 		{ "n1 sending: 3.0 of 32.0 MiB sent", "n1 holds no copy of n0's " STEP " yet: n0 is "
-		  "sending it (3.0 of 32.0 MiB sent)", 1, 0 },
-		{ "n1 queued", "n1 holds no copy of n0's " STEP " yet: it is queued on n0", 1, 0 },
-		{ "n1 queued: n1 is down (refused)", "n1 holds no copy of n0's " STEP " yet: it is "
-		  "queued on n0: n1 is down (refused)", 1, 0 },
+		  "sending it (3.0 of 32.0 MiB sent)", 1 },
+		{ "n1 queued", "n1 holds no copy of n0's " STEP " yet: it is queued on n0", 1 },
+		/* queued after a failed try, or for a partner down: not "on its way" */
+		{ "n1 queued: the partner is down (refused)", "n1 holds no copy of n0's " STEP
+		  " yet: it is queued on n0: the partner is down (refused)", 0 },
 		{ "n1 skipped: step-300 is newer and went first", "n1 holds no copy of n0's " STEP
-		  ": n0 skipped it: step-300 is newer and went first ([transfer] stale)", 0, 1 },
+		  ": n0 skipped it: step-300 is newer and went first ([transfer] stale)", 0 },
 		{ "n1 failed: n1: no space", "n1 holds no copy of n0's " STEP ": n0 gave up sending "
-		  "it: n1: no space", 0, 0 },
+		  "it: n1: no space", 0 },
 	};
 
 	setup_ring(3);
@@ -338,7 +339,7 @@ static void test_copy_notes(void **state)
 			assert_int_equal(out.nproblems, 1);
 			assert_has_problem(&out, cases[k].problem);
 			assert_int_equal(out.on_way, cases[k].on_way);
-			assert_int_equal(out.skipped, cases[k].skipped);
+			assert_int_equal(out.noted, 1);
 			assert_row(&out, "n0", "n1", "missing");
 			assert_int_equal(row(&out, "n0", "n1")->ntext, 1);
 			assert_string_equal(row(&out, "n0", "n1")->text[0],
@@ -360,6 +361,16 @@ static void test_copy_notes(void **state)
 	assert_int_equal(decide(3, NULL, NULL, there, 6, &out), 0);
 	cverify_free(&out);
 
+	/* Nor does one about a copy that is there but damaged: the damage is
+	 * the problem, not a copy on its way. */
+	there[1].state = (char *)"damaged";
+	assert_int_equal(decide(3, NULL, NULL, there, 6, &out), 1);
+	assert_int_equal(out.noted, 0);
+	assert_int_equal(out.on_way, 0);
+	assert_int_equal(problems_with(&out, "sending"), 0);
+	assert_has_problem(&out, "the copy of n0's " STEP " on n1 is damaged");
+	cverify_free(&out);
+
 	/* n0's own copy is of another step: its notes are not about this one. */
 	struct hold_cell other[] = {
 		CELL("n0", "n0", "other-step", "step-90", 9),
@@ -370,7 +381,7 @@ static void test_copy_notes(void **state)
 	other[0].copy[0] = (char *)"n1 sending: 3.0 of 32.0 MiB sent";
 	other[0].ncopy = 1;
 	assert_int_equal(decide(3, NULL, NULL, other, 5, &out), 1);
-	assert_int_equal(out.on_way, 0);
+	assert_int_equal(out.noted, 0);
 	assert_int_equal(problems_with(&out, "sending"), 0);
 	assert_has_problem(&out, "n1 holds no copy of n0's " STEP " (placement puts one there)");
 	cverify_free(&out);

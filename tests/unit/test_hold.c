@@ -444,7 +444,7 @@ static void test_copy_notes(void **state)
 	};
 	static const char *const bad[] = {
 		"n1", "n1 ", "n1 lost", "n1 sending:x", "n1 sending:", "../n1 queued",
-		" queued", "n1 queued extra", "n1 Queued",
+		" queued", "n1 queued extra", "n1 Queued", "n1 queued: ", "n1 queued:  x",
 	};
 	struct hold_cell c = { .origin = "n0", .state = "ok", .step = STEP };
 	struct hold_cell *out = NULL;
@@ -507,6 +507,11 @@ static void test_copy_notes(void **state)
 	assert_int_equal(n, 2);
 	assert_int_equal(out[1].ncopy, COPY_NOTES_MAX);
 	assert_string_equal(out[1].copy[COPY_NOTES_MAX - 1], "p15 queued");
+	/* ... but every one is checked: a bad one past them still spoils the
+	 * frame. */
+	msg_put_str(&m, K_COPY, "p99 lost");
+	assert_int_equal(hold_parse(&m, "n0", &out, &n), -EBADMSG);
+	assert_int_equal(n, 2);
 	msg_free(&m);
 	hold_cells_free(out, n);
 }

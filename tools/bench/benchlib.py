@@ -248,6 +248,9 @@ def schedstat(pid="self"):
         return None, None
 
 
+_START_CPUS = os.sched_getaffinity(0)
+
+
 def parse_cpus(text):
     """A CPU list as taskset -c and /sys write it ("0-3,8,10-11") -> a set of CPU numbers,
     each one this process may run on; ValueError naming the list and the cause."""
@@ -406,12 +409,13 @@ class Node:
         with open(self.log_path, "ab" if self.starts else "wb") as f:
             f.write(f"\n=== staged start {self.starts} at {datetime.now().isoformat()} ===\n".encode())
             f.flush()
-            cpus = self.cpus
+            # Every CPU this script could use when it began, unless told: the
+            # script may have pinned itself since (tools/bench/trainer).
+            cpus = self.cpus or _START_CPUS
 
             def pre():
                 _pdeathsig()
-                if cpus:
-                    os.sched_setaffinity(0, cpus)   # every thread staged starts inherits it
+                os.sched_setaffinity(0, cpus)       # every thread staged starts inherits it
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f,
                                          stderr=subprocess.STDOUT, cwd=self.work,
                                          start_new_session=True, preexec_fn=pre)
