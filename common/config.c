@@ -876,14 +876,14 @@ unsigned config_cpus(void)
 	size_t ncpu = online > 1024 ? (size_t)online : 1024, size;
 	cpu_set_t *set;
 	unsigned n = 0;
+	int err;
 
 	/* The mask is sized for every CPU the kernel may name, beyond those
 	 * online (sched_getaffinity fails with EINVAL on a mask too small). */
 	while ((set = CPU_ALLOC(ncpu))) {
 		size = CPU_ALLOC_SIZE(ncpu);
 		CPU_ZERO_S(size, set);
-		int err = sched_getaffinity(0, size, set) == 0 ? 0 : errno;
-
+		err = sched_getaffinity(0, size, set) == 0 ? 0 : errno;
 		if (err == 0)
 			n = (unsigned)CPU_COUNT_S(size, set);
 		CPU_FREE(set);

@@ -177,9 +177,8 @@ enum msg_key {
 	K_FRAME_SUM = 56,   /* u64: MSG_WANT, MSG_FETCH_REQ: 0, the asker checks the bytes
 			     * against the manifest only: the chunk frames may carry 0
 			     * for their raw XXH3-64 (absent or 1: they carry it) */
-	K_COPY = 57,        /* str: MSG_HOLD, MSG_CELLS: a copy of the origin's step to NODE
-			     * not confirmed yet: "NODE STATE[: WHY]" (copy groups; in
-			     * MSG_HOLD only) */
+	K_COPY = 57,        /* str: MSG_HOLD: a copy of the origin's step to NODE not
+			     * confirmed yet: "NODE STATE[: WHY]" (copy groups) */
 };
 
 /* Request flags (K_FLAGS). */

@@ -50,8 +50,8 @@ struct peers {
 	size_t self;                      /* this node's index in hosts */
 	/* Set by replication while it runs (NULL otherwise): the copies of
 	 * this node's commit of JOB/STEP with this root that a partner has
-	 * not confirmed, as K_COPY notes (copygroup.h),
-	 * each malloc'd, at most cap; how many. What the survey says of them. */
+	 * not confirmed, as K_COPY notes (copygroup.h), each malloc'd, at
+	 * most cap; returns how many. What the survey says of them. */
 	_Atomic(peers_notes_fn) copy_notes;
 };
 extern struct peers peers;
