@@ -283,6 +283,7 @@ static int noted_problem(struct cverify_out *o, const struct cverify_in *in, con
 			 const char *holder, const struct copy_note *n)
 {
 	const char *sep = n->why ? ": " : "", *why = n->why ? n->why : "";
+	const char *lpar = n->why ? " (" : "", *rpar = n->why ? ")" : "";
 
 	o->noted++;
 	if (strcmp(n->state, COPY_SKIPPED) == 0)
@@ -295,8 +296,7 @@ static int noted_problem(struct cverify_out *o, const struct cverify_in *in, con
 	o->on_way += strcmp(n->state, COPY_SENDING) == 0 || !n->why;
 	if (strcmp(n->state, COPY_SENDING) == 0)
 		return problem(o, "%s holds no copy of %s's %s yet: %s is sending it%s%s%s", holder,
-			       origin, in->step, origin, n->why ? " (" : "", n->why ? n->why : "",
-			       n->why ? ")" : "");
+			       origin, in->step, origin, lpar, why, rpar);
 	return problem(o, "%s holds no copy of %s's %s yet: it is queued on %s%s%s", holder,
 		       origin, in->step, origin, sep, why);
 }
