@@ -4,7 +4,9 @@
  * chunk_no taken so far (chunk_fill of them), unless ext: then a hasher
  * holds them, and each later part of that chunk comes with its sums; and
  * every chunk below chunk_no matched the manifest before its last byte was
- * written. */
+ * written. In a file of chunks, mark is whole as it was at mark_at, the
+ * start of the last chunk begun (so a rewind to it keeps the whole-file
+ * check). */
 #include "daemon/engine/cbuild.h"
 
 #include <errno.h>
@@ -19,11 +21,13 @@ int cbuild_open(struct cbuild *b)
 	*b = (struct cbuild){ 0 };
 	b->whole = XXH3_createState();
 	b->chunk = XXH3_createState();
-	rc = b->whole && b->chunk ? wq_open(&b->wq) : -ENOMEM;
+	b->mark = XXH3_createState();
+	rc = b->whole && b->chunk && b->mark ? wq_open(&b->wq) : -ENOMEM;
 	if (rc < 0) {
 		XXH3_freeState(b->whole);
 		XXH3_freeState(b->chunk);
-		b->whole = b->chunk = NULL;
+		XXH3_freeState(b->mark);
+		b->whole = b->chunk = b->mark = NULL;
 	}
 	return rc;
 }
@@ -35,7 +39,8 @@ void cbuild_close(struct cbuild *b)
 	wq_close(&b->wq);
 	XXH3_freeState(b->whole);
 	XXH3_freeState(b->chunk);
-	b->whole = b->chunk = NULL;
+	XXH3_freeState(b->mark);
+	b->whole = b->chunk = b->mark = NULL;
 }
 
 /* The digest of the chunk that has just been completed: the builder's own,
@@ -73,9 +78,9 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 	 * has held it from its start (all of a chunk's pieces through one). */
 	if (e->nchunks && b->ext && b->chunk_fill && !(s && s->head))
 		return -EPROTO;
-	XXH3_128bits_update(b->whole, p, n);
-	b->at += n;
 	if (!e->nchunks) {
+		XXH3_128bits_update(b->whole, p, n);
+		b->at += n;
 		if (b->at == e->size && !digest_eq(XXH3_128bits_digest(b->whole), e->digest)) {
 			b->bad_chunk = 0;
 			rc = -EBADMSG;
@@ -86,10 +91,15 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 		uint64_t left = b->chunk_size - b->chunk_fill;
 		size_t k = left < n ? (size_t)left : n;
 
-		if (b->chunk_fill == 0)
+		if (b->chunk_fill == 0) {
 			b->ext = s != NULL;     /* who hashes this chunk, to its end */
+			XXH3_copyState(b->mark, b->whole);
+			b->mark_at = b->at;
+		}
 		if (!b->ext)
 			XXH3_128bits_update(b->chunk, p, k);
+		XXH3_128bits_update(b->whole, p, k);
+		b->at += k;
 		b->chunk_fill += k;
 		p += k;
 		n -= k;
@@ -174,6 +184,7 @@ int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size
 	b->e = e;
 	b->chunk_size = chunk_size;
 	b->at = b->chunk_no = b->chunk_fill = b->bad_chunk = 0;
+	b->mark_at = UINT64_MAX;
 	b->skipped = b->ext = false;
 	if (keep > e->size)
 		return -EINVAL;
@@ -239,6 +250,8 @@ int cbuild_rewind(struct cbuild *b)
 	XXH3_128bits_reset(b->chunk);
 	if (b->at == 0)
 		XXH3_128bits_reset(b->whole);
+	else if (b->mark_at == b->at)
+		XXH3_copyState(b->whole, b->mark);      /* as it was at this chunk's start */
 	else
 		b->skipped = true;
 	return 0;

@@ -17,9 +17,9 @@
  * digests and not their chunks' (docs/MANIFEST.md), so it is the whole-file
  * digest that binds the bytes to the root the offer named; a manifest whose
  * chunk lines disagree with its file digests (a broken sender) is refused
- * by it. A repair in place (cbuild_skip_to) and a file rewound to take the
- * rest from another source (cbuild_rewind) are checked chunk by chunk
- * only: the whole no longer passes through once. The piece that
+ * by it. A repair in place (cbuild_skip_to) is checked chunk by chunk
+ * only: the whole no longer passes through once; a file rewound to take
+ * the rest from another source (cbuild_rewind) keeps its whole check. The piece that
  * completes a chunk is written only once the chunk matched, so the file
  * never holds a whole chunk that was not checked; after a failure
  * (cbuild_put's -EBADMSG, bad_chunk saying which) it holds checked chunks
@@ -77,6 +77,8 @@ struct cbuild_hasher {
 struct cbuild {
 	struct wq wq;                  /* the writes; wq_sync / wq_durable are the caller's */
 	XXH3_state_t *whole, *chunk;
+	XXH3_state_t *mark;            /* whole at mark_at (cbuild.c) */
+	uint64_t mark_at;              /* UINT64_MAX: no mark */
 	const struct mf_entry *e;      /* borrowed, between begin and end */
 	uint64_t chunk_size;
 	uint64_t at;                   /* bytes taken: the offset the next piece is for */
@@ -133,8 +135,10 @@ int cbuild_skip_to(struct cbuild *b, uint64_t k);
 /* After a failure, back to the start of the chunk the next byte was for
  * (of a file of one chunk, to its start), every write done first: the rest
  * can then come from another source. The chunks before it stay as written,
- * each checked; past the start, cbuild_end checks no whole-file digest (it
- * no longer covers each byte once). 0, or the writes' sticky error. */
+ * each checked. The whole-file digest goes back with it (it is kept as it
+ * was at the start of each chunk), so cbuild_end still checks it; only
+ * where that chunk's start was never passed through here (after a skip)
+ * does it check none. 0, or the writes' sticky error. */
 int cbuild_rewind(struct cbuild *b);
 /* Whether everything taken so far is checked: b->at ends a chunk (or the
  * file has one chunk only, checked at its end: never, before that). */

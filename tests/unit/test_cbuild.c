@@ -217,6 +217,46 @@ static void test_rewind_to_another_source(void **state)
 	cbuild_close(&b);
 }
 
+/* A rewind keeps the whole-file check: the digest goes back to what it was
+ * at the chunk's start, so the bytes taken again count once. Fed right
+ * after a rewind mid-chunk (and after two), the file's digest is checked
+ * and matches; with chunk lines right and the file's digest wrong (a
+ * broken sender), the end refuses it, rewound or not. */
+static void test_rewind_keeps_the_whole_check(void **state)
+{
+	size_t n = 6 * CHUNK + 300;
+	uint8_t *good = pattern(n, 21);
+	struct mf_entry e;
+	struct cbuild b;
+	char path[64];
+	int fd = temp_file(path, sizeof(path));
+
+	assert_int_equal(cbuild_open(&b), 0);
+	entry_of(&e, good, n, CHUNK);
+	for (int wrong = 0; wrong < 2; wrong++) {
+		e.digest = digest_of(good, n);
+		if (wrong)
+			e.digest.low64 ^= 1;
+		assert_int_equal(cbuild_begin(&b, &e, CHUNK, fd, 0, true), 0);
+		assert_int_equal(feed(&b, good, 2 * CHUNK + 100, 0, 4096), 0);
+		assert_int_equal(cbuild_rewind(&b), 0);
+		assert_int_equal(b.at, 2 * CHUNK);
+		assert_int_equal(feed(&b, good, 4 * CHUNK + 7, 2 * CHUNK, 5000), 0);
+		assert_int_equal(cbuild_rewind(&b), 0);
+		assert_int_equal(b.at, 4 * CHUNK);
+		assert_false(b.skipped);
+		assert_int_equal(feed(&b, good, n, 4 * CHUNK, 4096), 0);
+		assert_int_equal(cbuild_end(&b), wrong ? -EBADMSG : 0);
+		if (!wrong)
+			check_file(fd, good, n);
+	}
+	close(fd);
+	unlink(path);
+	mf_entry_free(&e);
+	free(good);
+	cbuild_close(&b);
+}
+
 /* A file of one chunk has no chunk digests: its own digest is checked when
  * its last byte comes, before that byte is written. */
 static void test_one_chunk_file_is_checked_by_its_digest(void **state)
@@ -526,6 +566,7 @@ int main(void)
 		cmocka_unit_test(test_a_bad_chunk_is_never_written),
 		cmocka_unit_test(test_one_chunk_file_is_checked_by_its_digest),
 		cmocka_unit_test(test_rewind_to_another_source),
+		cmocka_unit_test(test_rewind_keeps_the_whole_check),
 		cmocka_unit_test(test_resume_checks_what_is_kept),
 		cmocka_unit_test(test_file_digest_and_size_are_checked),
 		cmocka_unit_test(test_patch_in_place),
