@@ -97,6 +97,12 @@ enum msg_type {
 			     * K_ROOT, K_INDEX: this connection is stream K_INDEX of that
 			     * offer (K_STREAMS in its MSG_OFFER); its MSG_DATA follow, then
 			     * MSG_END. No answer (docs/PROTOCOL.md, "Streams") */
+	MSG_RESTREAM = 55,  /* receiver, on stream 0 (K_RESTREAM taken both ways): K_INDEX,
+			     * a further stream lost; K_FILE, K_OFFSET, where the pieces go
+			     * on from, on the streams left; K_CODE, the hand-off's number
+			     * (1, 2, ... in the copy) */
+	MSG_MARK = 56,      /* sender, on each stream left after MSG_RESTREAM: K_CODE, its
+			     * number; the pieces from the MSG_RESTREAM's point follow */
 };
 
 /* A copy group, in MSG_HOLD and MSG_CELLS: fields in this order, each group
@@ -179,6 +185,8 @@ enum msg_key {
 			     * for their raw XXH3-64 (absent or 1: they carry it) */
 	K_COPY = 57,        /* str: MSG_HOLD: a copy of the origin's step to NODE not
 			     * confirmed yet: "NODE STATE[: WHY]" (copy groups) */
+	K_RESTREAM = 58,    /* u64: MSG_OFFER: 1, the sender takes MSG_RESTREAM; MSG_WANT:
+			     * 1, the receiver hands a lost stream's turns to the others */
 };
 
 /* Request flags (K_FLAGS). */

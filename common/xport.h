@@ -14,6 +14,7 @@
 #ifndef STAGE_XPORT_H
 #define STAGE_XPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +51,10 @@ struct xport_ops {
 	 * MSG_ERROR: a refusal while we were still sending), within timeout_ms.
 	 * Only while nothing has failed on the receiving side. */
 	int (*recv_last)(struct xport *x, struct msg *m, int timeout_ms);
+	/* Whether the peer has sent something not read yet (or closed), without
+	 * waiting: a sender that only sends can look for an answer between
+	 * frames. NULL where the transport cannot tell. */
+	bool (*ready)(struct xport *x);
 	/* 0 disables; applies to every later send and recv. */
 	int (*set_timeout)(struct xport *x, int timeout_ms);
 	/* Bytes handed to send that have not yet reached the peer (sent but

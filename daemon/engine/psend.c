@@ -80,7 +80,7 @@ int psend_open(struct psend *ps, uint64_t rate)
 	ps->fd = -1;
 	ps->nstreams = 1;
 	pthread_mutex_init(&ps->mu, NULL);
-	pthread_cond_init(&ps->cv, NULL);
+	mono_cond_init(&ps->cv);
 	pace_init(&ps->pace, rate);
 	ps->cap = &ps->pace;
 	ps->frame_cap = codec_chunk_bound(PSEND_PIECE);
@@ -164,8 +164,10 @@ static void *stream_main(void *arg)
 		}
 		pthread_mutex_lock(&ps->mu);
 		ps->busy[it.slot] = false;
-		if (rc < 0 && !ps->err)
+		if (rc < 0 && !ps->err) {
 			ps->err = rc;
+			ps->err_stream = (unsigned)(t - ps->st);
+		}
 		if (rc == 0 && !err && it.h->sent)
 			it.h->sent(it.h->arg, it.at, it.len, flen, f[0]);
 		pthread_cond_broadcast(&ps->cv);
@@ -183,6 +185,7 @@ int psend_streams_begin(struct psend *ps, struct xport *const *xs, unsigned n, u
 		return -EINVAL;
 	ps->turn = 0;
 	ps->err = 0;
+	ps->err_stream = 0;
 	if (n == 1)
 		return 0;
 	ps->max_depth = slots < PSEND_DEPTH ? PSEND_DEPTH :
@@ -229,6 +232,8 @@ int psend_streams_end(struct psend *ps, bool ok)
 		msg_init(&m, MSG_END);
 		rc = ps->st[j].x->ops->send(ps->st[j].x, &m);
 		msg_free(&m);
+		if (rc < 0)
+			ps->err_stream = j;
 	}
 	for (unsigned j = 1; j < ps->nstreams; j++)
 		free(ps->st[j].frame);
@@ -240,6 +245,14 @@ int psend_streams_end(struct psend *ps, bool ok)
 	shrink(ps, PSEND_DEPTH);        /* the streams' slots go with them */
 	ps->max_depth = 0;
 	return rc;
+}
+
+void psend_shut(struct psend *ps, unsigned j)
+{
+	pthread_mutex_lock(&ps->mu);
+	if (j >= 1 && j < ps->nstreams)
+		ps->st[j].x->ops->shutdown(ps->st[j].x);
+	pthread_mutex_unlock(&ps->mu);
 }
 
 void psend_streams_group(struct psend *ps, uint64_t group)
@@ -383,14 +396,46 @@ static void hooks_unlock(struct psend *ps)
 		pthread_mutex_unlock(&ps->mu);
 }
 
+/* A range stopped by the caller's check (rc): the streams give back what
+ * they hold unsent, and keep their connections. Under ps->mu. */
+static void stop_checked(struct psend *ps, int rc)
+{
+	if (!ps->err) {
+		ps->err = rc;
+		ps->err_stream = 0;
+	}
+	pthread_cond_broadcast(&ps->cv);
+}
+
+/* The caller's thread waiting for a stream, under ps->mu: woken by the
+ * streams, and every PSEND_CHECK_MS to run the caller's check. */
+static void wait_checked(struct psend *ps, const struct psend_hooks *h)
+{
+	struct timespec until;
+	int rc;
+
+	if (!h->check) {
+		pthread_cond_wait(&ps->cv, &ps->mu);
+		return;
+	}
+	until = mono_timespec(mono_ns() + PSEND_CHECK_MS * 1000000ull);
+	if (pthread_cond_timedwait(&ps->cv, &ps->mu, &until) != ETIMEDOUT)
+		return;
+	pthread_mutex_unlock(&ps->mu);
+	rc = h->check(h->arg);
+	pthread_mutex_lock(&ps->mu);
+	if (rc < 0)
+		stop_checked(ps, rc);
+}
+
 /* Waits until slot s is no stream's: 0, or a stream's failure. */
-static int wait_slot(struct psend *ps, unsigned s)
+static int wait_slot(struct psend *ps, unsigned s, const struct psend_hooks *h)
 {
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
 	while (ps->busy[s] && !ps->err)
-		pthread_cond_wait(&ps->cv, &ps->mu);
+		wait_checked(ps, h);
 	rc = ps->err;
 	pthread_mutex_unlock(&ps->mu);
 	return rc;
@@ -404,7 +449,7 @@ static int hand_over(struct psend *ps, struct psend_stream *t, const struct item
 
 	pthread_mutex_lock(&ps->mu);
 	while (t->qn == PSEND_MAX_DEPTH && !ps->err)
-		pthread_cond_wait(&ps->cv, &ps->mu);
+		wait_checked(ps, it->h);
 	rc = ps->err;
 	if (rc == 0) {
 		t->q[(t->qh + t->qn) % PSEND_MAX_DEPTH] = *it;
@@ -421,6 +466,7 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 		const char *name, char *why, size_t whylen)
 {
 	int fl = fcntl(fd, F_GETFL), rc = 0;
+	bool checked = false;           /* the caller's check stopped it */
 
 	*why = '\0';
 	if (ps->broken) {
@@ -445,9 +491,13 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 
 		if (h->hold)
 			h->hold(h->arg);
+		if (h->check && (rc = h->check(h->arg)) < 0) {
+			checked = true;
+			break;
+		}
 		/* Every slot is with a stream: wait for the oldest. */
 		if (ps->n == 0) {
-			if ((rc = wait_slot(ps, ps->head)) < 0)
+			if ((rc = wait_slot(ps, ps->head, h)) < 0)
 				break;
 			submit(ps);
 		}
@@ -542,15 +592,18 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 	 * stream blocked in a send is woken (its connection is dead then). */
 	if (ps->nstreams > 1) {
 		pthread_mutex_lock(&ps->mu);
-		if (rc < 0 && !ps->err) {
+		if (rc < 0 && checked) {
+			stop_checked(ps, rc);
+		} else if (rc < 0 && !ps->err) {
 			ps->err = rc;
+			ps->err_stream = 0;
 			for (unsigned j = 1; j < ps->nstreams; j++)
 				ps->st[j].x->ops->shutdown(ps->st[j].x);
 			pthread_cond_broadcast(&ps->cv);
 		}
 		for (unsigned i = 0; i < ps->depth; i++)
 			while (ps->busy[i])
-				pthread_cond_wait(&ps->cv, &ps->mu);
+				wait_checked(ps, h);
 		if (rc == 0 && ps->err)
 			rc = ps->err;
 		pthread_mutex_unlock(&ps->mu);

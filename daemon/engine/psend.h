@@ -88,6 +88,7 @@ struct psend {
 	pthread_cond_t cv;
 	bool busy[PSEND_MAX_DEPTH];     /* handed to a stream, not sent yet */
 	int err;                        /* a stream's first failure: the copy's */
+	unsigned err_stream;            /* the stream it was on (0: the caller's, or a check) */
 };
 
 /* What a caller adds to each piece. Any hook may be NULL. */
@@ -102,8 +103,16 @@ struct psend_hooks {
 	void (*after)(void *arg, int rc);
 	/* A piece was sent: its offset, raw length, wire length, codec id. */
 	void (*sent)(void *arg, uint64_t at, size_t raw, size_t wire, unsigned codec);
+	/* On the caller's thread, no lock held: before each piece, and every
+	 * PSEND_CHECK_MS while it waits for a stream. A negative return stops
+	 * the range with it: the streams give back what they hold without
+	 * sending it, finish the sends they are in (psend_shut wakes one whose
+	 * connection is dead) and keep their connections. */
+	int (*check)(void *arg);
 	void *arg;
 };
+
+#define PSEND_CHECK_MS 100
 
 /* 0 or -errno. rate: bytes per second on the wire, 0 for none. */
 int psend_open(struct psend *ps, uint64_t rate);
@@ -133,6 +142,16 @@ void psend_streams_group(struct psend *ps, uint64_t group);
 /* Sends MSG_END on xs[1..n) after their last pieces (when ok), stops their
  * threads. 0, or the first failure of a stream (-errno). */
 int psend_streams_end(struct psend *ps, bool ok);
+/* The stream (its index in xs) whose failure failed the last range or
+ * psend_streams_end; 0 when it was the caller's connection, a read, or a
+ * check. Until the next psend_streams_begin. */
+static inline unsigned psend_failed_stream(const struct psend *ps)
+{
+	return ps->err_stream;
+}
+/* Wakes stream j's thread from a send that cannot complete (its connection
+ * is dead then): from a check hook, between psend_streams_begin and _end. */
+void psend_shut(struct psend *ps, unsigned j);
 
 /* Sends bytes [off, end) of fd (a file of size bytes, for the dtype guess)
  * as MSG_DATA frames with K_FILE idx (unless PSEND_NO_FILE), K_OFFSET and

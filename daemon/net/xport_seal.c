@@ -223,6 +223,13 @@ static int s_recv_last(struct xport *x, struct msg *m, int timeout_ms)
 	return rc < 0 ? rc : open_frame(s, m);
 }
 
+static bool s_ready(struct xport *x)
+{
+	struct sealed *s = (struct sealed *)x;
+
+	return s->dead || s->inner->ops->ready(s->inner);
+}
+
 static int s_set_timeout(struct xport *x, int timeout_ms)
 {
 	struct sealed *s = (struct sealed *)x;
@@ -275,6 +282,7 @@ int xport_seal(struct xport **x, const uint8_t key[SEAL_KEY_BYTES], bool initiat
 		.send_tail = s_send_tail,
 		.recv = s_recv,
 		.recv_last = s_recv_last,
+		.ready = (*x)->ops->ready ? s_ready : NULL,
 		.set_timeout = s_set_timeout,
 		.queued = s_queued,
 		.shutdown = s_shutdown,

@@ -455,6 +455,13 @@ static int tcp_recv_last(struct xport *x, struct msg *m, int timeout_ms)
 	return rc;
 }
 
+static bool tcp_ready(struct xport *x)
+{
+	struct tcp_conn *c = (struct tcp_conn *)x;
+	struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) > 0;
+}
 
 static uint64_t tcp_queued(struct xport *x)
 {
@@ -492,6 +499,7 @@ const struct xport_ops xport_tcp_ops = {
 	.send_tail = tcp_send_tail,
 	.recv = tcp_recv,
 	.recv_last = tcp_recv_last,
+	.ready = tcp_ready,
 	.set_timeout = tcp_set_timeout,
 	.queued = tcp_queued,
 	.shutdown = tcp_shutdown,

@@ -335,6 +335,33 @@ static int piece_at(struct rx *r, uint64_t idx, uint64_t off)
 	return 0;
 }
 
+int rx_rewind(struct rx *r, uint64_t *idx, uint64_t *off)
+{
+	int rc;
+
+	*idx = r->ci;
+	*off = 0;
+	if (r->fd >= 0) {
+		/* The lost stream's chunk, part of it taken: every write of it
+		 * done, the whole-file digest back at its start. */
+		if ((rc = cbuild_rewind(&r->cb)) < 0)
+			return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
+		*off = r->cb.at;
+		if (*off < r->synced || (r->ci == r->j_idx && *off < r->j_off)) {
+			/* A file of one chunk journaled part-way: the copy
+			 * resumes from the journal, as a lost connection. */
+			r->lost = true;
+			return rx_fail(r, -ECONNRESET, "%s: a stream lost inside a chunk the "
+				       "journal vouches for part of", r->ce.path);
+		}
+	}
+	if (*idx < r->j_idx || (*idx == r->j_idx && *off < r->j_off)) {
+		*idx = r->j_idx;        /* nothing taken yet: from the resume point */
+		*off = r->j_off;
+	}
+	return 0;
+}
+
 /* The piece in buffer b, raw bytes at off of the current file (sums: its
  * chunks as a stream's thread hashed them, or NULL), checked and written. */
 static int land(struct rx *r, int b, uint64_t off, size_t raw, const struct cbuild_sums *sums)

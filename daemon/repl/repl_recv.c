@@ -203,6 +203,14 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	if ((rc = rx_streams_open(r, (unsigned)streams)) < 0)
 		return rx_fail(r, rc, "cannot take %llu streams: %s", (unsigned long long)streams,
 			       strerror(-rc));
+	{
+		uint64_t restream = 0;
+
+		/* A lost further stream's turns go to the others when the
+		 * sender takes MSG_RESTREAM (an older one fails the copy). */
+		msg_get_u64(offer, K_RESTREAM, &restream);
+		r->handoff = streams > 1 && restream == 1;
+	}
 	rx_register(r);
 	r->x->ops->set_timeout(r->x, peers_io_ms());
 	rc = rx_take_offer(r, size);
@@ -225,6 +233,8 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	/* Every byte is checked against the manifest (engine/cbuild.h), not
 	 * against its frame's digest: the sender need not compute it. */
 	msg_put_u64(&m, K_FRAME_SUM, 0);
+	if (r->handoff)
+		msg_put_u64(&m, K_RESTREAM, 1);
 	plan_held(r);
 	if (r->have) {
 		size_t len;

@@ -48,7 +48,13 @@ struct rx_stream {
 	struct xport *x;               /* while attached: that thread's connection */
 	bool attached;                 /* a thread serves it now */
 	bool used;                     /* it has attached, this offer */
-	int err;                       /* it failed: the offer fails (-errno) */
+	bool ended;                    /* its MSG_END queued: its thread waits for the
+					* offer to be done with the turns */
+	bool dead;                     /* lost, and out of the turns (a hand-off) */
+	uint64_t mark;                 /* the last hand-off whose MSG_MARK it read: while
+					* below r->epoch, what comes on it is dropped */
+	int err;                       /* it failed (-errno): the offer fails, or hands
+					* its turns on */
 	struct rx_piece q[RX_STREAM_DEPTH]; /* its pieces, then its MSG_END; the slot
 					     * after the last is the stream thread's
 					     * to fill, the others' the offer's */
@@ -102,7 +108,13 @@ struct rx {
 	 * being x itself. */
 	unsigned nstreams;             /* 1: x alone */
 	struct rx_stream *streams;     /* [nstreams], [0] unused */
-	unsigned turn;                 /* the stream the next piece comes on */
+	unsigned live[REPL_MAX_STREAMS]; /* the streams in the turns, in order, 0 first */
+	unsigned nlive;                /* 1..nstreams: fewer after hand-offs */
+	unsigned turn;                 /* the place in live of the stream of the next piece */
+	bool handoff;                  /* a lost further stream's turns go to the others
+					* (K_RESTREAM both ways), rather than failing the copy */
+	uint64_t epoch;                /* hand-offs so far (under smu) */
+	bool released;                 /* the turns are over: ended streams may go */
 	uint64_t cs;                   /* the offer's chunk size for the streams' hashers,
 					* under smu; 0 until the offer is read */
 	bool data_end;                 /* a stream ended: x's MSG_END is next */
@@ -152,9 +164,12 @@ void rx_piece_done(struct rx *r, const struct rx_piece *pc);
  * next (docs/PROTOCOL.md, "Streams"). */
 static inline void rx_turn(struct rx *r, uint64_t end, uint64_t size)
 {
-	if (r->nstreams > 1 && psend_turn_passes(end, size, r->chunk_size))
-		r->turn = (r->turn + 1) % r->nstreams;
+	if (r->nlive > 1 && psend_turn_passes(end, size, r->chunk_size))
+		r->turn = (r->turn + 1) % r->nlive;
 }
+/* The cursor back to the start of the chunk it is in, for a hand-off: the
+ * point (entry, byte) the pieces go on from. 0, or -errno said. */
+int rx_rewind(struct rx *r, uint64_t *idx, uint64_t *off);
 /* The offer's chunk size, for the streams' hashers. */
 void rx_streams_chunk_size(struct rx *r, uint64_t cs);
 

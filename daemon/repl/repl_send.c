@@ -11,7 +11,8 @@
  *
  * The connection stays open between copies. When it breaks, the copy goes
  * back to PENDING and the sender reconnects with backoff; the receiver's
- * WANT then says where to resume. A receiver that refuses (MSG_ERROR) costs
+ * WANT then says where to resume. A further stream lost mid-copy is handed
+ * on instead (hand_off): the receiver's MSG_RESTREAM says from where. A receiver that refuses (MSG_ERROR) costs
  * the copy a try; after REPL_MAX_TRIES it is FAILED.
  *
  * Pieces go through the piece sender (daemon/engine/psend.h), which reads
@@ -135,6 +136,16 @@ struct out {
 	uint64_t yield_ms;              /* what [transfer] yield may still hold it up */
 	bool yielded;                   /* it did, before the next piece */
 	bool no_sum;                    /* the WANT's K_FRAME_SUM 0: frames without their digest */
+	/* A lost stream's turns handed to the others (K_RESTREAM both ways). */
+	bool handoff;                   /* the receiver said it does */
+	unsigned n;                     /* the streams the pieces go on now: xs[0..n) */
+	unsigned xid[PSEND_MAX_STREAMS];/* each one's index for the receiver (MSG_STREAM's) */
+	uint64_t epoch;                 /* hand-offs so far */
+	int ctl_rc;                     /* a frame the receiver sent mid-copy, read: -ERESTART
+					 * (a MSG_RESTREAM, below), or the copy's failure */
+	char ctl_why[512];
+	uint64_t r_idx, r_off;          /* the MSG_RESTREAM: the point, */
+	unsigned r_pos;                 /* the lost stream's place in xs */
 };
 
 /* A timeout of base ms plus the time the receiver may take to copy `held`
@@ -236,6 +247,78 @@ static void piece_sent(void *arg, uint64_t at, size_t len, size_t flen, unsigned
 	set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
 }
 
+/* A frame of the receiver's in the middle of a copy, on x: MSG_RESTREAM (a
+ * further stream of the copy lost at its turn: docs/PROTOCOL.md, "Streams")
+ * is kept in o and gives -ERESTART; MSG_ERROR is a refusal (-EREMOTEIO);
+ * anything else, or nothing, fails the copy. The lost stream's connection
+ * is shut, so that a send stuck on it ends (streams: psend's threads are
+ * running). Sets o->ctl_rc and o->ctl_why. With done, MSG_DONE is taken
+ * too (0, into *done). */
+static int take_answer(struct sender *s, struct out *o, bool streams, struct msg *done)
+{
+	uint64_t lost = 0, code = 0;
+	struct msg m;
+	int rc = s->x->ops->recv(s->x, &m);
+
+	if (rc == 0 && done && m.type == MSG_DONE) {
+		*done = m;      /* finish's */
+		return 0;
+	}
+	if (rc < 0) {
+		snprintf(o->ctl_why, sizeof(o->ctl_why), "receiving: %s", rc == -ENOTCONN ?
+			 "the peer closed the connection" : strerror(-rc));
+		return o->ctl_rc = rc == -ENOTCONN ? -ECONNRESET : rc;
+	}
+	if (m.type == MSG_ERROR) {
+		char t[PEER_TEXT_MAX + 1];
+
+		peer_error_of(&m, t);
+		snprintf(o->ctl_why, sizeof(o->ctl_why), "refused: %s", t);
+		rc = -EREMOTEIO;
+	} else if (m.type != MSG_RESTREAM || !o->handoff ||
+		   msg_get_u64(&m, K_INDEX, &lost) < 0 || msg_get_u64(&m, K_FILE, &o->r_idx) < 0 ||
+		   msg_get_u64(&m, K_OFFSET, &o->r_off) < 0 || msg_get_u64(&m, K_CODE, &code) < 0 ||
+		   code != o->epoch + 1) {
+		snprintf(o->ctl_why, sizeof(o->ctl_why), "unexpected frame type %u mid-copy",
+			 m.type);
+		rc = -EBADMSG;
+	} else {
+		o->r_pos = 0;
+		for (unsigned k = 1; k < o->n; k++)
+			if (o->xid[k] == lost)
+				o->r_pos = k;
+		snprintf(o->ctl_why, sizeof(o->ctl_why), "the receiver lost stream %llu",
+			 (unsigned long long)lost);
+		rc = o->r_pos ? -ERESTART : -EBADMSG;
+		if (o->r_pos) {
+			o->epoch = code;
+			if (streams)
+				psend_shut(&s->ps, o->r_pos);
+			else
+				s->xs[o->r_pos]->ops->shutdown(s->xs[o->r_pos]);
+		}
+	}
+	msg_free(&m);
+	return o->ctl_rc = rc;
+}
+
+/* Between pieces: whether the receiver has said something (only a copy
+ * that may hand a stream's turns on listens: before, the receiver said
+ * nothing until DONE but a refusal, which the failed send finds). */
+static int piece_check(void *arg)
+{
+	struct piece_ctx *c = arg;
+	struct sender *s = c->s;
+
+	if (!c->o->handoff)
+		return 0;
+	if (c->o->ctl_rc)
+		return c->o->ctl_rc;    /* read already: the range is stopping */
+	if (!s->x->ops->ready || !s->x->ops->ready(s->x))
+		return 0;
+	return take_answer(s, c->o, true, NULL);
+}
+
 /* Sends bytes [off, end) of an open file, piece by piece. */
 static int send_range(struct sender *s, struct out *o, int fd, uint64_t idx,
 		      const struct mf_entry *e, uint64_t off, uint64_t end,
@@ -243,12 +326,20 @@ static int send_range(struct sender *s, struct out *o, int fd, uint64_t idx,
 {
 	struct piece_ctx c = { .s = s, .o = o };
 	const struct psend_hooks h = { .pick = piece_pick, .hold = piece_hold, .before = piece_before,
-				       .after = piece_after, .sent = piece_sent, .arg = &c };
+				       .after = piece_after, .sent = piece_sent,
+				       .check = piece_check, .arg = &c };
 	int rc = psend_range(&s->ps, s->x, fd, e->size, idx, off, end, cp, &h, e->path, why,
 			     whylen);
 
-	if (rc < 0 && !*why)
+	if (rc < 0 && !*why && o->ctl_rc) {
+		snprintf(why, whylen, "%s", o->ctl_why);   /* what the receiver said, read */
+		rc = o->ctl_rc;
+	} else if (rc < 0 && !*why && o->handoff && psend_failed_stream(&s->ps) > 0) {
+		snprintf(why, whylen, "stream %u: %s", o->xid[psend_failed_stream(&s->ps)],
+			 strerror(-rc));        /* its turns go to the others: send_copy */
+	} else if (rc < 0 && !*why) {
 		rc = send_failed(s, rc, why, whylen);
+	}
 	return rc;
 }
 
@@ -325,8 +416,10 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 	msg_put_str(&m, K_STEP, step);
 	msg_put_str(&m, K_ROOT, hex);
 	msg_put_u64(&m, K_SIZE, mf_size);
-	if (streams > 1)
+	if (streams > 1) {
 		msg_put_u64(&m, K_STREAMS, streams);
+		msg_put_u64(&m, K_RESTREAM, 1);     /* a lost stream's turns may go on */
+	}
 	/* The owner goes with the copy: the cluster shares one uid space. */
 	if (fstat(mf_fd, &st) == 0) {
 		msg_put_u64(&m, K_UID, st.st_uid);
@@ -404,7 +497,7 @@ static int send_files(struct sender *s, struct out *o, int step_fd, uint64_t wan
 
 /* MSG_END, and the receiver's MSG_DONE once the copy is durable and
  * published there. 0, or -errno with why. */
-static int finish(struct sender *s, const struct out *o, char *why, size_t whylen)
+static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 {
 	uint64_t code;
 	struct msg m;
@@ -417,7 +510,12 @@ static int finish(struct sender *s, const struct out *o, char *why, size_t whyle
 	if (rc < 0)
 		return send_failed(s, rc, why, whylen);
 	s->x->ops->set_timeout(s->x, held_ms(o->gap, REPL_FINISH_MS));
-	rc = expect(s->x, &m, MSG_DONE, why, whylen);
+	/* A stream lost after its last pieces went (not all may have come):
+	 * the receiver says so instead of DONE. */
+	if (!o->handoff)
+		rc = expect(s->x, &m, MSG_DONE, why, whylen);
+	else if ((rc = take_answer(s, o, false, &m)) < 0)
+		snprintf(why, whylen, "%s", o->ctl_why);
 	s->x->ops->set_timeout(s->x, peers_io_ms());
 	if (rc == 0) {
 		code = 1;
@@ -510,13 +608,72 @@ static int attach_streams(struct sender *s, const char *job, const char *step, d
 	return rc;
 }
 
+/* A further stream of the copy is lost. The receiver's MSG_RESTREAM (read
+ * already, or awaited here when a send on stream `failed` failed first)
+ * names it and the point the pieces go on from. It is closed and taken out
+ * of xs (the next copy dials another), each stream left gets MSG_MARK, and
+ * the pieces from that point go on them in turns (docs/PROTOCOL.md,
+ * "Streams"). 0, or -errno with why. */
+static int hand_off(struct sender *s, struct out *o, unsigned failed, char *why, size_t whylen)
+{
+	struct xport *gone;
+	int rc;
+
+	if (o->ctl_rc != -ERESTART) {
+		/* The receiver finds the loss at that stream's turn, within its
+		 * peer timeout: shut, it finds it at once. */
+		if (failed)
+			s->xs[failed]->ops->shutdown(s->xs[failed]);
+		o->ctl_rc = 0;
+		s->x->ops->set_timeout(s->x, 2 * peers_io_ms());
+		rc = take_answer(s, o, false, NULL);
+		s->x->ops->set_timeout(s->x, peers_io_ms());
+		if (rc != -ERESTART) {
+			snprintf(why, whylen, "%s", o->ctl_why);
+			return rc;
+		}
+	}
+	log_warn("%s/%s to %s: stream %u lost; its turns go to the %u left, from entry %llu "
+		 "byte %llu", o->job, o->step, s->h->name, o->xid[o->r_pos], o->n - 1,
+		 (unsigned long long)o->r_idx, (unsigned long long)o->r_off);
+	pthread_mutex_lock(&repl.lock);
+	gone = s->xs[o->r_pos];
+	for (unsigned k = o->r_pos; k + 1 < s->nx; k++)
+		s->xs[k] = s->xs[k + 1];
+	for (unsigned k = o->r_pos; k + 1 < o->n; k++)
+		o->xid[k] = o->xid[k + 1];
+	s->nx--;
+	o->n--;
+	for (unsigned k = 0; k < s->nx; k++)
+		s->p->xs[k] = s->xs[k];
+	s->p->nx = s->nx;
+	s->p->streams = o->n;
+	pthread_mutex_unlock(&repl.lock);
+	gone->ops->close(gone);
+	for (unsigned k = 0; k < o->n; k++) {
+		struct msg m;
+
+		msg_init(&m, MSG_MARK);
+		msg_put_u64(&m, K_CODE, o->epoch);
+		rc = s->xs[k]->ops->send(s->xs[k], &m);
+		msg_free(&m);
+		/* A further stream dead too: the receiver names it in turn. */
+		if (rc < 0 && k == 0) {
+			snprintf(why, whylen, "sending: %s", strerror(-rc));
+			return rc;
+		}
+	}
+	o->ctl_rc = 0;
+	return 0;
+}
+
 static int send_copy(struct sender *s, const char *job, const char *step, uint64_t seq,
 		     digest_t root, uint64_t total, char *why, size_t whylen)
 {
 	unsigned n;
 	char rel[2 * CKPT_NAME_MAX + 2];
 	struct msg m;
-	uint64_t code = 0, want_idx = 0, want_off = 0, frame_sum = 1;
+	uint64_t code = 0, want_idx = 0, want_off = 0, frame_sum = 1, restream = 0;
 	int root_fd, step_fd, mf_fd, rc;
 	struct stat st;
 	uint8_t *bits = NULL;
@@ -556,7 +713,12 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	msg_get_u64(&m, K_FILE, &want_idx);
 	msg_get_u64(&m, K_OFFSET, &want_off);
 	msg_get_u64(&m, K_FRAME_SUM, &frame_sum);
+	msg_get_u64(&m, K_RESTREAM, &restream);
 	o.no_sum = frame_sum == 0;
+	o.handoff = n > 1 && restream == 1;
+	o.n = n;
+	for (unsigned k = 0; k < n; k++)
+		o.xid[k] = k;
 	if (msg_get_bytes(&m, K_HELD, &hb, &hn) == 0 && hn && (bits = malloc(hn))) {
 		memcpy(bits, hb, hn);
 		o.bits = bits;
@@ -572,14 +734,34 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	if (n > 1 && (rc = attach_streams(s, job, step, root, n, total, why, whylen)) < 0)
 		goto out_close_mf;
 	rc = send_files(s, &o, step_fd, want_idx, want_off, why, whylen);
-	if (n > 1) {
-		int erc = psend_streams_end(&s->ps, rc == 0);
+	for (;;) {
+		unsigned failed = 0;    /* a further stream's send failed */
 
-		if (rc == 0 && erc < 0)
-			rc = send_failed(s, erc, why, whylen);
+		if (o.n > 1) {
+			int erc;
+
+			failed = rc < 0 ? psend_failed_stream(&s->ps) : 0;
+			erc = psend_streams_end(&s->ps, rc == 0);
+			if (rc == 0 && erc < 0) {
+				failed = psend_failed_stream(&s->ps);
+				rc = o.handoff && failed ? erc : send_failed(s, erc, why, whylen);
+			}
+		}
+		if (rc == 0)
+			rc = finish(s, &o, why, whylen);
+		if (!o.handoff || (rc != -ERESTART && !failed) || repl.stopping)
+			break;
+		why[0] = '\0';
+		if ((rc = hand_off(s, &o, failed, why, whylen)) < 0)
+			break;
+		if (o.n > 1 && (rc = psend_streams_begin(&s->ps, s->xs, o.n,
+							 repl.cfg->memory / 2)) < 0) {
+			snprintf(why, whylen, "cannot start the streams: %s", strerror(-rc));
+			break;
+		}
+		o.sent = 0;     /* (held chunks past the point are counted again) */
+		rc = send_files(s, &o, step_fd, o.r_idx, o.r_off, why, whylen);
 	}
-	if (rc == 0)
-		rc = finish(s, &o, why, whylen);
 out_close_mf:
 	free(bits);
 	if (mf_fd >= 0)

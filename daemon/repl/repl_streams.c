@@ -20,18 +20,30 @@
  *
  * States of a further stream, under r->smu:
  *
- *   free --MSG_STREAM--> attached --its MSG_END queued--> ended (detached)
+ *   free --MSG_STREAM--> attached --its MSG_END queued--> ended --turns over,
+ *                           |   ^                           |     or the offer
+ *                           |   '------a hand-off-----------'     closing--> detached
  *                           |--a failure, or the offer closing--> failed
+ *                           '--lost at its turn (r->handoff)--> dead
+ *
+ * A hand-off (hand_off, docs/PROTOCOL.md "Streams"): a stream lost at its
+ * turn is dead (out of r->live, its connection shut); r->epoch goes up and
+ * every queue is emptied; until a stream's MSG_MARK of that epoch its
+ * thread drops what comes (so no queue fills and no sender's send
+ * stalls), an ended one included, which reads on.
  *
  * Invariants: a stream attaches only while the offer is registered and not
- * closing; rx_streams_close sets closing, shuts every attached stream's
- * connection and waits until none is attached before the offer's memory
- * goes, so no stream thread ever touches a freed offer. The queue's slots
- * [qh, qh + qn) are the offer thread's (the head one lent to it between
- * rx_recv and rx_piece_done), the slot after them the stream thread's to
- * fill, unlocked, once it is free. A stream's MSG_END is the last thing it
- * queues. Once the stream whose turn it is has ended, every other stream's
- * next is its MSG_END too, and then stream 0's: anything else is refused.
+ * closing, and never once dead; rx_streams_close sets closing, shuts every
+ * attached stream's connection but those that ended well and waits until
+ * none is attached before the offer's memory goes, so no stream thread
+ * ever touches a freed offer. The queue's slots [qh, qh + qn) are the
+ * offer thread's (the head one lent to it between rx_recv and
+ * rx_piece_done, never across a hand-off), the slot after them the stream
+ * thread's to fill, unlocked, once it is free; a piece filled while a
+ * hand-off began is not queued. A stream's MSG_END is the last thing it
+ * queues. Once the stream whose turn it is has ended, every other live
+ * stream's next is its MSG_END too (or it is lost: every piece has come),
+ * and then stream 0's: anything else is refused.
  *
  * No deadlock: the offer's thread waits only for the piece due. Every
  * piece before it is taken, so the queue of its stream holds nothing
@@ -51,16 +63,20 @@
 
 int rx_streams_open(struct rx *r, unsigned n)
 {
-	r->nstreams = 1;
+	r->nstreams = r->nlive = 1;
+	r->live[0] = 0;
 	r->turn = 0;
 	r->cs = 0;
-	r->data_end = r->closing = false;
+	r->epoch = 0;
+	r->data_end = r->closing = r->released = false;
 	if (n <= 1)
 		return 0;
 	r->streams = calloc(n, sizeof(*r->streams));
 	if (!r->streams)
 		return -ENOMEM;
-	r->nstreams = n;
+	r->nstreams = r->nlive = n;
+	for (unsigned j = 0; j < n; j++)
+		r->live[j] = j;
 	return 0;
 }
 
@@ -70,8 +86,9 @@ void rx_streams_close(struct rx *r)
 		return;
 	pthread_mutex_lock(&r->smu);
 	r->closing = true;
+	/* A stream that ended well keeps its connection for the next copy. */
 	for (unsigned j = 1; j < r->nstreams; j++)
-		if (r->streams[j].attached)
+		if (r->streams[j].attached && !r->streams[j].ended)
 			r->streams[j].x->ops->shutdown(r->streams[j].x);
 	pthread_cond_broadcast(&r->scv);
 	for (unsigned j = 1; j < r->nstreams; j++)
@@ -83,7 +100,7 @@ void rx_streams_close(struct rx *r)
 			free(r->streams[j].q[i].buf);
 	free(r->streams);
 	r->streams = NULL;
-	r->nstreams = 1;
+	r->nstreams = r->nlive = 1;
 }
 
 void rx_streams_chunk_size(struct rx *r, uint64_t cs)
@@ -94,20 +111,36 @@ void rx_streams_chunk_size(struct rx *r, uint64_t cs)
 }
 
 /* The next thing stream j queued (lent: rx_piece_done gives it back),
- * waiting up to the peer timeout. */
+ * waiting up to the peer timeout. A stream lost (its connection failed,
+ * nothing came, it never attached) is -EPIPE with st->why when its turns
+ * may go to the others (r->handoff and the connection lost, not a rule
+ * broken); otherwise it fails the copy. */
 static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
 {
 	struct rx_stream *st = &r->streams[j];
+	/* A silent stream whose turns may go on is given up sooner than the
+	 * sender's own sends on stream 0 time out (the peer timeout), which
+	 * block once this end stops reading it; still later than the longest
+	 * the sender yields to its trainer (half of it). */
+	uint64_t ms = r->handoff ? (uint64_t)peers_io_ms() * 3 / 4 : (uint64_t)peers_io_ms();
 	struct timespec until;
 	int rc = 0;
 
-	until = mono_timespec(mono_ns() + (uint64_t)peers_io_ms() * 1000000ull);
+	until = mono_timespec(mono_ns() + ms * 1000000ull);
 	pthread_mutex_lock(&r->smu);
 	while (!st->qn && !st->err && !r->closing && rc != ETIMEDOUT)
 		rc = pthread_cond_timedwait(&r->scv, &r->smu, &until);
 	if (st->qn) {
 		*pc = &st->q[st->qh];
 		rc = 0;
+	} else if (r->closing) {
+		r->lost = true;
+		rc = rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
+	} else if (r->handoff && st->err != -EPROTO) {
+		if (!st->err)
+			snprintf(st->why, sizeof(st->why), "%s", st->used ? "nothing came for the "
+				 "peer timeout" : "it never attached");
+		rc = -EPIPE;
 	} else if (st->err) {
 		/* A stream's connection lost (not a rule broken: -EPROTO) loses
 		 * the copy as stream 0's would: no refusal is sent, the sender
@@ -115,9 +148,6 @@ static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
 		r->lost = st->err != -EPROTO;
 		rx_fail(r, st->err, "stream %u: %s", j, st->why);
 		rc = st->err;
-	} else if (r->closing) {
-		r->lost = true;
-		rc = rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
 	} else {
 		r->lost = true;
 		rx_fail(r, -ETIMEDOUT, "stream %u: %s", j, st->used ? "nothing came for the peer "
@@ -125,6 +155,138 @@ static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
 		rc = -ETIMEDOUT;
 	}
 	pthread_mutex_unlock(&r->smu);
+	return rc;
+}
+
+/* ---- a lost stream's turns handed to the others (docs/PROTOCOL.md, "Streams") ---- */
+
+/* Stream j out of the turns: its connection shut (its thread ends on it),
+ * a new hand-off begun (epoch), and what every stream left had queued
+ * dropped: from here each drops what comes until its MSG_MARK. */
+static void drop_stream(struct rx *r, unsigned j)
+{
+	unsigned k = 0;
+
+	pthread_mutex_lock(&r->smu);
+	r->streams[j].dead = true;
+	if (r->streams[j].attached)
+		r->streams[j].x->ops->shutdown(r->streams[j].x);
+	for (unsigned i = 0; i < r->nlive; i++)
+		if (r->live[i] != j)
+			r->live[k++] = r->live[i];
+	r->nlive = k;
+	r->epoch++;
+	for (unsigned i = 1; i < r->nlive; i++) {
+		struct rx_stream *st = &r->streams[r->live[i]];
+
+		/* The slot after the queue's stays the stream thread's. */
+		st->qh = (st->qh + st->qn) % RX_STREAM_DEPTH;
+		st->qn = 0;
+	}
+	pthread_cond_broadcast(&r->scv);
+	pthread_mutex_unlock(&r->smu);
+}
+
+/* Every stream left read up to this hand-off's MSG_MARK: stream 0 here,
+ * the others by their threads. 0; -EPIPE with *lost another stream lost
+ * meanwhile; or -errno said (the copy fails). */
+static int to_mark(struct rx *r, unsigned *lost)
+{
+	struct timespec until;
+	int rc;
+
+	for (;;) {
+		struct msg m;
+		uint64_t code = 0;
+
+		if ((rc = r->x->ops->recv(r->x, &m)) < 0) {
+			r->lost = true;
+			return rx_fail(r, rc, "receiving: %s", rc == -ENOTCONN ? "the sender closed" :
+				       strerror(-rc));
+		}
+		rc = m.type;
+		msg_get_u64(&m, K_CODE, &code);
+		msg_free(&m);
+		if (rc == MSG_MARK && code == r->epoch)
+			break;
+		if ((rc == MSG_MARK && code > r->epoch) ||
+		    (rc != MSG_MARK && rc != MSG_DATA && rc != MSG_END))
+			return rx_fail(r, -EPROTO, "frame type %u while handing a stream's turns on",
+				       (unsigned)rc);
+	}
+	until = mono_timespec(mono_ns() + (uint64_t)peers_io_ms() * 1000000ull);
+	pthread_mutex_lock(&r->smu);
+	for (rc = 0;;) {
+		unsigned waiting = 0;
+
+		for (unsigned i = 1; i < r->nlive; i++) {
+			struct rx_stream *st = &r->streams[r->live[i]];
+
+			if (st->mark == r->epoch)
+				continue;
+			if (st->err == -EPROTO) {
+				pthread_mutex_unlock(&r->smu);
+				return rx_fail(r, -EPROTO, "stream %u: %s", r->live[i], st->why);
+			}
+			if (st->err || rc == ETIMEDOUT) {
+				if (!st->err)
+					snprintf(st->why, sizeof(st->why), "no MSG_MARK for the peer "
+						 "timeout");
+				*lost = r->live[i];
+				pthread_mutex_unlock(&r->smu);
+				return -EPIPE;
+			}
+			waiting++;
+		}
+		if (!waiting)
+			break;
+		if (r->closing) {
+			pthread_mutex_unlock(&r->smu);
+			r->lost = true;
+			return rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
+		}
+		rc = pthread_cond_timedwait(&r->scv, &r->smu, &until);
+	}
+	pthread_mutex_unlock(&r->smu);
+	return 0;
+}
+
+/* Stream j is lost at its turn: its turns go to the streams left. The
+ * cursor goes back to the start of the chunk it is in (part of it may have
+ * come on j); MSG_RESTREAM tells the sender that point and the stream;
+ * every stream left is read up to its MSG_MARK, what came before dropped;
+ * then the turns begin again at stream 0, over the streams left. Another
+ * stream lost meanwhile goes the same way, from the same point. Nothing
+ * is journaled here: the journal only ever vouches for checked chunks
+ * before the point. 0, or -errno said. */
+static int hand_off(struct rx *r, unsigned j)
+{
+	uint64_t idx, off;
+	int rc = rx_rewind(r, &idx, &off);
+
+	while (rc == 0) {
+		struct msg m;
+
+		drop_stream(r, j);
+		log_warn("%s: stream %u lost (%s); its turns go to the %u stream%s left, from "
+			 "entry %llu byte %llu", r->slot.key, j, r->streams[j].why, r->nlive,
+			 r->nlive == 1 ? "" : "s", (unsigned long long)idx, (unsigned long long)off);
+		msg_init(&m, MSG_RESTREAM);
+		msg_put_u64(&m, K_INDEX, j);
+		msg_put_u64(&m, K_FILE, idx);
+		msg_put_u64(&m, K_OFFSET, off);
+		msg_put_u64(&m, K_CODE, r->epoch);
+		rc = r->x->ops->send(r->x, &m);
+		msg_free(&m);
+		if (rc < 0) {
+			r->lost = true;
+			return rx_fail(r, rc, "sending: %s", strerror(-rc));
+		}
+		if ((rc = to_mark(r, &j)) != -EPIPE)
+			break;
+		rc = 0;
+	}
+	r->turn = 0;
 	return rc;
 }
 
@@ -140,16 +302,24 @@ void rx_piece_done(struct rx *r, const struct rx_piece *pc)
 }
 
 /* After the first stream to end: every other further stream's next must
- * be its MSG_END (skip: the one already taken). */
+ * be its MSG_END (skip: the one already taken). Every piece has come by
+ * then: one lost now loses nothing, and only ends early. Then the streams
+ * are let go. */
 static int all_ended(struct rx *r, unsigned skip)
 {
-	for (unsigned j = 1; j < r->nstreams; j++) {
+	for (unsigned i = 1; i < r->nlive; i++) {
+		unsigned j = r->live[i];
 		struct rx_piece *pc;
 		int rc;
 
 		if (j == skip)
 			continue;
-		if ((rc = pop(r, j, &pc)) < 0)
+		if ((rc = pop(r, j, &pc)) == -EPIPE) {
+			log_warn("%s: stream %u lost after its last piece (%s)", r->slot.key, j,
+				 r->streams[j].why);
+			continue;
+		}
+		if (rc < 0)
 			return rc;
 		rc = pc->type;
 		rx_piece_done(r, pc);
@@ -157,6 +327,10 @@ static int all_ended(struct rx *r, unsigned skip)
 			return rx_fail(r, -EPROTO, "stream %u: a piece after another stream "
 				       "ended (out of its turn)", j);
 	}
+	pthread_mutex_lock(&r->smu);
+	r->released = true;
+	pthread_cond_broadcast(&r->scv);
+	pthread_mutex_unlock(&r->smu);
 	return 0;
 }
 
@@ -167,6 +341,13 @@ int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc)
 	int rc;
 
 	*pc = NULL;
+	if (r->nlive <= 1 && !r->data_end && r->nstreams > 1) {
+		/* Stream 0 alone after hand-offs: its MSG_END ends the turns. */
+		rc = r->x->ops->recv(r->x, m);
+		if (rc == 0 && m->type == MSG_END)
+			r->data_end = true;
+		return rc;
+	}
 	if (r->nstreams <= 1 || r->data_end) {
 		rc = r->x->ops->recv(r->x, m);
 		if (rc == 0 && r->data_end && m->type != MSG_END) {
@@ -176,7 +357,7 @@ int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc)
 		}
 		return rc;
 	}
-	j = r->turn;
+	j = r->live[r->turn];
 	if (j == 0) {
 		rc = r->x->ops->recv(r->x, m);
 		if (rc < 0 || m->type != MSG_END)
@@ -186,7 +367,12 @@ int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc)
 			msg_free(m);
 		return rc;
 	}
-	if ((rc = pop(r, j, &p)) < 0)
+	if ((rc = pop(r, j, &p)) == -EPIPE) {
+		if ((rc = hand_off(r, j)) < 0)
+			return rc;
+		return rx_recv(r, m, pc);
+	}
+	if (rc < 0)
 		return rc;
 	if (p->type == MSG_DATA) {
 		msg_init(m, MSG_DATA);  /* its fields are in *pc */
@@ -253,7 +439,7 @@ static struct rx *attach(struct xport *x, const char *key, digest_t root, uint64
 	else if (idx < 1 || idx >= r->nstreams)
 		snprintf(why, whylen, "stream %llu of an offer of %u stream%s",
 			 (unsigned long long)idx, r->nstreams, r->nstreams == 1 ? "" : "s");
-	else if (r->closing || r->streams[idx].used)
+	else if (r->closing || r->streams[idx].used || r->streams[idx].dead)
 		snprintf(why, whylen, "stream %llu of %s is taken or over",
 			 (unsigned long long)idx, key);
 	else {
@@ -320,6 +506,25 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 				 strerror(-rc));
 			break;
 		}
+		if (m.type == MSG_MARK) {
+			uint64_t code = 0;
+
+			/* A hand-off's: what came before it is dropped, what
+			 * follows is the pieces from its point. */
+			msg_get_u64(&m, K_CODE, &code);
+			msg_free(&m);
+			pthread_mutex_lock(&r->smu);
+			if (code <= st->mark || code > r->epoch) {
+				pthread_mutex_unlock(&r->smu);
+				snprintf(why, sizeof(why), "a MSG_MARK out of place");
+				rc = -EPROTO;
+				break;
+			}
+			st->mark = code;
+			pthread_cond_broadcast(&r->scv);
+			pthread_mutex_unlock(&r->smu);
+			continue;
+		}
 		if (m.type != MSG_DATA && m.type != MSG_END) {
 			snprintf(why, sizeof(why), "frame type %u on a stream", m.type);
 			msg_free(&m);
@@ -327,13 +532,19 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 			break;
 		}
 		/* The slot after the queue's last, once free, is this thread's
-		 * to fill without the lock. */
+		 * to fill without the lock. During a hand-off, until its mark,
+		 * what comes is dropped. */
 		pthread_mutex_lock(&r->smu);
-		while (st->qn == RX_STREAM_DEPTH && !r->closing)
+		while (st->qn == RX_STREAM_DEPTH && !r->closing && st->mark == r->epoch)
 			pthread_cond_wait(&r->scv, &r->smu);
 		pc = &st->q[(st->qh + st->qn) % RX_STREAM_DEPTH];
 		cs = r->cs;
 		rc = r->closing ? -ECANCELED : 0;
+		if (rc == 0 && st->mark < r->epoch) {
+			pthread_mutex_unlock(&r->smu);
+			msg_free(&m);
+			continue;
+		}
 		pthread_mutex_unlock(&r->smu);
 		pc->stream = (unsigned)idx;
 		if (rc == 0 && (rc = prepare(pc, &m, cs, &h)) < 0)
@@ -344,17 +555,29 @@ int repl_recv_stream(struct xport *x, const char *peer, const struct msg *req)
 		if (rc < 0)
 			break;
 		pthread_mutex_lock(&r->smu);
+		if (st->mark < r->epoch) {
+			pthread_mutex_unlock(&r->smu);      /* a hand-off began meanwhile */
+			continue;
+		}
 		st->qn++;
 		pthread_cond_broadcast(&r->scv);
 		if (pc->type == MSG_END) {
-			/* Detached with its end queued, in one step: the offer,
-			 * finishing, never shuts a stream that ended well. The
-			 * connection goes back to serving requests. */
-			st->attached = false;
-			st->x = NULL;
-			pthread_mutex_unlock(&r->smu);
-			cbuild_hasher_close(&h);
-			return 0;
+			/* It stays until the turns are over (a hand-off may still
+			 * need it) or the offer ends; then, detached in one step,
+			 * the connection goes back to serving requests: the
+			 * offer, finishing, never shuts a stream that ended well. */
+			st->ended = true;
+			while (!r->closing && !r->released && st->mark == r->epoch)
+				pthread_cond_wait(&r->scv, &r->smu);
+			if (r->closing || r->released) {
+				st->attached = false;
+				st->x = NULL;
+				pthread_cond_broadcast(&r->scv);
+				pthread_mutex_unlock(&r->smu);
+				cbuild_hasher_close(&h);
+				return 0;
+			}
+			st->ended = false;      /* a hand-off: it reads on */
 		}
 		pthread_mutex_unlock(&r->smu);
 	}

@@ -193,7 +193,8 @@ def test_streams_refused(trio):
     """Streams (docs/PROTOCOL.md, "Streams") that break their rules: a
     stream of an offer nobody made, an offer on more than 16, a stream
     beyond the offer's count, a piece on stream 0 in stream 1's turn
-    after stream 1 ended, and a chunk's pieces split over two streams. Each is refused, naming what was wrong; nothing is
+    after stream 1 ended, a chunk's pieces split over two streams, and a
+    hand-off's mark (MSG_MARK) that no MSG_RESTREAM asked for. Each is refused, naming what was wrong; nothing is
     published; a real commit then replicates."""
     t = trio
     run_refusals(t, [
@@ -203,6 +204,7 @@ def test_streams_refused(trio):
         ("stream_out_of_turn", "from n2: frame type 37 after the streams ended"),
         ("stream_chunk_split", r"from n2: stream 1: a piece after another stream ended "
                                r"\(out of its turn\)"),
+        ("stream_mark_unasked", r"from n2: stream 1: a MSG_MARK out of place"),
     ])
     assert t.published() == []
     t.legit_commit()

@@ -22,13 +22,16 @@ class Proxy:
     byte at stream offset flip_at (counted over every connection), once;
     record: keeps every byte of that direction in self.recorded; cut_conn:
     the connection of that number (from 1, in accept order) is cut once
-    cut_after bytes of it have passed that way."""
+    cut_after bytes of it have passed that way; with stall, it is not cut
+    but goes silent then (nothing more forwarded either way, nothing
+    closed: a path that black-holes)."""
 
-    def __init__(self, target, flip_at, record=False, cut_conn=None, cut_after=0):
+    def __init__(self, target, flip_at, record=False, cut_conn=None, cut_after=0, stall=False):
         self.target = target
         self.flip_at = flip_at
         self.recorded = bytearray() if record else None
         self.cut_conn, self.cut_after, self.cut = cut_conn, cut_after, False
+        self.stall = stall
         self.seen = 0
         self.flipped = False
         self.conns = 0
@@ -66,10 +69,16 @@ class Proxy:
                 b = src.recv(65536)
                 if not b:
                     break
+                if num == self.cut_conn and self.stall and self.cut:
+                    while not self.stop:
+                        time.sleep(0.1)     # silent, and open
+                    break
                 if forward and num == self.cut_conn:
                     passed += len(b)
                     if passed >= self.cut_after:
                         self.cut = True
+                        if self.stall:
+                            continue
                         break
                 if forward:
                     b = bytearray(b)

@@ -4,8 +4,10 @@ pieces on one stream, each stream a sealed connection of its own served by a
 thread of its own on both sides, which on the receiver decodes the pieces
 and hashes their chunks. The copy must come out exact whatever the number of
 streams and whether a chunk is smaller or bigger than a piece, with held
-chunks left out, and a stream lost mid-copy must cost a resume from the
-receiver's journal, never a wrong byte. And a commit hashed on several
+chunks left out; a further stream lost mid-copy (cut, or gone silent) hands
+its turns to the streams left without a reconnect, and the offer's own
+connection lost costs a resume from the receiver's journal, never a wrong
+byte. And a commit hashed on several
 threads ([transfer] hash_threads) writes the manifest one thread writes.
 A partner whose replicas are on a tmpfs (no O_DIRECT there: its writes go
 through the page cache) must build as exact a copy, and survive its kill -9
@@ -84,29 +86,92 @@ def test_streams_leave_out_held_chunks(make_cluster):
     assert sent <= 8 * CHUNK + MiB, f"{sent} bytes sent for 8 new chunks: held chunks went too"
 
 
-def test_stream_cut_mid_copy(make_cluster):
-    """The second connection n0 opens to n1 (its first further stream) is
-    cut after 6 MiB: n1 names the stream that failed, n0 reconnects every
-    stream, the copy resumes from n1's journal (a lost connection, not a
-    refusal: no try counted), and the replica is exact."""
-    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
-                          node_transfer={0: {"streams": 3, "rate": "40MiB"}}, start=False)
+def proxied_streams(make_cluster, chunk="64KiB", cluster_keys=None, **proxy_args):
+    """n0 (3 streams, 40 MiB/s) reaching n1 through a Proxy; started."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off", "chunk_size": chunk},
+                          node_transfer={0: {"streams": 3, "rate": "40MiB"}},
+                          cluster_keys=cluster_keys, start=False)
     real = n1.listen
     host, port = real.rsplit(":", 1)
-    proxy = Proxy((host, int(port)), flip_at=1 << 62, cut_conn=2, cut_after=6 * MiB)
+    proxy = Proxy((host, int(port)), flip_at=1 << 62, **proxy_args)
     hosts = n0.cluster["hosts"]
     hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{proxy.port}"))
+    n0.start()
+    n1.start()
+    return n0, n1, proxy
+
+
+SIZES = [16 * MiB + i for i in range(4)]
+
+
+@pytest.mark.parametrize("chunk", ["64KiB", "4MiB"])
+def test_stream_cut_mid_copy_hands_its_turns_on(make_cluster, chunk):
+    """The second connection n0 opens to n1 (its first further stream) is
+    cut after 6 MiB: n1 names the lost stream and the point the pieces go on
+    from (with chunks of 4 MiB, the start of the chunk it was in: part of it
+    had come), n0 sends them on the two streams left without reconnecting
+    or offering again, and the replica is exact. What went twice is only
+    what was on its way: far less than the journal's 64 MiB. The next copy
+    dials a third stream again."""
+    n0, n1, proxy = proxied_streams(make_cluster, chunk, cut_conn=2, cut_after=6 * MiB)
     try:
-        n0.start()
-        n1.start()
-        step = make_tree(ckpt(n0), [F(f"t{i}.bin", size=16 * MiB + i) for i in range(4)])
+        step = make_tree(ckpt(n0), [F(f"t{i}.bin", size=n) for i, n in enumerate(SIZES)])
+        commit_wait(n0, step, timeout=120)
+        assert proxy.cut, "the proxy never cut the stream: the test proved nothing"
+        assert proxy.conns == 3, f"n0 reconnected ({proxy.conns} connections)"
+        assert_replica_of(step, replica(n1, n0))
+        m = re.search(r"stream 1 lost \((.*?)\); its turns go to the 2 streams left, from "
+                      r"entry (\d+) byte (\d+)", n1.log())
+        assert m, n1.log()[-3000:]
+        if chunk == "4MiB":
+            assert int(m.group(3)) % (4 * MiB) == 0, m.group(0)
+        assert re.search(r"stream 1 lost; its turns go to the 2 left, from entry "
+                         rf"{m.group(2)} byte {m.group(3)}", n0.log()), n0.log()[-3000:]
+        assert "resuming" not in n1.log() and "refused" not in n0.log(), n1.log()[-3000:]
+        again = bytes_sent_to(n0, n1) - sum(SIZES)
+        assert 0 <= again <= 24 * MiB, f"{again} bytes sent twice"
+        assert streams_said(n0, n1)[0] == 2
+        step2 = make_tree(ckpt(n0, step="step-200"), [F("u.bin", size=8 * MiB)], seed=3)
+        commit_wait(n0, step2, timeout=60)
+        assert_replica_of(step2, replica(n1, n0, step="step-200"))
+        assert streams_said(n0, n1)[0] == 3 and proxy.conns == 4, proxy.conns
+    finally:
+        proxy.close()
+
+
+def test_stream_silent_mid_copy_hands_its_turns_on(make_cluster):
+    """A further stream goes silent mid-copy (a path that drops everything,
+    nothing closed): n1 gives it up after three quarters of the peer
+    timeout, before n0's sends on stream 0 time out, and the copy goes on
+    the two streams left; n0's thread stuck sending on the silent one is
+    woken. The replica is exact, and nobody reconnected."""
+    n0, n1, proxy = proxied_streams(make_cluster, "4MiB", cluster_keys={"peer_timeout": 4},
+                                    cut_conn=3, cut_after=5 * MiB, stall=True)
+    try:
+        step = make_tree(ckpt(n0), [F(f"t{i}.bin", size=n) for i, n in enumerate(SIZES)])
+        commit_wait(n0, step, timeout=120)
+        assert proxy.cut, "the proxy never went silent: the test proved nothing"
+        assert_replica_of(step, replica(n1, n0))
+        assert re.search(r"stream 2 lost \(nothing came for the peer timeout\); its turns go "
+                         r"to the 2 streams left", n1.log()), n1.log()[-3000:]
+        assert proxy.conns == 3, f"n0 reconnected ({proxy.conns} connections)"
+    finally:
+        proxy.close()
+
+
+def test_stream_0_cut_mid_copy_resumes(make_cluster):
+    """The offer's own connection (stream 0) cut after 10 MiB: that loses the
+    copy, as on one connection. n0 reconnects every stream, the copy resumes
+    from n1's journal (a lost connection, not a refusal: no try counted),
+    and the replica is exact."""
+    n0, n1, proxy = proxied_streams(make_cluster, cut_conn=1, cut_after=10 * MiB)
+    try:
+        step = make_tree(ckpt(n0), [F(f"t{i}.bin", size=n) for i, n in enumerate(SIZES)])
         commit_wait(n0, step, timeout=120)
         assert proxy.cut, "the proxy never cut the stream: the test proved nothing"
         assert proxy.conns >= 4, f"n0 did not reconnect after the cut ({proxy.conns} connections)"
         assert_replica_of(step, replica(n1, n0))
-        wait_for(lambda: re.search(r"stream \d+: ", n1.log()) and "resuming" in n1.log(), 10,
-                 f"n1 to name the stream and resume:\n{n1.log()[-3000:]}")
-        # A lost stream is a lost connection, not a refusal: no try counted.
+        wait_for(lambda: "resuming" in n1.log(), 10, f"n1 to resume:\n{n1.log()[-3000:]}")
         assert "refused" not in n0.log(), n0.log()[-3000:]
     finally:
         proxy.close()

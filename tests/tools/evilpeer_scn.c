@@ -569,7 +569,7 @@ static int scn_relay(struct ctx *c, int how)
 
 /* ---- scenarios: streams (docs/PROTOCOL.md, "Streams") ---- */
 
-enum { S_NO_OFFER, S_TOO_MANY, S_INDEX_RANGE, S_OUT_OF_TURN, S_CHUNK_SPLIT };
+enum { S_NO_OFFER, S_TOO_MANY, S_INDEX_RANGE, S_OUT_OF_TURN, S_CHUNK_SPLIT, S_MARK_UNASKED };
 
 /* MSG_STREAM on c for the offer of c->step, stream idx. */
 static int stream_attach(struct ctx *c, digest_t root, uint64_t idx)
@@ -604,6 +604,8 @@ static int scn_stream(struct ctx *c, int how)
 	}
 	offer_fields(c, &m, root, mf.n);
 	msg_put_u64(&m, K_STREAMS, how == S_TOO_MANY ? 17 : 2);
+	if (how == S_MARK_UNASKED)
+		msg_put_u64(&m, K_RESTREAM, 1);
 	rc = sendm(c, &m);
 	if (how == S_TOO_MANY) {
 		if (rc == 0)
@@ -647,6 +649,20 @@ static int scn_stream(struct ctx *c, int how)
 		c2.x->ops->close(c2.x);
 		return verdict;
 	}
+	if (how == S_MARK_UNASKED) {
+		/* A hand-off's mark on stream 1 that no MSG_RESTREAM asked
+		 * for; then stream 0's whole chunk passes the turn to it. */
+		rc = stream_attach(&c2, root, 1);
+		msg_init(&m, MSG_MARK);
+		msg_put_u64(&m, K_CODE, 1);
+		rc = rc ? rc : sendm(&c2, &m);
+		rc = rc ? rc : send_bytes(c, E_A, 0, CHUNK, UINT64_MAX);
+		if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
+			say("evilpeer: sending: %s", strerror(-rc));
+		verdict = expect_refusal(c, true);
+		c2.x->ops->close(c2.x);
+		return verdict;
+	}
 	/* S_OUT_OF_TURN: stream 1 ends at once, stream 0 sends piece 0 (a
 	 * whole chunk) and then piece 1, whose turn was stream 1's: the turns
 	 * ended at piece 1, so stream 0's next frame must be MSG_END. */
@@ -671,6 +687,7 @@ const struct scenario evil_scenarios[] = {
 	{ "stream_index_range", scn_stream, S_INDEX_RANGE },
 	{ "stream_out_of_turn", scn_stream, S_OUT_OF_TURN },
 	{ "stream_chunk_split", scn_stream, S_CHUNK_SPLIT },
+	{ "stream_mark_unasked", scn_stream, S_MARK_UNASKED },
 	{ "offer_setid", scn_offer, O_SETID },
 	{ "offer_unknown_keys", scn_offer, O_UNKNOWN_KEYS },
 	{ "offer_other_origin", scn_offer, O_OTHER_ORIGIN },
