@@ -81,6 +81,7 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 	if (!e->nchunks) {
 		XXH3_128bits_update(b->whole, p, n);
 		b->at += n;
+		b->hashed = b->at;
 		if (b->at == e->size && !digest_eq(XXH3_128bits_digest(b->whole), e->digest)) {
 			b->bad_chunk = 0;
 			rc = -EBADMSG;
@@ -100,6 +101,7 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 			XXH3_128bits_update(b->chunk, p, k);
 		XXH3_128bits_update(b->whole, p, k);
 		b->at += k;
+		b->hashed = b->at;
 		b->chunk_fill += k;
 		p += k;
 		n -= k;
@@ -185,6 +187,7 @@ int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size
 	b->chunk_size = chunk_size;
 	b->at = b->chunk_no = b->chunk_fill = b->bad_chunk = 0;
 	b->mark_at = UINT64_MAX;
+	b->hashed = 0;
 	b->skipped = b->ext = false;
 	if (keep > e->size)
 		return -EINVAL;
@@ -250,10 +253,13 @@ int cbuild_rewind(struct cbuild *b)
 	XXH3_128bits_reset(b->chunk);
 	if (b->at == 0)
 		XXH3_128bits_reset(b->whole);
+	else if (b->hashed == b->at)
+		;                       /* at a chunk's end: whole has taken just [0, at) */
 	else if (b->mark_at == b->at)
 		XXH3_copyState(b->whole, b->mark);      /* as it was at this chunk's start */
 	else
-		b->skipped = true;
+		b->skipped = true;      /* a failed piece that began a chunk */
+	b->hashed = b->at;
 	return 0;
 }
 

@@ -79,6 +79,7 @@ struct cbuild {
 	XXH3_state_t *whole, *chunk;
 	XXH3_state_t *mark;            /* whole at mark_at (cbuild.c) */
 	uint64_t mark_at;              /* UINT64_MAX: no mark */
+	uint64_t hashed;               /* bytes whole has taken (past at after a failed put) */
 	const struct mf_entry *e;      /* borrowed, between begin and end */
 	uint64_t chunk_size;
 	uint64_t at;                   /* bytes taken: the offset the next piece is for */

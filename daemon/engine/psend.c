@@ -41,6 +41,7 @@ struct psend_stream {
 	struct xport *x;
 	pthread_t thread;
 	bool started, stop;             /* stop: under ps->mu */
+	bool sending;                   /* in a send (under ps->mu) */
 	uint8_t *frame;
 	struct item q[PSEND_MAX_DEPTH]; /* under ps->mu */
 	unsigned qh, qn;
@@ -144,6 +145,7 @@ static void *stream_main(void *arg)
 		t->qh = (t->qh + 1) % PSEND_MAX_DEPTH;
 		t->qn--;
 		err = ps->err;
+		t->sending = !err;
 		pthread_mutex_unlock(&ps->mu);
 		/* After a stream failed the copy is lost: what is queued is
 		 * only given back. */
@@ -163,6 +165,7 @@ static void *stream_main(void *arg)
 			}
 		}
 		pthread_mutex_lock(&ps->mu);
+		t->sending = false;
 		ps->busy[it.slot] = false;
 		if (rc < 0 && !ps->err) {
 			ps->err = rc;
@@ -240,6 +243,7 @@ int psend_streams_end(struct psend *ps, bool ok)
 	free(ps->st);
 	ps->st = NULL;
 	ps->nstreams = 1;
+	ps->err = 0;            /* (err_stream stays, for psend_failed_stream) */
 	ps->turn = 0;           /* the next copy, on one stream or several, starts at 0 */
 	memset(ps->busy, 0, sizeof(ps->busy));
 	shrink(ps, PSEND_DEPTH);        /* the streams' slots go with them */
@@ -252,6 +256,15 @@ void psend_shut(struct psend *ps, unsigned j)
 	pthread_mutex_lock(&ps->mu);
 	if (j >= 1 && j < ps->nstreams)
 		ps->st[j].x->ops->shutdown(ps->st[j].x);
+	pthread_mutex_unlock(&ps->mu);
+}
+
+void psend_shut_sending(struct psend *ps)
+{
+	pthread_mutex_lock(&ps->mu);
+	for (unsigned j = 1; j < ps->nstreams; j++)
+		if (ps->st[j].sending)
+			ps->st[j].x->ops->shutdown(ps->st[j].x);
 	pthread_mutex_unlock(&ps->mu);
 }
 

@@ -152,6 +152,9 @@ static inline unsigned psend_failed_stream(const struct psend *ps)
 /* Wakes stream j's thread from a send that cannot complete (its connection
  * is dead then): from a check hook, between psend_streams_begin and _end. */
 void psend_shut(struct psend *ps, unsigned j);
+/* The same for every stream still in a send: from a check hook that has
+ * stopped the range and waited long enough for them. */
+void psend_shut_sending(struct psend *ps);
 
 /* Sends bytes [off, end) of fd (a file of size bytes, for the dtype guess)
  * as MSG_DATA frames with K_FILE idx (unless PSEND_NO_FILE), K_OFFSET and

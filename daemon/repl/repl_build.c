@@ -347,7 +347,8 @@ int rx_rewind(struct rx *r, uint64_t *idx, uint64_t *off)
 		if ((rc = cbuild_rewind(&r->cb)) < 0)
 			return rx_fail(r, rc, "writing %s: %s", r->ce.path, strerror(-rc));
 		*off = r->cb.at;
-		if (*off < r->synced || (r->ci == r->j_idx && *off < r->j_off)) {
+		if (*off < r->synced || *off < r->asked || *off < wq_durable(&r->cb.wq) ||
+		    (r->ci == r->j_idx && *off < r->j_off)) {
 			/* A file of one chunk journaled part-way: the copy
 			 * resumes from the journal, as a lost connection. */
 			r->lost = true;

@@ -143,6 +143,7 @@ struct out {
 	uint64_t epoch;                 /* hand-offs so far */
 	int ctl_rc;                     /* a frame the receiver sent mid-copy, read: -ERESTART
 					 * (a MSG_RESTREAM, below), or the copy's failure */
+	uint64_t ctl_ns;                /* when it was read */
 	char ctl_why[512];
 	uint64_t r_idx, r_off;          /* the MSG_RESTREAM: the point, */
 	unsigned r_pos;                 /* the lost stream's place in xs */
@@ -279,8 +280,13 @@ static int take_answer(struct sender *s, struct out *o, bool streams, struct msg
 		   msg_get_u64(&m, K_INDEX, &lost) < 0 || msg_get_u64(&m, K_FILE, &o->r_idx) < 0 ||
 		   msg_get_u64(&m, K_OFFSET, &o->r_off) < 0 || msg_get_u64(&m, K_CODE, &code) < 0 ||
 		   code != o->epoch + 1) {
-		snprintf(o->ctl_why, sizeof(o->ctl_why), "unexpected frame type %u mid-copy",
-			 m.type);
+		if (m.type == MSG_RESTREAM)
+			snprintf(o->ctl_why, sizeof(o->ctl_why), "a MSG_RESTREAM out of place "
+				 "(stream %llu, hand-off %llu)", (unsigned long long)lost,
+				 (unsigned long long)code);
+		else
+			snprintf(o->ctl_why, sizeof(o->ctl_why), "unexpected frame type %u mid-copy",
+				 m.type);
 		rc = -EBADMSG;
 	} else {
 		o->r_pos = 0;
@@ -299,6 +305,7 @@ static int take_answer(struct sender *s, struct out *o, bool streams, struct msg
 		}
 	}
 	msg_free(&m);
+	o->ctl_ns = mono_ns();
 	return o->ctl_rc = rc;
 }
 
@@ -312,8 +319,13 @@ static int piece_check(void *arg)
 
 	if (!c->o->handoff)
 		return 0;
-	if (c->o->ctl_rc)
-		return c->o->ctl_rc;    /* read already: the range is stopping */
+	if (c->o->ctl_rc) {
+		/* Read already: the range is stopping. A send still stuck a
+		 * peer timeout later is on a dead connection too. */
+		if (mono_ns() - c->o->ctl_ns > (uint64_t)peers_io_ms() * 1000000ull)
+			psend_shut_sending(&s->ps);
+		return c->o->ctl_rc;
+	}
 	if (!s->x->ops->ready || !s->x->ops->ready(s->x))
 		return 0;
 	return take_answer(s, c->o, true, NULL);
@@ -416,10 +428,12 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 	msg_put_str(&m, K_STEP, step);
 	msg_put_str(&m, K_ROOT, hex);
 	msg_put_u64(&m, K_SIZE, mf_size);
-	if (streams > 1) {
+	if (streams > 1)
 		msg_put_u64(&m, K_STREAMS, streams);
-		msg_put_u64(&m, K_RESTREAM, 1);     /* a lost stream's turns may go on */
-	}
+	/* A lost stream's turns may go on: only where stream 0 can be
+	 * listened to between pieces (not RDMA's, yet). */
+	if (streams > 1 && s->x->ops->ready)
+		msg_put_u64(&m, K_RESTREAM, 1);
 	/* The owner goes with the copy: the cluster shares one uid space. */
 	if (fstat(mf_fd, &st) == 0) {
 		msg_put_u64(&m, K_UID, st.st_uid);
@@ -655,7 +669,10 @@ static int hand_off(struct sender *s, struct out *o, unsigned failed, char *why,
 
 		msg_init(&m, MSG_MARK);
 		msg_put_u64(&m, K_CODE, o->epoch);
+		s->xs[k]->ops->set_timeout(s->xs[k], peers_io_ms());
 		rc = s->xs[k]->ops->send(s->xs[k], &m);
+		if (k)
+			s->xs[k]->ops->set_timeout(s->xs[k], held_ms(o->total, peers_io_ms()));
 		msg_free(&m);
 		/* A further stream dead too: the receiver names it in turn. */
 		if (rc < 0 && k == 0) {
@@ -742,14 +759,16 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 
 			failed = rc < 0 ? psend_failed_stream(&s->ps) : 0;
 			erc = psend_streams_end(&s->ps, rc == 0);
-			if (rc == 0 && erc < 0) {
-				failed = psend_failed_stream(&s->ps);
-				rc = o.handoff && failed ? erc : send_failed(s, erc, why, whylen);
-			}
+			/* A further stream's MSG_END failed: every piece had gone,
+			 * and the receiver says DONE, or which stream to hand on. */
+			if (rc == 0 && erc < 0 && !(o.handoff && psend_failed_stream(&s->ps)))
+				rc = send_failed(s, erc, why, whylen);
 		}
 		if (rc == 0)
 			rc = finish(s, &o, why, whylen);
-		if (!o.handoff || (rc != -ERESTART && !failed) || repl.stopping)
+		/* A refusal read mid-copy is no hand-off, whatever failed after. */
+		if (rc == 0 || !o.handoff || repl.stopping ||
+		    !(rc == -ERESTART || (failed && o.ctl_rc == 0)))
 			break;
 		why[0] = '\0';
 		if ((rc = hand_off(s, &o, failed, why, whylen)) < 0)
@@ -759,7 +778,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 			snprintf(why, whylen, "cannot start the streams: %s", strerror(-rc));
 			break;
 		}
-		o.sent = 0;     /* (held chunks past the point are counted again) */
+		o.sent = o.gap = 0;     /* (held chunks past the point are counted again) */
 		rc = send_files(s, &o, step_fd, o.r_idx, o.r_off, why, whylen);
 	}
 out_close_mf:

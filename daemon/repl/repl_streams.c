@@ -115,7 +115,21 @@ void rx_streams_chunk_size(struct rx *r, uint64_t cs)
  * nothing came, it never attached) is -EPIPE with st->why when its turns
  * may go to the others (r->handoff and the connection lost, not a rule
  * broken); otherwise it fails the copy. */
-static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
+/* Under smu, with r->handoff: a live further stream other than j that
+ * is lost already (0: none). Its turn may not come: the sender's streams
+ * drop their pieces once one stream failed, the earlier ones included. */
+static unsigned other_lost(const struct rx *r, unsigned j)
+{
+	for (unsigned i = 1; i < r->nlive; i++) {
+		const struct rx_stream *st = &r->streams[r->live[i]];
+
+		if (r->live[i] != j && st->err && st->err != -EPROTO)
+			return r->live[i];
+	}
+	return 0;
+}
+
+static int pop(struct rx *r, unsigned j, struct rx_piece **pc, bool others, unsigned *lost)
 {
 	struct rx_stream *st = &r->streams[j];
 	/* A silent stream whose turns may go on is given up sooner than the
@@ -128,7 +142,9 @@ static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
 
 	until = mono_timespec(mono_ns() + ms * 1000000ull);
 	pthread_mutex_lock(&r->smu);
-	while (!st->qn && !st->err && !r->closing && rc != ETIMEDOUT)
+	*lost = 0;
+	while (!st->qn && !st->err && !r->closing && rc != ETIMEDOUT &&
+	       !(others && r->handoff && (*lost = other_lost(r, j)) != 0))
 		rc = pthread_cond_timedwait(&r->scv, &r->smu, &until);
 	if (st->qn) {
 		*pc = &st->q[st->qh];
@@ -136,10 +152,15 @@ static int pop(struct rx *r, unsigned j, struct rx_piece **pc)
 	} else if (r->closing) {
 		r->lost = true;
 		rc = rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
+	} else if (r->handoff && *lost && *lost != j) {
+		rc = -EPIPE;            /* another one lost: its turns go on first */
 	} else if (r->handoff && st->err != -EPROTO) {
-		if (!st->err)
+		if (!st->err) {
 			snprintf(st->why, sizeof(st->why), "%s", st->used ? "nothing came for the "
 				 "peer timeout" : "it never attached");
+			st->err = -ETIMEDOUT;   /* and its thread says nothing more */
+		}
+		*lost = j;
 		rc = -EPIPE;
 	} else if (st->err) {
 		/* A stream's connection lost (not a rule broken: -EPROTO) loses
@@ -214,7 +235,8 @@ static int to_mark(struct rx *r, unsigned *lost)
 			return rx_fail(r, -EPROTO, "frame type %u while handing a stream's turns on",
 				       (unsigned)rc);
 	}
-	until = mono_timespec(mono_ns() + (uint64_t)peers_io_ms() * 1000000ull);
+	/* As pop's: sooner than the sender's sends on stream 0 time out. */
+	until = mono_timespec(mono_ns() + (uint64_t)peers_io_ms() * 3 / 4 * 1000000ull);
 	pthread_mutex_lock(&r->smu);
 	for (rc = 0;;) {
 		unsigned waiting = 0;
@@ -229,9 +251,11 @@ static int to_mark(struct rx *r, unsigned *lost)
 				return rx_fail(r, -EPROTO, "stream %u: %s", r->live[i], st->why);
 			}
 			if (st->err || rc == ETIMEDOUT) {
-				if (!st->err)
+				if (!st->err) {
 					snprintf(st->why, sizeof(st->why), "no MSG_MARK for the peer "
 						 "timeout");
+					st->err = -ETIMEDOUT;
+				}
 				*lost = r->live[i];
 				pthread_mutex_unlock(&r->smu);
 				return -EPIPE;
@@ -314,7 +338,9 @@ static int all_ended(struct rx *r, unsigned skip)
 
 		if (j == skip)
 			continue;
-		if ((rc = pop(r, j, &pc)) == -EPIPE) {
+		unsigned lost;
+
+		if ((rc = pop(r, j, &pc, false, &lost)) == -EPIPE) {
 			log_warn("%s: stream %u lost after its last piece (%s)", r->slot.key, j,
 				 r->streams[j].why);
 			continue;
@@ -337,7 +363,7 @@ static int all_ended(struct rx *r, unsigned skip)
 int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc)
 {
 	struct rx_piece *p;
-	unsigned j;
+	unsigned j, lost;
 	int rc;
 
 	*pc = NULL;
@@ -367,8 +393,8 @@ int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc)
 			msg_free(m);
 		return rc;
 	}
-	if ((rc = pop(r, j, &p)) == -EPIPE) {
-		if ((rc = hand_off(r, j)) < 0)
+	if ((rc = pop(r, j, &p, true, &lost)) == -EPIPE) {
+		if ((rc = hand_off(r, lost)) < 0)
 			return rc;
 		return rx_recv(r, m, pc);
 	}

@@ -219,7 +219,7 @@ static void test_rewind_to_another_source(void **state)
 
 /* A rewind keeps the whole-file check: the digest goes back to what it was
  * at the chunk's start, so the bytes taken again count once. Fed right
- * after a rewind mid-chunk (and after two), the file's digest is checked
+ * after a rewind mid-chunk (twice) and one at a chunk's end, the file's digest is checked
  * and matches; with chunk lines right and the file's digest wrong (a
  * broken sender), the end refuses it, rewound or not. */
 static void test_rewind_keeps_the_whole_check(void **state)
@@ -245,7 +245,12 @@ static void test_rewind_keeps_the_whole_check(void **state)
 		assert_int_equal(cbuild_rewind(&b), 0);
 		assert_int_equal(b.at, 4 * CHUNK);
 		assert_false(b.skipped);
-		assert_int_equal(feed(&b, good, n, 4 * CHUNK, 4096), 0);
+		/* and at a chunk's end, where nothing of the next was taken */
+		assert_int_equal(feed(&b, good, 5 * CHUNK, 4 * CHUNK, 4096), 0);
+		assert_int_equal(cbuild_rewind(&b), 0);
+		assert_int_equal(b.at, 5 * CHUNK);
+		assert_false(b.skipped);
+		assert_int_equal(feed(&b, good, n, 5 * CHUNK, 4096), 0);
 		assert_int_equal(cbuild_end(&b), wrong ? -EBADMSG : 0);
 		if (!wrong)
 			check_file(fd, good, n);
