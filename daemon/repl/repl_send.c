@@ -12,15 +12,16 @@
  * The connection stays open between copies. When it breaks, the copy goes
  * back to PENDING and the sender reconnects with backoff; the receiver's
  * WANT then says where to resume. A further stream lost mid-copy is handed
- * on instead (hand_off): the receiver's MSG_RESTREAM says from where. A receiver that refuses (MSG_ERROR) costs
- * the copy a try; after REPL_MAX_TRIES it is FAILED.
+ * on instead (repl_handoff.c): the receiver's MSG_RESTREAM says from where.
+ * A receiver that refuses (MSG_ERROR) costs the copy a try; after
+ * REPL_MAX_TRIES it is FAILED.
  *
  * Pieces go through the piece sender (daemon/engine/psend.h), which reads
  * ahead on the sender's own io_uring, so the disk, the codec and the socket
  * overlap. compress = auto compresses or not
  * by window of pieces, whichever is measured to deliver more (zpolicy.h).
  */
-#include "daemon/repl/repl_impl.h"
+#include "daemon/repl/repl_tx.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,20 +45,6 @@
 
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
-#define HELD_COPY_RATE (20ull << 20)    /* bytes/s: the slowest local copy waited for */
-
-struct sender {
-	struct partner *p;
-	const struct host *h;
-	struct xport *x;                /* NULL while disconnected */
-	struct xport *xs[PSEND_MAX_STREAMS];    /* [0] is x; [1..nx) more streams */
-	unsigned nx;                    /* streams open, x among them (0: none) */
-	struct psend ps;                /* reads ahead, encodes, caps the rate */
-	struct zpolicy z;
-	unsigned backoff_ms;
-	unsigned lost;                  /* copies lost mid-way in a row */
-};
-
 static uint64_t queued(struct xport *x)
 {
 	return x->ops->queued ? x->ops->queued(x) : 0;
@@ -119,43 +106,6 @@ static int expect(struct xport *x, struct msg *m, uint16_t type, char *why, size
 		return -EBADMSG;
 	}
 	return 0;
-}
-
-/* One copy being sent. */
-struct out {
-	const char *job, *step;
-	uint64_t seq, total;
-	int step_fd;
-	uint64_t sent;                  /* bytes of the checkpoint done: sent or held */
-	uint64_t held;                  /* of which the receiver held */
-	uint64_t raw;                   /* raw bytes sent in pieces */
-	uint64_t gap;                   /* held bytes since the last piece sent */
-	const uint8_t *bits;            /* K_HELD, or NULL */
-	size_t nbits;
-	uint64_t chunk;                 /* the manifest's chunk size */
-	uint64_t yield_ms;              /* what [transfer] yield may still hold it up */
-	bool yielded;                   /* it did, before the next piece */
-	bool no_sum;                    /* the WANT's K_FRAME_SUM 0: frames without their digest */
-	/* A lost stream's turns handed to the others (K_RESTREAM both ways). */
-	bool handoff;                   /* the receiver said it does */
-	unsigned n;                     /* the streams the pieces go on now: xs[0..n) */
-	unsigned xid[PSEND_MAX_STREAMS];/* each one's index for the receiver (MSG_STREAM's) */
-	uint64_t epoch;                 /* hand-offs so far */
-	int ctl_rc;                     /* a frame the receiver sent mid-copy, read: -ERESTART
-					 * (a MSG_RESTREAM, below), or the copy's failure */
-	uint64_t ctl_ns;                /* when it was read */
-	char ctl_why[512];
-	uint64_t r_idx, r_off;          /* the MSG_RESTREAM: the point, */
-	unsigned r_pos;                 /* the lost stream's place in xs */
-};
-
-/* A timeout of base ms plus the time the receiver may take to copy `held`
- * bytes from its own disk at a slow HELD_COPY_RATE. */
-static int held_ms(uint64_t held, int base)
-{
-	uint64_t ms = (uint64_t)base + held / (HELD_COPY_RATE / 1000);
-
-	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
 /* A send failed. A receiver that refuses while pieces stream (a full disk,
@@ -248,67 +198,6 @@ static void piece_sent(void *arg, uint64_t at, size_t len, size_t flen, unsigned
 	set_sent(s, o->job, o->step, o->seq, o->sent, o->total);
 }
 
-/* A frame of the receiver's in the middle of a copy, on x: MSG_RESTREAM (a
- * further stream of the copy lost at its turn: docs/PROTOCOL.md, "Streams")
- * is kept in o and gives -ERESTART; MSG_ERROR is a refusal (-EREMOTEIO);
- * anything else, or nothing, fails the copy. The lost stream's connection
- * is shut, so that a send stuck on it ends (streams: psend's threads are
- * running). Sets o->ctl_rc and o->ctl_why. With done, MSG_DONE is taken
- * too (0, into *done). */
-static int take_answer(struct sender *s, struct out *o, bool streams, struct msg *done)
-{
-	uint64_t lost = 0, code = 0;
-	struct msg m;
-	int rc = s->x->ops->recv(s->x, &m);
-
-	if (rc == 0 && done && m.type == MSG_DONE) {
-		*done = m;      /* finish's */
-		return 0;
-	}
-	if (rc < 0) {
-		snprintf(o->ctl_why, sizeof(o->ctl_why), "receiving: %s", rc == -ENOTCONN ?
-			 "the peer closed the connection" : strerror(-rc));
-		return o->ctl_rc = rc == -ENOTCONN ? -ECONNRESET : rc;
-	}
-	if (m.type == MSG_ERROR) {
-		char t[PEER_TEXT_MAX + 1];
-
-		peer_error_of(&m, t);
-		snprintf(o->ctl_why, sizeof(o->ctl_why), "refused: %s", t);
-		rc = -EREMOTEIO;
-	} else if (m.type != MSG_RESTREAM || !o->handoff ||
-		   msg_get_u64(&m, K_INDEX, &lost) < 0 || msg_get_u64(&m, K_FILE, &o->r_idx) < 0 ||
-		   msg_get_u64(&m, K_OFFSET, &o->r_off) < 0 || msg_get_u64(&m, K_CODE, &code) < 0 ||
-		   code != o->epoch + 1) {
-		if (m.type == MSG_RESTREAM)
-			snprintf(o->ctl_why, sizeof(o->ctl_why), "a MSG_RESTREAM out of place "
-				 "(stream %llu, hand-off %llu)", (unsigned long long)lost,
-				 (unsigned long long)code);
-		else
-			snprintf(o->ctl_why, sizeof(o->ctl_why), "unexpected frame type %u mid-copy",
-				 m.type);
-		rc = -EBADMSG;
-	} else {
-		o->r_pos = 0;
-		for (unsigned k = 1; k < o->n; k++)
-			if (o->xid[k] == lost)
-				o->r_pos = k;
-		snprintf(o->ctl_why, sizeof(o->ctl_why), "the receiver lost stream %llu",
-			 (unsigned long long)lost);
-		rc = o->r_pos ? -ERESTART : -EBADMSG;
-		if (o->r_pos) {
-			o->epoch = code;
-			if (streams)
-				psend_shut(&s->ps, o->r_pos);
-			else
-				s->xs[o->r_pos]->ops->shutdown(s->xs[o->r_pos]);
-		}
-	}
-	msg_free(&m);
-	o->ctl_ns = mono_ns();
-	return o->ctl_rc = rc;
-}
-
 /* Between pieces: whether the receiver has said something (only a copy
  * that may hand a stream's turns on listens: before, the receiver said
  * nothing until DONE but a refusal, which the failed send finds). */
@@ -328,7 +217,7 @@ static int piece_check(void *arg)
 	}
 	if (!s->x->ops->ready || !s->x->ops->ready(s->x))
 		return 0;
-	return take_answer(s, c->o, true, NULL);
+	return tx_take_answer(s, c->o, true, NULL);
 }
 
 /* Sends bytes [off, end) of an open file, piece by piece. */
@@ -528,7 +417,7 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 	 * the receiver says so instead of DONE. */
 	if (!o->handoff)
 		rc = expect(s->x, &m, MSG_DONE, why, whylen);
-	else if ((rc = take_answer(s, o, false, &m)) < 0)
+	else if ((rc = tx_take_answer(s, o, false, &m)) < 0)
 		snprintf(why, whylen, "%s", o->ctl_why);
 	s->x->ops->set_timeout(s->x, peers_io_ms());
 	if (rc == 0) {
@@ -622,68 +511,6 @@ static int attach_streams(struct sender *s, const char *job, const char *step, d
 	return rc;
 }
 
-/* A further stream of the copy is lost. The receiver's MSG_RESTREAM (read
- * already, or awaited here when a send on stream `failed` failed first)
- * names it and the point the pieces go on from. It is closed and taken out
- * of xs (the next copy dials another), each stream left gets MSG_MARK, and
- * the pieces from that point go on them in turns (docs/PROTOCOL.md,
- * "Streams"). 0, or -errno with why. */
-static int hand_off(struct sender *s, struct out *o, unsigned failed, char *why, size_t whylen)
-{
-	struct xport *gone;
-	int rc;
-
-	if (o->ctl_rc != -ERESTART) {
-		/* The receiver finds the loss at that stream's turn, within its
-		 * peer timeout: shut, it finds it at once. */
-		if (failed)
-			s->xs[failed]->ops->shutdown(s->xs[failed]);
-		o->ctl_rc = 0;
-		s->x->ops->set_timeout(s->x, 2 * peers_io_ms());
-		rc = take_answer(s, o, false, NULL);
-		s->x->ops->set_timeout(s->x, peers_io_ms());
-		if (rc != -ERESTART) {
-			snprintf(why, whylen, "%s", o->ctl_why);
-			return rc;
-		}
-	}
-	log_warn("%s/%s to %s: stream %u lost; its turns go to the %u left, from entry %llu "
-		 "byte %llu", o->job, o->step, s->h->name, o->xid[o->r_pos], o->n - 1,
-		 (unsigned long long)o->r_idx, (unsigned long long)o->r_off);
-	pthread_mutex_lock(&repl.lock);
-	gone = s->xs[o->r_pos];
-	for (unsigned k = o->r_pos; k + 1 < s->nx; k++)
-		s->xs[k] = s->xs[k + 1];
-	for (unsigned k = o->r_pos; k + 1 < o->n; k++)
-		o->xid[k] = o->xid[k + 1];
-	s->nx--;
-	o->n--;
-	for (unsigned k = 0; k < s->nx; k++)
-		s->p->xs[k] = s->xs[k];
-	s->p->nx = s->nx;
-	s->p->streams = o->n;
-	pthread_mutex_unlock(&repl.lock);
-	gone->ops->close(gone);
-	for (unsigned k = 0; k < o->n; k++) {
-		struct msg m;
-
-		msg_init(&m, MSG_MARK);
-		msg_put_u64(&m, K_CODE, o->epoch);
-		s->xs[k]->ops->set_timeout(s->xs[k], peers_io_ms());
-		rc = s->xs[k]->ops->send(s->xs[k], &m);
-		if (k)
-			s->xs[k]->ops->set_timeout(s->xs[k], held_ms(o->total, peers_io_ms()));
-		msg_free(&m);
-		/* A further stream dead too: the receiver names it in turn. */
-		if (rc < 0 && k == 0) {
-			snprintf(why, whylen, "sending: %s", strerror(-rc));
-			return rc;
-		}
-	}
-	o->ctl_rc = 0;
-	return 0;
-}
-
 static int send_copy(struct sender *s, const char *job, const char *step, uint64_t seq,
 		     digest_t root, uint64_t total, char *why, size_t whylen)
 {
@@ -771,7 +598,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		    !(rc == -ERESTART || (failed && o.ctl_rc == 0)))
 			break;
 		why[0] = '\0';
-		if ((rc = hand_off(s, &o, failed, why, whylen)) < 0)
+		if ((rc = tx_hand_off(s, &o, failed, why, whylen)) < 0)
 			break;
 		if (o.n > 1 && (rc = psend_streams_begin(&s->ps, s->xs, o.n,
 							 repl.cfg->memory / 2)) < 0) {
