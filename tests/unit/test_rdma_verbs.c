@@ -190,7 +190,8 @@ static void test_listen(void **state)
 
 /* ---- the tables ---- */
 
-static void check_table(const struct xport_ops *o, const char *name, bool need_available)
+static void check_table(const struct xport_ops *o, const char *name, bool need_available,
+			bool has_ready)
 {
 	assert_non_null(o->name);
 	assert_string_equal(o->name, name);
@@ -204,6 +205,12 @@ static void check_table(const struct xport_ops *o, const char *name, bool need_a
 	assert_non_null(o->send_tail);
 	assert_non_null(o->recv);
 	assert_non_null(o->recv_last);
+	/* Without ready a sender cannot listen between pieces, and offers no
+	 * hand-off of a lost stream (docs/PROTOCOL.md, "Streams"). */
+	if (has_ready)
+		assert_non_null(o->ready);
+	else
+		assert_null(o->ready);
 	assert_non_null(o->set_timeout);
 	assert_non_null(o->queued);
 	assert_non_null(o->shutdown);
@@ -213,10 +220,10 @@ static void check_table(const struct xport_ops *o, const char *name, bool need_a
 static void test_tables(void **state)
 {
 	/* Every member is checked: one added to xport_ops must be added here. */
-	_Static_assert(sizeof(struct xport_ops) == 14 * sizeof(void *),
+	_Static_assert(sizeof(struct xport_ops) == 15 * sizeof(void *),
 		       "struct xport_ops changed: check_table checks each member");
-	check_table(&xport_rdma_ops, "rdma", true);
-	check_table(&xport_tcp_ops, "tcp", false);   /* available may be NULL: always */
+	check_table(&xport_rdma_ops, "rdma", true, false);
+	check_table(&xport_tcp_ops, "tcp", false, true);     /* available may be NULL: always */
 }
 
 int main(void)
