@@ -251,14 +251,6 @@ int psend_streams_end(struct psend *ps, bool ok)
 	return rc;
 }
 
-void psend_shut(struct psend *ps, unsigned j)
-{
-	pthread_mutex_lock(&ps->mu);
-	if (j >= 1 && j < ps->nstreams)
-		ps->st[j].x->ops->shutdown(ps->st[j].x);
-	pthread_mutex_unlock(&ps->mu);
-}
-
 void psend_shut_sending(struct psend *ps)
 {
 	pthread_mutex_lock(&ps->mu);

@@ -106,8 +106,8 @@ struct psend_hooks {
 	/* On the caller's thread, no lock held: before each piece, and every
 	 * PSEND_CHECK_MS while it waits for a stream. A negative return stops
 	 * the range with it: the streams give back what they hold without
-	 * sending it, finish the sends they are in (psend_shut wakes one whose
-	 * connection is dead) and keep their connections. */
+	 * sending it, finish the sends they are in (shutting a dead one's
+	 * connection wakes it) and keep their connections. */
 	int (*check)(void *arg);
 	void *arg;
 };
@@ -149,11 +149,10 @@ static inline unsigned psend_failed_stream(const struct psend *ps)
 {
 	return ps->err_stream;
 }
-/* Wakes stream j's thread from a send that cannot complete (its connection
- * is dead then): from a check hook, between psend_streams_begin and _end. */
-void psend_shut(struct psend *ps, unsigned j);
-/* The same for every stream still in a send: from a check hook that has
- * stopped the range and waited long enough for them. */
+/* Wakes every stream's thread still in a send (their connections are dead
+ * then): from a check hook that has stopped the range and waited long
+ * enough for them. A caller that knows which stream is dead shuts its
+ * connection itself (any thread may). */
 void psend_shut_sending(struct psend *ps);
 
 /* Sends bytes [off, end) of fd (a file of size bytes, for the dtype guess)

@@ -13,38 +13,49 @@
 #include "common/log.h"
 #include "daemon/net/peer.h"
 
+int tx_answer(struct xport *x, struct msg *m, char *why, size_t whylen)
+{
+	int rc = x->ops->recv(x, m);
+
+	if (rc < 0) {
+		snprintf(why, whylen, "%s", rc == -ENOTCONN ? "the peer closed the connection" :
+			 strerror(-rc));
+		return rc == -ENOTCONN ? -ECONNRESET : rc;
+	}
+	if (m->type == MSG_ERROR) {
+		char t[PEER_TEXT_MAX + 1];
+
+		peer_error_of(m, t);
+		snprintf(why, whylen, "refused: %s", t);
+		msg_free(m);
+		return -EREMOTEIO;
+	}
+	return 0;
+}
+
 /* A frame of the receiver's in the middle of a copy, on x: MSG_RESTREAM (a
  * further stream of the copy lost at its turn: docs/PROTOCOL.md, "Streams")
  * is kept in o and gives -ERESTART; MSG_ERROR is a refusal (-EREMOTEIO);
  * anything else, or nothing, fails the copy. The lost stream's connection
- * is shut, so that a send stuck on it ends (streams: psend's threads are
- * running). Sets o->ctl_rc and o->ctl_why. With done, MSG_DONE is taken
- * too (0, into *done). */
-int tx_take_answer(struct sender *s, struct out *o, bool streams, struct msg *done)
+ * is shut, so that a send stuck on it ends. Sets o->ctl_rc and o->ctl_why.
+ * With done, MSG_DONE is taken too (0, into *done). */
+int tx_take_answer(struct sender *s, struct out *o, struct msg *done)
 {
 	uint64_t lost = 0, code = 0;
 	struct msg m;
-	int rc = s->x->ops->recv(s->x, &m);
+	int rc = tx_answer(s->x, &m, o->ctl_why, sizeof(o->ctl_why));
 
 	if (rc == 0 && done && m.type == MSG_DONE) {
 		*done = m;      /* finish's */
 		return 0;
 	}
-	if (rc < 0) {
-		snprintf(o->ctl_why, sizeof(o->ctl_why), "receiving: %s", rc == -ENOTCONN ?
-			 "the peer closed the connection" : strerror(-rc));
-		return o->ctl_rc = rc == -ENOTCONN ? -ECONNRESET : rc;
-	}
-	if (m.type == MSG_ERROR) {
-		char t[PEER_TEXT_MAX + 1];
-
-		peer_error_of(&m, t);
-		snprintf(o->ctl_why, sizeof(o->ctl_why), "refused: %s", t);
-		rc = -EREMOTEIO;
-	} else if (m.type != MSG_RESTREAM || !o->handoff ||
-		   msg_get_u64(&m, K_INDEX, &lost) < 0 || msg_get_u64(&m, K_FILE, &o->r_idx) < 0 ||
-		   msg_get_u64(&m, K_OFFSET, &o->r_off) < 0 || msg_get_u64(&m, K_CODE, &code) < 0 ||
-		   code != o->epoch + 1) {
+	if (rc < 0 && rc != -EREMOTEIO)
+		return o->ctl_rc = rc;
+	if (rc == 0 && (m.type != MSG_RESTREAM || !o->handoff ||
+			msg_get_u64(&m, K_INDEX, &lost) < 0 ||
+			msg_get_u64(&m, K_FILE, &o->r_idx) < 0 ||
+			msg_get_u64(&m, K_OFFSET, &o->r_off) < 0 ||
+			msg_get_u64(&m, K_CODE, &code) < 0 || code != o->epoch + 1)) {
 		if (m.type == MSG_RESTREAM)
 			snprintf(o->ctl_why, sizeof(o->ctl_why), "a MSG_RESTREAM out of place "
 				 "(stream %llu, hand-off %llu)", (unsigned long long)lost,
@@ -53,7 +64,7 @@ int tx_take_answer(struct sender *s, struct out *o, bool streams, struct msg *do
 			snprintf(o->ctl_why, sizeof(o->ctl_why), "unexpected frame type %u mid-copy",
 				 m.type);
 		rc = -EBADMSG;
-	} else {
+	} else if (rc == 0) {
 		o->r_pos = 0;
 		for (unsigned k = 1; k < o->n; k++)
 			if (o->xid[k] == lost)
@@ -63,13 +74,11 @@ int tx_take_answer(struct sender *s, struct out *o, bool streams, struct msg *do
 		rc = o->r_pos ? -ERESTART : -EBADMSG;
 		if (o->r_pos) {
 			o->epoch = code;
-			if (streams)
-				psend_shut(&s->ps, o->r_pos);
-			else
-				s->xs[o->r_pos]->ops->shutdown(s->xs[o->r_pos]);
+			s->xs[o->r_pos]->ops->shutdown(s->xs[o->r_pos]);   /* any thread may */
 		}
 	}
-	msg_free(&m);
+	if (rc != -EREMOTEIO)
+		msg_free(&m);   /* (a refusal's is freed already) */
 	o->ctl_ns = mono_ns();
 	return o->ctl_rc = rc;
 }
@@ -92,7 +101,7 @@ int tx_hand_off(struct sender *s, struct out *o, unsigned failed, char *why, siz
 			s->xs[failed]->ops->shutdown(s->xs[failed]);
 		o->ctl_rc = 0;
 		s->x->ops->set_timeout(s->x, 2 * peers_io_ms());
-		rc = tx_take_answer(s, o, false, NULL);
+		rc = tx_take_answer(s, o, NULL);
 		s->x->ops->set_timeout(s->x, peers_io_ms());
 		if (rc != -ERESTART) {
 			snprintf(why, whylen, "%s", o->ctl_why);

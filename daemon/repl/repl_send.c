@@ -85,27 +85,14 @@ static void mark_begun(struct sender *s, const char *job, const char *step, uint
 
 static int expect(struct xport *x, struct msg *m, uint16_t type, char *why, size_t whylen)
 {
-	int rc = x->ops->recv(x, m);
+	int rc = tx_answer(x, m, why, whylen);
 
-	if (rc < 0) {
-		snprintf(why, whylen, "%s", rc == -ENOTCONN ? "the peer closed the connection" :
-			 strerror(-rc));
-		return rc == -ENOTCONN ? -ECONNRESET : rc;
-	}
-	if (m->type == MSG_ERROR) {
-		char t[PEER_TEXT_MAX + 1];
-
-		peer_error_of(m, t);
-		snprintf(why, whylen, "refused: %s", t);
-		msg_free(m);
-		return -EREMOTEIO;
-	}
-	if (m->type != type) {
+	if (rc == 0 && m->type != type) {
 		snprintf(why, whylen, "unexpected frame type %u", m->type);
 		msg_free(m);
 		return -EBADMSG;
 	}
-	return 0;
+	return rc;
 }
 
 /* A send failed. A receiver that refuses while pieces stream (a full disk,
@@ -217,7 +204,7 @@ static int piece_check(void *arg)
 	}
 	if (!s->x->ops->ready || !s->x->ops->ready(s->x))
 		return 0;
-	return tx_take_answer(s, c->o, true, NULL);
+	return tx_take_answer(s, c->o, NULL);
 }
 
 /* Sends bytes [off, end) of an open file, piece by piece. */
@@ -417,7 +404,7 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 	 * the receiver says so instead of DONE. */
 	if (!o->handoff)
 		rc = expect(s->x, &m, MSG_DONE, why, whylen);
-	else if ((rc = tx_take_answer(s, o, false, &m)) < 0)
+	else if ((rc = tx_take_answer(s, o, &m)) < 0)
 		snprintf(why, whylen, "%s", o->ctl_why);
 	s->x->ops->set_timeout(s->x, peers_io_ms());
 	if (rc == 0) {

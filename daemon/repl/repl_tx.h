@@ -65,8 +65,11 @@ static inline int held_ms(uint64_t held, int base)
 	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
+/* One frame of the receiver's, in m: 0; its refusal (MSG_ERROR, freed),
+ * -EREMOTEIO; a failure, -errno (-ECONNRESET: it closed). why says. */
+int tx_answer(struct xport *x, struct msg *m, char *why, size_t whylen);
 /* A frame of the receiver's mid-copy (repl_handoff.c). */
-int tx_take_answer(struct sender *s, struct out *o, bool streams, struct msg *done);
+int tx_take_answer(struct sender *s, struct out *o, struct msg *done);
 /* A further stream lost: handed on (repl_handoff.c). */
 int tx_hand_off(struct sender *s, struct out *o, unsigned failed, char *why, size_t whylen);
 
