@@ -238,8 +238,12 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "connections a restore fetches over at once, spread over the holders of intact copies" },
 	{ KEY_INT("transfer", "streams", streams), .min = 0, .max = 16, .def = "0",
 	  .doc = "connections each copy to a partner goes on, a thread each side per connection "
-		 "(each chunk's pieces on one, the streams in turns); 0: a quarter of the CPUs "
-		 "the daemon may run on, 1 to 8" },
+		 "(each chunk's pieces on one, the streams in turns); 0: adapting to what the "
+		 "copies move, from a quarter of the CPUs the daemon may run on (1 to 8) up to "
+		 "streams_max" },
+	{ KEY_INT("transfer", "streams_max", streams_max), .min = 0, .max = 16, .def = "0",
+	  .doc = "the most streams adapting (streams = 0) takes to one partner; 0: half the "
+		 "CPUs the daemon may run on, 1 to 16" },
 	{ KEY_ENUM("transfer", "cache_reads", cache_reads, cache_reads_names), .def = "auto",
 	  .doc = "auto | warm | always: a commit reads through the page cache the files mostly "
 		 "there already (warm), every file (always), or, when the step is to be sent to "
@@ -765,6 +769,15 @@ static unsigned quarter_cores(void)
 unsigned config_streams(const struct stage_config *c)
 {
 	return c->streams > 0 ? (unsigned)c->streams : quarter_cores();
+}
+
+unsigned config_streams_max(const struct stage_config *c)
+{
+	unsigned n = config_cpus() / 2;
+
+	if (c->streams_max > 0)
+		return (unsigned)c->streams_max;
+	return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
 unsigned config_hash_threads(const struct stage_config *c)

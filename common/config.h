@@ -62,7 +62,8 @@ struct stage_config {
 	int priority;               /* extension: enum cfg_priority of replication's threads */
 	int restore_streams;        /* extension: a restore's lanes, 1..4 */
 	int streams;                /* extension: connections a copy's pieces go on, 1..16;
-				     * 0: config_streams's choice */
+				     * 0: adapting, from config_streams's choice */
+	int streams_max;            /* extension: adapting's cap, 1..16; 0: config_streams_max's */
 	/* [doctor]: extension, stage doctor's measurements */
 	char *doctor_ports;         /* portlist (common/portlist.h) */
 	char *doctor_port_range;    /* ephemeral | none | LO-HI */
@@ -88,9 +89,12 @@ struct stage_config {
 int config_group_id(const char *s, gid_t *out);
 /* Fills every key with its default (strings allocated). 0 or -ENOMEM. */
 int config_defaults(struct stage_config *c);
-/* The streams a copy goes on: [transfer] streams, or with 0 a quarter of
- * config_cpus() (1 to 8: the knee measured on a 16-core node was 4). */
+/* The streams a copy goes on: [transfer] streams, or with 0 the count
+ * adapting starts from, a quarter of config_cpus() (1 to 8). */
 unsigned config_streams(const struct stage_config *c);
+/* The most streams adapting may take: [transfer] streams_max, or with 0
+ * half of config_cpus() (1 to 16): a stream is a thread on each side. */
+unsigned config_streams_max(const struct stage_config *c);
 /* The CPUs this process may run on (its affinity mask; the CPUs online if
  * that cannot be read): what "the cores" means for the defaults. */
 unsigned config_cpus(void);

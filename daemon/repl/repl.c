@@ -417,8 +417,10 @@ static int open_partners(const struct stage_config *cfg)
 		free(idx);
 		return -ENOMEM;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		repl.partners[i].host = idx[i];
+		sadapt_init(&repl.partners[i].sa, config_streams_max(cfg), config_streams(cfg));
+	}
 	repl.npartners = (size_t)n;
 	free(idx);
 	return 0;

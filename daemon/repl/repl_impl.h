@@ -47,6 +47,7 @@
 #include "common/hosts.h"
 #include "daemon/ckpt/ckpt.h"
 #include "daemon/engine/psend.h"
+#include "daemon/engine/sadapt.h"
 #include "common/xport.h"
 #include "daemon/net/net.h"
 #include "daemon/peers/peers.h"
@@ -55,6 +56,7 @@
 #define REPL_PIECE PSEND_PIECE         /* raw bytes per MSG_DATA */
 #define REPL_MAX_TRIES 5
 #define REPL_MAX_STREAMS PSEND_MAX_STREAMS     /* connections one copy may go on */
+_Static_assert(SADAPT_MAX <= PSEND_MAX_STREAMS, "adapting stays within a copy's streams");
 #define REPL_FINISH_MS 600000          /* receiver's final sync and publish */
 #define REPL_WRITERS 64                /* jobs being written remembered ([transfer] yield) */
 
@@ -99,6 +101,9 @@ struct partner {
 	struct xport *xs[PSEND_MAX_STREAMS];   /* its streams, [0] x; shutdown() at stop */
 	unsigned nx;               /* of them open (under repl.lock) */
 	unsigned streams;          /* the last copy went on this many, for status */
+	unsigned wanted;           /* ... of this many it asked for */
+	struct sadapt sa;          /* [transfer] streams = 0: the next copy's count
+				    * (the sender's thread; status reads it, under repl.lock) */
 	const char *codec;         /* what the last piece went as, for status */
 	uint64_t wire, raw;        /* bytes sent on the wire / their raw size, ever */
 	uint64_t held;             /* bytes not sent: the partner held them, ever */

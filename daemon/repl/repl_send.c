@@ -430,15 +430,27 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 }
 
 /* The connections this copy goes on: s->x and up to [transfer] streams - 1
- * more, kept open from copy to copy. One that cannot be dialled costs the
- * copy nothing: it goes on fewer (status says so). */
+ * more (or as many as adapting chose), kept open from copy to copy; those
+ * past a count that went down are closed. One that cannot be dialled
+ * costs the copy nothing: it goes on fewer (status says so). */
 static unsigned open_streams(struct sender *s)
 {
-	unsigned want = config_streams(repl.cfg);
+	unsigned want = repl.cfg->streams ? (unsigned)repl.cfg->streams : s->p->sa.n;
 
 	if (s->nx == 0) {
 		s->xs[0] = s->x;
 		s->nx = 1;
+	}
+	if (s->nx > want) {
+		unsigned had = s->nx;
+
+		pthread_mutex_lock(&repl.lock);
+		s->nx = s->p->nx = want;
+		pthread_mutex_unlock(&repl.lock);
+		for (unsigned j = want; j < had; j++) {
+			s->xs[j]->ops->close(s->xs[j]);
+			s->xs[j] = NULL;
+		}
 	}
 	while (s->nx < want && !repl.stopping) {
 		struct xport *x;
@@ -461,6 +473,7 @@ static unsigned open_streams(struct sender *s)
 	}
 	pthread_mutex_lock(&repl.lock);
 	s->p->streams = s->nx < want ? s->nx : want;
+	s->p->wanted = want;
 	pthread_mutex_unlock(&repl.lock);
 	return s->nx < want ? s->nx : want;
 }
@@ -498,6 +511,28 @@ static int attach_streams(struct sender *s, const char *job, const char *step, d
 	return rc;
 }
 
+/* What a copy's pieces moved, for the next copy's stream count ([transfer]
+ * streams = 0). A copy that handed a stream on measured the loss, not the
+ * streams. */
+static void adapt_streams(struct sender *s, const struct out *o, unsigned n, uint64_t ns)
+{
+	char d[512];
+	unsigned next;
+	bool changed;
+
+	if (repl.cfg->streams || o->epoch)
+		return;
+	pthread_mutex_lock(&repl.lock);
+	changed = sadapt_measured(&s->p->sa, n, o->raw, ns);
+	next = s->p->sa.n;
+	if (changed)
+		sadapt_describe(&s->p->sa, d, sizeof(d));
+	pthread_mutex_unlock(&repl.lock);
+	if (changed)
+		log_info("peer %s: the next copy on %u stream%s: %s", s->h->name, next,
+			 next == 1 ? "" : "s", d);
+}
+
 static int send_copy(struct sender *s, const char *job, const char *step, uint64_t seq,
 		     digest_t root, uint64_t total, char *why, size_t whylen)
 {
@@ -512,6 +547,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	size_t hn;
 	struct out o = { .job = job, .step = step, .seq = seq, .total = total,
 			 .yield_ms = repl_yield_budget() };
+	uint64_t t0 = 0, t1 = 0, yield0 = o.yield_ms;
 
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
 	root_fd = open(repl.cfg->ckpt_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -564,6 +600,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	mark_begun(s, job, step, seq);
 	if (n > 1 && (rc = attach_streams(s, job, step, root, n, total, why, whylen)) < 0)
 		goto out_close_mf;
+	t0 = mono_ns();
 	rc = send_files(s, &o, step_fd, want_idx, want_off, why, whylen);
 	for (;;) {
 		unsigned failed = 0;    /* a further stream's send failed */
@@ -578,6 +615,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 			if (rc == 0 && erc < 0 && !(o.handoff && psend_failed_stream(&s->ps)))
 				rc = send_failed(s, erc, why, whylen);
 		}
+		if (rc == 0 && !t1)
+			t1 = mono_ns();         /* every piece sent */
 		if (rc == 0)
 			rc = finish(s, &o, why, whylen);
 		/* A refusal read mid-copy is no hand-off, whatever failed after. */
@@ -594,6 +633,11 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		}
 		o.sent = o.gap = 0;     /* (held chunks past the point are counted again) */
 		rc = send_files(s, &o, step_fd, o.r_idx, o.r_off, why, whylen);
+	}
+	if (rc == 0) {
+		uint64_t stood = (yield0 - o.yield_ms) * 1000000ull;   /* for the trainer */
+
+		adapt_streams(s, &o, n, t1 - t0 > stood ? t1 - t0 - stood : 0);
 	}
 out_close_mf:
 	free(bits);

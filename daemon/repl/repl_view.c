@@ -69,18 +69,29 @@ void repl_status(struct msg *m, uid_t viewer)
 			snprintf(v, sizeof(v), "%s %s:%u: not a partner of this node", hp->name,
 				 hp->host, hp->port);
 		else if (p->state == PEER_UP) {
-			unsigned n = p->streams ? p->streams : 1, cpus = config_cpus();
-			char sw[96];
+			unsigned want = repl.cfg->streams ? (unsigned)repl.cfg->streams : p->sa.n;
+			/* The next copy's count, or the last one's where it got fewer. */
+			unsigned n = p->streams && p->streams < p->wanted ? p->streams : want;
+			unsigned cpus = config_cpus();
+			char sw[640], sd[512], cw[64];
 
-			/* Why that many: the setting, or the connections it got. */
-			if (n < config_streams(repl.cfg) && p->streams)
-				snprintf(sw, sizeof(sw), "of %u configured: the others could not be "
-					 "opened", config_streams(repl.cfg));
+			/* Why that many: the setting, what adapting measured, or
+			 * the connections it got. */
+			if (p->streams && n < p->wanted)
+				snprintf(sw, sizeof(sw), "of %u wanted: the others could not be "
+					 "opened, or were lost mid-copy", p->wanted);
 			else if (repl.cfg->streams)
 				snprintf(sw, sizeof(sw), "[transfer] streams = %d", repl.cfg->streams);
-			else
-				snprintf(sw, sizeof(sw), "[transfer] streams = 0: a quarter of the "
-					 "%u CPU%s it may run on, 1 to 8", cpus, cpus == 1 ? "" : "s");
+			else {
+				if (repl.cfg->streams_max)
+					snprintf(cw, sizeof(cw), "[transfer] streams_max = %d",
+						 repl.cfg->streams_max);
+				else
+					snprintf(cw, sizeof(cw), "half the %u CPU%s it may run on",
+						 cpus, cpus == 1 ? "" : "s");
+				sadapt_describe(&p->sa, sd, sizeof(sd));
+				snprintf(sw, sizeof(sw), "adapting, 1 to %u, %s: %s", p->sa.cap, cw, sd);
+			}
 			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
 				 "%llu bytes sent as %llu, %llu bytes held there, %u stream%s (%s)",
 				 hp->name, hp->host, hp->port, p->x ? p->x->ops->name : "-",

@@ -145,7 +145,7 @@ class Daemon:
         self.source_roots = [Path(p) for p in (source_roots or [self.base / "src"])]
         self.src_root = self.source_roots[0]
         self.stage_root = Path(stage_root) if stage_root else self.disk / "stage"
-        # streams = 1 unless a test asks: the default (0, a quarter of the cores) would
+        # streams = 1 unless a test asks: the default (0, adapting from a quarter of the cores) would
         # make every test's connections depend on the machine it runs on. stale = send
         # unless a test asks: with the default (skip), whether a test's quick commits of
         # several steps all reach a partner would depend on how fast the sender keeps up

@@ -24,10 +24,13 @@ class Proxy:
     the connection of that number (from 1, in accept order) is cut once
     cut_after bytes of it have passed that way; with stall, it is not cut
     but goes silent then (nothing more forwarded either way, nothing
-    closed: a path that black-holes)."""
+    closed: a path that black-holes). rate: bytes per second each connection
+    forwards that way at most (a path that holds each flow to a rate)."""
 
-    def __init__(self, target, flip_at, record=False, cut_conn=None, cut_after=0, stall=False):
+    def __init__(self, target, flip_at, record=False, cut_conn=None, cut_after=0, stall=False,
+                 rate=0):
         self.target = target
+        self.rate = rate
         self.flip_at = flip_at
         self.recorded = bytearray() if record else None
         self.cut_conn, self.cut_after, self.cut = cut_conn, cut_after, False
@@ -64,11 +67,18 @@ class Proxy:
 
     def pump(self, src, dst, forward, num=0):
         passed = 0
+        t0 = time.monotonic()
+        moved = 0
         try:
             while True:
                 b = src.recv(65536)
                 if not b:
                     break
+                if forward and self.rate:
+                    moved += len(b)
+                    ahead = moved / self.rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
                 if num == self.cut_conn and self.stall and self.cut:
                     while not self.stop:
                         time.sleep(0.1)     # silent, and open

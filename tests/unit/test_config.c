@@ -708,10 +708,14 @@ static void test_cpus_follow_affinity(void **state)
 	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
 	assert_int_equal(config_cpus(), 1);
 	assert_int_equal(config_streams(&c), 1);
+	assert_int_equal(config_streams_max(&c), 1);
 	assert_int_equal(config_hash_threads(&c), 1);
 	assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
 	assert_int_equal(config_cpus(), n);
 	assert_int_equal(config_streams(&c), n / 4 < 1 ? 1 : n / 4 > 8 ? 8 : n / 4);
+	assert_int_equal(config_streams_max(&c), n / 2 < 1 ? 1 : n / 2 > 16 ? 16 : n / 2);
+	c.streams_max = 5;
+	assert_int_equal(config_streams_max(&c), 5);
 }
 
 int main(void)

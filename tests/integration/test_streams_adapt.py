@@ -1,0 +1,72 @@
+"""How many streams a copy goes on when [transfer] streams is 0: the count
+adapts to what the copies move, from a quarter of the CPUs the daemon may
+run on up to [transfer] streams_max (docs/ARCHITECTURE.md, "Streams"). On a
+path that holds each connection to a rate, more streams move more, and the
+count climbs to the cap; under a rate for the whole partner ([transfer]
+rate), one stream moves as much as more, and the count comes down to one.
+`stage status` says the count and why, and the log each change. Every copy
+stays exact. Real daemons on 127.0.0.1; copies of 40 MiB of fresh bytes (a
+copy under 32 MiB measures nothing)."""
+import re
+
+from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica
+from test_hostile import Proxy
+from test_streams import streams_said
+
+MiB = 1 << 20
+SIZE = 40 * MiB
+
+
+def copies_until_settled(n0, n1, most):
+    """Commits fresh steps until n0's status no longer says it is trying a
+    count: (n, why) of status after each copy."""
+    seen = []
+    for i in range(most):
+        name = f"step-{i + 1}"
+        step = make_tree(ckpt(n0, step=name), [F("w.bin", size=SIZE)], seed=100 + i)
+        commit_wait(n0, step, timeout=120)
+        assert_replica_of(step, replica(n1, n0, step=name))
+        seen.append(streams_said(n0, n1))
+        if "measured" in seen[-1][1] and "trying" not in seen[-1][1]:
+            return seen
+    raise AssertionError(f"no count settled on in {most} copies: {seen}")
+
+
+def test_one_stream_when_one_moves_the_partners_rate(make_cluster):
+    """[transfer] rate = 24 MiB/s for the partner, shared by its streams:
+    two move no more than one, so the count settles on one (from wherever
+    the machine's cores start it), and says so."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
+                          node_transfer={0: {"streams": 0, "streams_max": 4, "rate": "24MiB"}})
+    seen = copies_until_settled(n0, n1, 6)
+    n, why = seen[-1]
+    assert n == 1 and why.startswith("adapting, 1 to 4, [transfer] streams_max = 4: "), seen
+    assert re.search(r": (2 moved less than 10 % more than 1|1 moved as much as 2) \(\d+ MB/s "
+                     r"against \d+ MB/s\); measured: 1 at \d+ MB/s, 2 at \d+ MB/s", why), seen
+    assert "the next copy on 1 stream: " in n0.log(), n0.log()[-3000:]
+
+
+def test_more_streams_when_each_is_held_to_a_rate(make_cluster):
+    """A path that holds each connection to 12 MiB/s (a proxy, as a
+    per-flow limit on a link would): each doubling of the streams moves
+    about twice as much, so the count climbs to the cap of 4 and stays."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
+                          node_transfer={0: {"streams": 0, "streams_max": 4}}, start=False)
+    real = n1.listen
+    host, port = real.rsplit(":", 1)
+    proxy = Proxy((host, int(port)), flip_at=1 << 62, rate=12 * MiB)
+    hosts = n0.cluster["hosts"]
+    hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{proxy.port}"))
+    n0.start()
+    n1.start()
+    try:
+        seen = copies_until_settled(n0, n1, 6)
+        n, why = seen[-1]
+        assert n == 4, seen
+        assert re.search(r": (4 moved [\d.]+ [MG]B/s, 2 [\d.]+ [MG]B/s: each doubling moved "
+                         r"10 % more, up to the cap|2 moved less than 4)", why), seen
+        rates = {int(k): float(v) for k, v in re.findall(r"(\d+) at (\d+) MB/s", why)}
+        assert rates.get(4, 0) > 1.5 * rates.get(2, rates.get(1, 1e9)), rates
+        assert "the next copy on 4 streams: " in n0.log() or seen[0][0] == 4, n0.log()[-3000:]
+    finally:
+        proxy.close()
