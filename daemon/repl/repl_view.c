@@ -71,13 +71,14 @@ void repl_status(struct msg *m, uid_t viewer)
 		else if (p->state == PEER_UP) {
 			unsigned want = repl.cfg->streams ? (unsigned)repl.cfg->streams : p->sa.n;
 			/* The next copy's count, or the last one's where it got fewer. */
-			unsigned n = p->streams && p->streams < p->wanted ? p->streams : want;
+			bool fewer = p->streams && p->streams < p->wanted;
+			unsigned n = fewer ? p->streams : want;
 			unsigned cpus = config_cpus();
 			char sw[640], sd[512], cw[64];
 
 			/* Why that many: the setting, what adapting measured, or
 			 * the connections it got. */
-			if (p->streams && n < p->wanted)
+			if (fewer)
 				snprintf(sw, sizeof(sw), "of %u wanted: the others could not be "
 					 "opened, or were lost mid-copy", p->wanted);
 			else if (repl.cfg->streams)

@@ -27,6 +27,9 @@ def copies_until_settled(n0, n1, most):
         commit_wait(n0, step, timeout=120)
         assert_replica_of(step, replica(n1, n0, step=name))
         seen.append(streams_said(n0, n1))
+        # Every stream asked for opened: status says the next count and
+        # why, not the last copy's.
+        assert seen[-1][1].startswith("adapting, 1 to 4, "), seen
         if "measured" in seen[-1][1] and "trying" not in seen[-1][1]:
             return seen
     raise AssertionError(f"no count settled on in {most} copies: {seen}")
