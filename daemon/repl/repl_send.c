@@ -251,7 +251,10 @@ static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct
 		uint64_t k = e->nchunks ? off / o->chunk : 0, end = chunk_end(o, e, k);
 
 		if (have_bit(o->bits, o->nbits, g + k)) {
-			o->held += end - off;
+			if (g + k >= o->held_g) {
+				o->held += end - off;
+				o->held_g = g + k + 1;
+			}
 			o->sent += end - off;
 			o->gap += end - off;
 			off = end;
@@ -631,7 +634,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 			snprintf(why, whylen, "cannot start the streams: %s", strerror(-rc));
 			break;
 		}
-		o.sent = o.gap = 0;     /* (held chunks past the point are counted again) */
+		o.sent = o.gap = 0;
 		rc = send_files(s, &o, step_fd, o.r_idx, o.r_off, why, whylen);
 	}
 	if (rc == 0) {

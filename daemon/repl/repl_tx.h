@@ -35,6 +35,8 @@ struct out {
 	int step_fd;
 	uint64_t sent;                  /* bytes of the checkpoint done: sent or held */
 	uint64_t held;                  /* of which the receiver held */
+	uint64_t held_g;                /* chunks below this number are in held (a hand-off
+					 * goes over some of them again) */
 	uint64_t raw;                   /* raw bytes sent in pieces */
 	uint64_t gap;                   /* held bytes since the last piece sent */
 	const uint8_t *bits;            /* K_HELD, or NULL */

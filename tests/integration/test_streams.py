@@ -139,6 +139,33 @@ def test_stream_cut_mid_copy_hands_its_turns_on(make_cluster, chunk):
         proxy.close()
 
 
+def test_stream_cut_among_held_chunks(make_cluster):
+    """A second step of which every other file is held (the first step's
+    bytes), its first further stream cut mid-copy: the pieces from the
+    point go over the held files again, and n0 counts each held byte once
+    (its log's "held there already" is exactly the held files' bytes), and
+    the replica is exact."""
+    n0, n1, proxy = proxied_streams(make_cluster, cut_after=3 * MiB)
+    try:
+        files = [F(f"f{i:02}.bin", size=2 * MiB) for i in range(12)]
+        s1 = make_tree(ckpt(n0, step="step-1"), files, seed=1)
+        commit_wait(n0, s1, timeout=120)
+        proxy.cut_conn = 2              # from now: n0's first further stream
+        s2 = make_tree(ckpt(n0, step="step-2"), files[0::2], seed=1)    # held
+        make_tree(s2, files[1::2], seed=5)                               # new bytes
+        commit_wait(n0, s2, timeout=120)
+        assert proxy.cut, "the proxy never cut the stream: the test proved nothing"
+        assert proxy.conns == 3, f"n0 reconnected ({proxy.conns} connections)"
+        assert_replica_of(s2, replica(n1, n0, step="step-2"))
+        assert re.search(r"stream 1 lost; its turns go to the 2 left", n0.log()), \
+            n0.log()[-3000:]
+        held = re.findall(r"job1/step-2 to n1: \d+ bytes sent, (\d+) held there already",
+                          n0.log())
+        assert held == [str(6 * 2 * MiB)], (held, n0.log()[-3000:])
+    finally:
+        proxy.close()
+
+
 def test_stream_silent_mid_copy_hands_its_turns_on(make_cluster):
     """A further stream goes silent mid-copy (a path that drops everything,
     nothing closed): n1 gives it up after three quarters of the peer
