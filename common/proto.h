@@ -187,6 +187,8 @@ enum msg_key {
 			     * confirmed yet: "NODE STATE[: WHY]" (copy groups) */
 	K_RESTREAM = 58,    /* u64: MSG_OFFER: 1, the sender takes MSG_RESTREAM; MSG_WANT:
 			     * 1, the receiver hands a lost stream's turns to the others */
+	K_PAUSED = 59,      /* u64: MSG_DONE: ms the receiver stopped reading the copy to stand
+			     * aside for its own node's trainer ([transfer] yield) */
 };
 
 /* Request flags (K_FLAGS). */

@@ -19,6 +19,7 @@ void sadapt_init(struct sadapt *a, unsigned cap, unsigned start)
 	a->n = start < 1 ? 1 : start > a->cap ? a->cap : start;
 	a->base = a->n;
 	a->phase = a->cap > 1 ? SA_FIRST : SA_HOLD;
+	a->next_up = true;
 	snprintf(a->why, sizeof(a->why), "%s", a->cap > 1 ? "no copy measured yet" : "a cap of 1");
 }
 
@@ -28,6 +29,7 @@ static void hold(struct sadapt *a, unsigned n)
 	a->base = n;
 	a->phase = SA_HOLD;
 	a->held = 0;
+	a->slow = 0;
 }
 
 /* A step from a->n: up where asked and there is room, else down. */
@@ -35,6 +37,8 @@ static void probe(struct sadapt *a, bool up)
 {
 	if (up && a->n >= a->cap)
 		up = false;
+	else if (!up && a->n <= 1)
+		up = true;
 	a->base = a->n;
 	a->n = up ? (a->n * 2 > a->cap ? a->cap : a->n * 2) : a->n / 2;
 	a->phase = SA_PROBE;
@@ -83,6 +87,7 @@ static void judge(struct sadapt *a, unsigned n, double r, unsigned b, double rb)
 bool sadapt_measured(struct sadapt *a, unsigned n, uint64_t raw, uint64_t ns)
 {
 	unsigned before = a->n;
+	enum sadapt_phase was = a->phase;
 	double r;
 	char rs[32], hs[32];
 
@@ -91,7 +96,7 @@ bool sadapt_measured(struct sadapt *a, unsigned n, uint64_t raw, uint64_t ns)
 	r = (double)raw * 1e9 / (double)ns;
 	a->measured++;
 	if (n != a->n) {
-		a->rate[n] = r;         /* begun before the last change */
+		a->rate[n] = r;         /* not what was asked: sadapt_opened said so */
 		return false;
 	}
 	switch (a->phase) {
@@ -110,28 +115,43 @@ bool sadapt_measured(struct sadapt *a, unsigned n, uint64_t raw, uint64_t ns)
 		break;
 	}
 	case SA_HOLD:
-		if (a->cap == 1)
-			a->rate[n] = a->rate[n] ? (a->rate[n] + r) / 2 : r;
-		else if (a->rate[n] && r < a->rate[n] * SADAPT_DROP) {
-			rate_str(r, rs, sizeof(rs));
+		if (a->cap > 1 && a->rate[n] && r < a->rate[n] * SADAPT_DROP) {
+			if (a->slow++ == 0) {
+				a->slow_r = r;  /* one slow copy: wait for the next */
+				break;
+			}
+			rate_str((a->slow_r + r) / 2, rs, sizeof(rs));
 			rate_str(a->rate[n], hs, sizeof(hs));
-			a->rate[n] = r;
+			a->rate[n] = (a->slow_r + r) / 2;
 			a->down_tried = false;
 			probe(a, true);
-			snprintf(a->why, sizeof(a->why), "%u moved %s, less than 70 %% of its %s "
-				 "before: trying %u", n, rs, hs, a->n);
-		} else {
-			a->rate[n] = a->rate[n] ? (a->rate[n] + r) / 2 : r;
-			if (++a->held >= SADAPT_HOLD) {
-				a->down_tried = false;
-				probe(a, true);
-				snprintf(a->why, sizeof(a->why), "%u copies on %u: trying %u again",
-					 SADAPT_HOLD, n, a->n);
-			}
+			snprintf(a->why, sizeof(a->why), "%u moved %s in 2 copies, less than 70 %% of "
+				 "its %s before: trying %u", n, rs, hs, a->n);
+			break;
+		}
+		a->slow = 0;
+		a->rate[n] = a->rate[n] ? (a->rate[n] + r) / 2 : r;
+		if (a->cap > 1 && ++a->held >= SADAPT_HOLD) {
+			probe(a, a->next_up);
+			a->next_up = !a->next_up;
+			a->down_tried = true;   /* one probe: a failed step up goes back */
+			snprintf(a->why, sizeof(a->why), "%u copies on %u: trying %u again",
+				 SADAPT_HOLD, n, a->n);
 		}
 		break;
 	}
-	return a->n != before;
+	return a->n != before || a->phase != was;
+}
+
+bool sadapt_opened(struct sadapt *a, unsigned got)
+{
+	unsigned asked = a->n;
+
+	if (got < 1 || got >= asked)
+		return false;
+	hold(a, got);
+	snprintf(a->why, sizeof(a->why), "only %u of %u streams could be opened", got, asked);
+	return true;
 }
 
 void sadapt_describe(const struct sadapt *a, char *buf, size_t len)

@@ -3,30 +3,35 @@
  * sender tells it what each copy moved and in how long, and asks it how
  * many streams the next copy takes.
  *
- * States (a->phase), each transition made by sadapt_measured:
+ * States (a->phase), each transition made by sadapt_measured unless said:
  *   SA_FIRST  nothing measured at the start count yet (a quarter of the
- *             CPUs, within the cap). Measured: try one step up (twice as
- *             many, within the cap), or one down at the cap -> SA_PROBE;
- *             with a cap of 1 -> SA_HOLD.
+ *             CPUs, within the cap). Measured: a step up (twice as many,
+ *             within the cap), or down at the cap -> SA_PROBE, a whole
+ *             round (below); with a cap of 1 -> SA_HOLD.
  *   SA_PROBE  n moved from a->base to try it. Measured at n:
  *             up:   at least SADAPT_MORE of base's rate: n is the new base,
  *                   on up (SA_PROBE) or, at the cap, SA_HOLD; less: back
- *                   to base, and once a round a step down from it
+ *                   to base, then in a whole round a step down from it
  *                   (SA_PROBE), else SA_HOLD;
  *             down: at least SADAPT_ASGOOD of base's rate (fewer streams,
  *                   fewer threads and buffers, for as much): n is the new
  *                   base, on down or at 1 SA_HOLD; less: back to base,
  *                   SA_HOLD.
- *   SA_HOLD   n is the choice. After SADAPT_HOLD measured copies, or at
- *             once when a copy moves less than SADAPT_DROP of n's rate
- *             (the link, the partner or this node changed), a step up or
- *             down (in turn, where there is room) -> SA_PROBE.
+ *   SA_HOLD   n is the choice. After SADAPT_HOLD measured copies a step up
+ *             or down, in turn (one probe: a step up that fails goes back
+ *             to n) -> SA_PROBE; after two copies in a row that moved less
+ *             than SADAPT_DROP of n's mean (the link, the partner or this
+ *             node changed: one slow copy is not enough) a whole round
+ *             from n, their mean its base -> SA_PROBE.
+ *   any       sadapt_opened: fewer streams could be opened than n ->
+ *             SA_HOLD at that many (tried again at the next probe).
  *
  * Invariants: 1 <= n <= cap <= SADAPT_MAX; rate[k] is what k streams moved
- * when last measured (at the held count, a running mean); a copy too small
- * to measure (SADAPT_MIN_BYTES, SADAPT_MIN_NS: a small copy measures the
- * round trips, not the streams) or measured at a count other than n (begun
- * before a change) moves no state. The caller serializes the calls. */
+ * when last measured (at the held count, a running mean); a probe's base
+ * has been measured. A copy too small to measure (SADAPT_MIN_BYTES,
+ * SADAPT_MIN_NS: a small copy measures the round trips, not the streams)
+ * moves no state. The caller serializes the calls, and leaves out copies
+ * whose time was not the streams' (a hand-off, held chunks, a pause). */
 #ifndef STAGE_SADAPT_H
 #define STAGE_SADAPT_H
 
@@ -50,8 +55,10 @@ struct sadapt {
 	unsigned base;                  /* SA_PROBE: the count n is compared with */
 	enum sadapt_phase phase;
 	unsigned held;                  /* SA_HOLD: measured copies since the choice */
-	bool down_tried;                /* SA_PROBE: this round went down already */
+	bool down_tried;                /* SA_PROBE: no step down in this round */
 	bool next_up;                   /* SA_HOLD: the next probe's way, when there is room */
+	unsigned slow;                  /* SA_HOLD: copies in a row under SADAPT_DROP */
+	double slow_r;                  /* ... the first one's rate */
 	double rate[SADAPT_MAX + 1];    /* bytes/s k streams moved; 0: never measured */
 	uint64_t measured;              /* copies measured, ever */
 	char why[200];                  /* the last decision, for status and the log */
@@ -59,10 +66,13 @@ struct sadapt {
 
 /* Starts at start streams (clamped to 1..cap), cap clamped to 1..SADAPT_MAX. */
 void sadapt_init(struct sadapt *a, unsigned cap, unsigned start);
-/* A copy sent raw bytes on n streams in ns (its pieces, less any time it
- * stood aside for the trainer). Returns whether the next copy's count
- * changed (a->why says why). */
+/* A copy sent raw bytes on n streams in ns (its pieces, from the first
+ * to the last delivered). Returns whether it decided something: the next
+ * count, or holding it (a->why says what and why). */
 bool sadapt_measured(struct sadapt *a, unsigned n, uint64_t raw, uint64_t ns);
+/* Only got (1..) of the a->n streams asked for could be opened. Returns
+ * whether the count changed. */
+bool sadapt_opened(struct sadapt *a, unsigned got);
 /* a->why and every count measured, for `stage status`. */
 void sadapt_describe(const struct sadapt *a, char *buf, size_t len);
 

@@ -198,12 +198,15 @@ static void *conn_main(void *arg)
 /* Connections that have not proven the key cost a thread and buffers for up
  * to PEERS_HANDSHAKE_MS each: without a cap, anyone who can reach the port
  * could make the daemon allocate without end. Proven peers are few (a
- * sender's [transfer] streams connections, kept open between copies, and a
+ * sender's streams, up to [transfer] streams or streams_max, kept open
+ * between copies, and a
  * question or restore now and then, per node). */
 static bool admit(const struct xport *x)
 {
 	static uint64_t said_ns;
-	unsigned most = (3 + config_streams(peers.cfg)) * (unsigned)peers.hosts.n + 16;
+	unsigned streams = peers.cfg->streams ? config_streams(peers.cfg) :
+			   config_streams_max(peers.cfg);     /* adapting may go that far */
+	unsigned most = (3 + streams) * (unsigned)peers.hosts.n + 16;
 	const char *why = NULL;
 	bool ok;
 

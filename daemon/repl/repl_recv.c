@@ -146,7 +146,7 @@ static void plan_held(struct rx *r)
 static int serve_offer(struct rx *r, const struct msg *offer)
 {
 	char *hex = NULL, rel[3 * (CKPT_NAME_MAX + 1) + 32];
-	uint64_t size, streams = 1, yield_ms = repl_yield_budget();
+	uint64_t size, streams = 1, yield_ms = repl_yield_budget(), yield0 = yield_ms;
 	digest_t have;
 	struct msg m;
 	int rc;
@@ -288,6 +288,8 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	msg_init(&m, MSG_DONE);
 	msg_put_u64(&m, K_CODE, 0);
 	msg_put_str(&m, K_ROOT, "");
+	if (yield_ms != yield0)
+		msg_put_u64(&m, K_PAUSED, yield0 - yield_ms);
 	rc = r->x->ops->send(r->x, &m);
 	msg_free(&m);
 	log_info("%s: received and published (%llu bytes received, %llu from local copies)",

@@ -413,6 +413,7 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 	if (rc == 0) {
 		code = 1;
 		msg_get_u64(&m, K_CODE, &code);
+		msg_get_u64(&m, K_PAUSED, &o->r_paused);
 		if (code != 0) {
 			char text[PEER_TEXT_MAX + 1];
 
@@ -439,6 +440,7 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 static unsigned open_streams(struct sender *s)
 {
 	unsigned want = repl.cfg->streams ? (unsigned)repl.cfg->streams : s->p->sa.n;
+	bool fewer;
 
 	if (s->nx == 0) {
 		s->xs[0] = s->x;
@@ -477,7 +479,13 @@ static unsigned open_streams(struct sender *s)
 	pthread_mutex_lock(&repl.lock);
 	s->p->streams = s->nx < want ? s->nx : want;
 	s->p->wanted = want;
+	fewer = !repl.cfg->streams && sadapt_opened(&s->p->sa, s->p->streams);
+	if (fewer)
+		s->p->wanted = s->p->sa.n;      /* adapting says why */
 	pthread_mutex_unlock(&repl.lock);
+	if (fewer)
+		log_info("peer %s: adapting holds %u stream%s: only so many could be opened",
+			 s->h->name, s->nx, s->nx == 1 ? "" : "s");
 	return s->nx < want ? s->nx : want;
 }
 
@@ -515,23 +523,28 @@ static int attach_streams(struct sender *s, const char *job, const char *step, d
 }
 
 /* What a copy's pieces moved, for the next copy's stream count ([transfer]
- * streams = 0). A copy that handed a stream on measured the loss, not the
- * streams. */
-static void adapt_streams(struct sender *s, const struct out *o, unsigned n, uint64_t ns)
+ * streams = 0): the raw bytes the receiver has (those still in the
+ * sockets' buffers at the end are not moved yet) over the time from the
+ * first piece to the last. A copy whose time was not the streams' is left
+ * out: one that handed a stream on, stood aside for a trainer on either
+ * side, or had the receiver copy held chunks for more than a fifth of what
+ * was sent. */
+static void adapt_streams(struct sender *s, const struct out *o, unsigned n, uint64_t ns,
+			  uint64_t inflight, bool paused)
 {
 	char d[512];
 	unsigned next;
-	bool changed;
+	bool decided;
 
-	if (repl.cfg->streams || o->epoch)
+	if (repl.cfg->streams || o->epoch || paused || o->held > o->raw / 4 || inflight >= o->raw)
 		return;
 	pthread_mutex_lock(&repl.lock);
-	changed = sadapt_measured(&s->p->sa, n, o->raw, ns);
+	decided = sadapt_measured(&s->p->sa, n, o->raw - inflight, ns);
 	next = s->p->sa.n;
-	if (changed)
+	if (decided)
 		sadapt_describe(&s->p->sa, d, sizeof(d));
 	pthread_mutex_unlock(&repl.lock);
-	if (changed)
+	if (decided)
 		log_info("peer %s: the next copy on %u stream%s: %s", s->h->name, next,
 			 next == 1 ? "" : "s", d);
 }
@@ -550,7 +563,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	size_t hn;
 	struct out o = { .job = job, .step = step, .seq = seq, .total = total,
 			 .yield_ms = repl_yield_budget() };
-	uint64_t t0 = 0, t1 = 0, yield0 = o.yield_ms;
+	uint64_t t0 = 0, t1 = 0, inflight = 0, yield0 = o.yield_ms;
 
 	snprintf(rel, sizeof(rel), "%s/%s", job, step);
 	root_fd = open(repl.cfg->ckpt_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -618,8 +631,11 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 			if (rc == 0 && erc < 0 && !(o.handoff && psend_failed_stream(&s->ps)))
 				rc = send_failed(s, erc, why, whylen);
 		}
-		if (rc == 0 && !t1)
-			t1 = mono_ns();         /* every piece sent */
+		if (rc == 0 && !t1) {
+			t1 = mono_ns();         /* every piece handed to a socket */
+			for (unsigned k = 0; k < o.n; k++)
+				inflight += queued(s->xs[k]);
+		}
 		if (rc == 0)
 			rc = finish(s, &o, why, whylen);
 		/* A refusal read mid-copy is no hand-off, whatever failed after. */
@@ -637,11 +653,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		o.sent = o.gap = 0;
 		rc = send_files(s, &o, step_fd, o.r_idx, o.r_off, why, whylen);
 	}
-	if (rc == 0) {
-		uint64_t stood = (yield0 - o.yield_ms) * 1000000ull;   /* for the trainer */
-
-		adapt_streams(s, &o, n, t1 - t0 > stood ? t1 - t0 - stood : 0);
-	}
+	if (rc == 0)
+		adapt_streams(s, &o, n, t1 - t0, inflight, o.yield_ms != yield0 || o.r_paused);
 out_close_mf:
 	free(bits);
 	if (mf_fd >= 0)
@@ -658,6 +671,7 @@ static void disconnect(struct sender *s)
 	pthread_mutex_lock(&repl.lock);
 	s->p->x = NULL;
 	s->p->nx = 0;
+	s->p->streams = s->p->wanted = 0;   /* the next copy says again */
 	pthread_mutex_unlock(&repl.lock);
 	for (unsigned j = 1; j < s->nx; j++)
 		s->xs[j]->ops->close(s->xs[j]);

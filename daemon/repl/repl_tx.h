@@ -44,6 +44,7 @@ struct out {
 	uint64_t chunk;                 /* the manifest's chunk size */
 	uint64_t yield_ms;              /* what [transfer] yield may still hold it up */
 	bool yielded;                   /* it did, before the next piece */
+	uint64_t r_paused;              /* ms the receiver stood aside for its trainer (DONE's) */
 	bool no_sum;                    /* the WANT's K_FRAME_SUM 0: frames without their digest */
 	/* A lost stream's turns handed to the others (K_RESTREAM both ways). */
 	bool handoff;                   /* the receiver said it does */

@@ -78,7 +78,7 @@ void repl_status(struct msg *m, uid_t viewer)
 
 			/* Why that many: the setting, what adapting measured, or
 			 * the connections it got. */
-			if (fewer)
+			if (fewer && repl.cfg->streams)
 				snprintf(sw, sizeof(sw), "of %u wanted: the others could not be "
 					 "opened, or were lost mid-copy", p->wanted);
 			else if (repl.cfg->streams)
@@ -91,7 +91,8 @@ void repl_status(struct msg *m, uid_t viewer)
 					snprintf(cw, sizeof(cw), "half the %u CPU%s it may run on",
 						 cpus, cpus == 1 ? "" : "s");
 				sadapt_describe(&p->sa, sd, sizeof(sd));
-				snprintf(sw, sizeof(sw), "adapting, 1 to %u, %s: %s", p->sa.cap, cw, sd);
+				snprintf(sw, sizeof(sw), "adapting, 1 to %u, %s: %s%s", p->sa.cap, cw, sd,
+					 fewer ? "; the last copy lost a stream mid-copy" : "");
 			}
 			snprintf(v, sizeof(v), "%s %s:%u: partner, up, transport %s, codec %s, "
 				 "%llu bytes sent as %llu, %llu bytes held there, %u stream%s (%s)",

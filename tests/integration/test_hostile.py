@@ -38,6 +38,7 @@ class Proxy:
         self.seen = 0
         self.flipped = False
         self.conns = 0
+        self.live = 0                   # connections open now
         self.lock = threading.Lock()
         self.ls = socket.socket()
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -61,6 +62,7 @@ class Proxy:
             s.settimeout(None)
             with self.lock:
                 self.conns += 1
+                self.live += 1
                 num = self.conns
             threading.Thread(target=self.pump, args=(c, s, True, num), daemon=True).start()
             threading.Thread(target=self.pump, args=(s, c, False, num), daemon=True).start()
@@ -108,6 +110,9 @@ class Proxy:
                 sk.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        if forward:
+            with self.lock:
+                self.live -= 1
 
     def close(self):
         self.stop = True

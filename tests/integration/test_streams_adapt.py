@@ -9,7 +9,7 @@ stays exact. Real daemons on 127.0.0.1; copies of 40 MiB of fresh bytes (a
 copy under 32 MiB measures nothing)."""
 import re
 
-from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica
+from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for
 from test_hostile import Proxy
 from test_streams import streams_said
 
@@ -30,38 +30,54 @@ def copies_until_settled(n0, n1, most):
         # Every stream asked for opened: status says the next count and
         # why, not the last copy's.
         assert seen[-1][1].startswith("adapting, 1 to 4, "), seen
-        if "measured" in seen[-1][1] and "trying" not in seen[-1][1]:
+        if "; measured: " in seen[-1][1] and "trying" not in seen[-1][1]:
             return seen
     raise AssertionError(f"no count settled on in {most} copies: {seen}")
+
+
+def proxied(make_cluster, transfer, **proxy_args):
+    """n0 (transfer) reaching n1 through a Proxy; started."""
+    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
+                          node_transfer={0: transfer}, start=False)
+    real = n1.listen
+    host, port = real.rsplit(":", 1)
+    proxy = Proxy((host, int(port)), flip_at=1 << 62, **proxy_args)
+    hosts = n0.cluster["hosts"]
+    hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{proxy.port}"))
+    n0.start()
+    n1.start()
+    return n0, n1, proxy
 
 
 def test_one_stream_when_one_moves_the_partners_rate(make_cluster):
     """[transfer] rate = 24 MiB/s for the partner, shared by its streams:
     two move no more than one, so the count settles on one (from wherever
-    the machine's cores start it), and says so."""
-    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
-                          node_transfer={0: {"streams": 0, "streams_max": 4, "rate": "24MiB"}})
-    seen = copies_until_settled(n0, n1, 6)
-    n, why = seen[-1]
-    assert n == 1 and why.startswith("adapting, 1 to 4, [transfer] streams_max = 4: "), seen
-    assert re.search(r": (2 moved less than 10 % more than 1|1 moved as much as 2) \(\d+ MB/s "
-                     r"against \d+ MB/s\); measured: 1 at \d+ MB/s, 2 at \d+ MB/s", why), seen
-    assert "the next copy on 1 stream: " in n0.log(), n0.log()[-3000:]
+    the machine's cores start it), and says so. The next copy goes on one,
+    and the connections it no longer needs are closed."""
+    n0, n1, proxy = proxied(make_cluster, {"streams": 0, "streams_max": 4, "rate": "24MiB"})
+    try:
+        seen = copies_until_settled(n0, n1, 6)
+        n, why = seen[-1]
+        assert n == 1 and why.startswith("adapting, 1 to 4, [transfer] streams_max = 4: "), seen
+        assert re.search(r": (2 moved less than 10 % more than 1|1 moved as much as 2) \(\d+ "
+                         r"MB/s against \d+ MB/s\); measured: 1 at \d+ MB/s, 2 at \d+ MB/s",
+                         why), seen
+        assert "the next copy on 1 stream: " in n0.log(), n0.log()[-3000:]
+        assert proxy.conns >= 2, proxy.conns       # it did try more than one
+        step = make_tree(ckpt(n0, step="step-last"), [F("w.bin", size=SIZE)], seed=99)
+        commit_wait(n0, step, timeout=120)
+        assert_replica_of(step, replica(n1, n0, step="step-last"))
+        wait_for(lambda: proxy.live == 1, 10, f"n0 to close the streams it no longer uses "
+                 f"({proxy.live} open)")
+    finally:
+        proxy.close()
 
 
 def test_more_streams_when_each_is_held_to_a_rate(make_cluster):
     """A path that holds each connection to 12 MiB/s (a proxy, as a
     per-flow limit on a link would): each doubling of the streams moves
     about twice as much, so the count climbs to the cap of 4 and stays."""
-    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
-                          node_transfer={0: {"streams": 0, "streams_max": 4}}, start=False)
-    real = n1.listen
-    host, port = real.rsplit(":", 1)
-    proxy = Proxy((host, int(port)), flip_at=1 << 62, rate=12 * MiB)
-    hosts = n0.cluster["hosts"]
-    hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{proxy.port}"))
-    n0.start()
-    n1.start()
+    n0, n1, proxy = proxied(make_cluster, {"streams": 0, "streams_max": 4}, rate=12 * MiB)
     try:
         seen = copies_until_settled(n0, n1, 6)
         n, why = seen[-1]

@@ -12,7 +12,7 @@
 #include "daemon/engine/sadapt.h"
 
 #define GB 1e9
-#define COPY (1ull << 30)       /* raw bytes of each copy played */
+#define COPY (4ull << 30)       /* raw bytes of each copy played */
 
 /* GB/s k streams move on each path; between the counts given, the lower. */
 static const double knee[SADAPT_MAX + 1] = { 0, 1.0, 1.8, 1.8, 2.5, 2.5, 2.5, 2.5, 2.6 };
@@ -103,7 +103,7 @@ static void test_small_copies_move_nothing(void **state)
 	assert_int_equal(a.phase, SA_FIRST);
 	assert_int_equal(a.measured, 0);
 	assert_string_equal(a.why, "no copy measured yet");
-	/* A copy on a count asked for before the last change is noted only. */
+	/* A copy on other than the count asked for is noted only. */
 	assert_false(sadapt_measured(&a, 2, COPY, 1000000000ull));
 	assert_int_equal(a.n, 4);
 	assert_int_equal(a.phase, SA_FIRST);
@@ -126,9 +126,70 @@ static void test_a_held_count_is_probed_again(void **state)
 	assert_true(play(&a, knee, 0));         /* the 16th: tries 8 again */
 	assert_int_equal(a.n, 8);
 	assert_non_null(strstr(a.why, "trying 8 again"));
-	play_n(&a, knee, 2);                    /* 8 no better, 2 worse: 4 again */
+	assert_true(play(&a, knee, 0));         /* 8 no better: 4, one probe a round */
 	assert_int_equal(a.n, 4);
 	assert_int_equal(a.phase, SA_HOLD);
+	play_n(&a, knee, SADAPT_HOLD);          /* the next round tries 2 */
+	assert_int_equal(a.n, 2);
+	assert_true(play(&a, knee, 0));         /* 2 worse: 4 */
+	assert_int_equal(a.n, 4);
+	assert_int_equal(a.phase, SA_HOLD);
+	assert_non_null(strstr(a.why, "2 moved less than 4"));
+}
+
+static void test_one_slow_copy_moves_nothing(void **state)
+{
+	static const double half[SADAPT_MAX + 1] = { 0, .5, .9, .9, 1.25, 1.25, 1.25, 1.25, 1.3 };
+	struct sadapt a;
+
+	(void)state;
+	sadapt_init(&a, 8, 4);
+	play_n(&a, knee, 3);
+	assert_int_equal(a.n, 4);
+	/* Every fifth copy at half speed (a partner busy now and then): the
+	 * count holds, and the mean is not dragged to the slow ones. */
+	for (int i = 0; i < 5 * SADAPT_HOLD; i++) {
+		if (i % (SADAPT_HOLD + 2) == SADAPT_HOLD - 1 || i % (SADAPT_HOLD + 2) == SADAPT_HOLD)
+			play(&a, knee, 0);      /* (the probes' copies) */
+		else
+			play(&a, i % 5 == 4 ? half : knee, 0);
+		assert_true(a.n == 4 || a.phase == SA_PROBE);
+	}
+	assert_true(a.rate[4] > 2.0 * GB);
+	/* Two in a row: a whole round from their mean. */
+	sadapt_init(&a, 8, 4);
+	play_n(&a, knee, 3);
+	assert_false(play(&a, half, 0));
+	assert_int_equal(a.n, 4);
+	assert_true(play(&a, half, 0));
+	assert_int_equal(a.n, 8);
+	assert_non_null(strstr(a.why, "in 2 copies, less than 70 % of its 2.50 GB/s before"));
+}
+
+static void test_fewer_opened(void **state)
+{
+	struct sadapt a;
+
+	(void)state;
+	/* The partner takes 2 connections, whatever is asked: the count holds
+	 * at 2, measured, and asks for more only at the next probe. */
+	sadapt_init(&a, 8, 4);
+	assert_true(sadapt_opened(&a, 2));
+	assert_int_equal(a.n, 2);
+	assert_int_equal(a.phase, SA_HOLD);
+	assert_string_equal(a.why, "only 2 of 4 streams could be opened");
+	for (int i = 0; i < SADAPT_HOLD - 1; i++) {
+		assert_false(sadapt_opened(&a, 2));
+		assert_false(play(&a, knee, 0));
+	}
+	assert_true(play(&a, knee, 0));         /* the round's probe: 4 */
+	assert_int_equal(a.n, 4);
+	assert_true(sadapt_opened(&a, 2));      /* again only 2 */
+	assert_int_equal(a.n, 2);
+	assert_false(sadapt_opened(&a, 2));
+	assert_false(sadapt_opened(&a, 3));     /* more than asked: nothing to say */
+	assert_int_equal(a.n, 2);
+	assert_true(a.rate[2] > 0);
 }
 
 static void test_a_path_that_slows_is_climbed_again(void **state)
@@ -143,14 +204,17 @@ static void test_a_path_that_slows_is_climbed_again(void **state)
 	 * however many streams: 4 moves a third of before. */
 	static const double slow[SADAPT_MAX + 1] = { 0, .8, .8, .8, .8, .8, .8, .8, .8 };
 
+	assert_false(play(&a, slow, 0));        /* one slow copy: wait */
 	assert_true(play(&a, slow, 0));
-	assert_non_null(strstr(a.why, "less than 70 % of its 2.50 GB/s before"));
+	assert_non_null(strstr(a.why, "800 MB/s in 2 copies, less than 70 % of its 2.50 GB/s "
+			       "before: trying 8"));
 	play_n(&a, slow, 3);                    /* 8 no better, 2 as good, 1 as good */
 	assert_int_equal(a.n, 1);
 	assert_int_equal(a.phase, SA_HOLD);
-	/* And when it is fast again, the first copy (1 moving less than 70 %
-	 * of before) starts the climb back. */
-	play_n(&a, each, 4);                    /* 1, 2, 4, 8 */
+	/* And when more streams pay again, the next round's probe finds it. */
+	static const double fast[SADAPT_MAX + 1] = { 0, .8, 1.6, 1.6, 3.2, 3.2, 3.2, 3.2, 6.4 };
+
+	play_n(&a, fast, SADAPT_HOLD + 3);      /* 16 on 1, then 2, 4, 8 */
 	assert_int_equal(a.n, 8);
 	assert_int_equal(a.phase, SA_HOLD);
 }
@@ -197,6 +261,8 @@ int main(void)
 		cmocka_unit_test(test_a_link_one_stream_fills_takes_one),
 		cmocka_unit_test(test_small_copies_move_nothing),
 		cmocka_unit_test(test_a_held_count_is_probed_again),
+		cmocka_unit_test(test_one_slow_copy_moves_nothing),
+		cmocka_unit_test(test_fewer_opened),
 		cmocka_unit_test(test_a_path_that_slows_is_climbed_again),
 		cmocka_unit_test(test_noise_does_not_unsettle_it),
 		cmocka_unit_test(test_a_cap_of_one),
