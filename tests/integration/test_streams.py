@@ -86,10 +86,11 @@ def test_streams_leave_out_held_chunks(make_cluster):
     assert sent <= 8 * CHUNK + MiB, f"{sent} bytes sent for 8 new chunks: held chunks went too"
 
 
-def proxied_streams(make_cluster, chunk="64KiB", cluster_keys=None, **proxy_args):
-    """n0 (3 streams, 40 MiB/s) reaching n1 through a Proxy; started."""
+def proxied_streams(make_cluster, chunk="64KiB", cluster_keys=None, node0=None, **proxy_args):
+    """n0 (node0's [transfer] keys: by default 3 streams, 40 MiB/s) reaching
+    n1 through a Proxy; started."""
     n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off", "chunk_size": chunk},
-                          node_transfer={0: {"streams": 3, "rate": "40MiB"}},
+                          node_transfer={0: node0 or {"streams": 3, "rate": "40MiB"}},
                           cluster_keys=cluster_keys, start=False)
     real = n1.listen
     host, port = real.rsplit(":", 1)

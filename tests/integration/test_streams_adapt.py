@@ -10,8 +10,7 @@ copy under 32 MiB measures nothing)."""
 import re
 
 from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for
-from test_hostile import Proxy
-from test_streams import streams_said
+from test_streams import proxied_streams, streams_said
 
 MiB = 1 << 20
 SIZE = 40 * MiB
@@ -35,26 +34,13 @@ def copies_until_settled(n0, n1, most):
     raise AssertionError(f"no count settled on in {most} copies: {seen}")
 
 
-def proxied(make_cluster, transfer, **proxy_args):
-    """n0 (transfer) reaching n1 through a Proxy; started."""
-    n0, n1 = make_cluster(2, transfer={"watch": "off", "compress": "off"},
-                          node_transfer={0: transfer}, start=False)
-    real = n1.listen
-    host, port = real.rsplit(":", 1)
-    proxy = Proxy((host, int(port)), flip_at=1 << 62, **proxy_args)
-    hosts = n0.cluster["hosts"]
-    hosts.write_text(hosts.read_text().replace(real, f"127.0.0.1:{proxy.port}"))
-    n0.start()
-    n1.start()
-    return n0, n1, proxy
-
-
 def test_one_stream_when_one_moves_the_partners_rate(make_cluster):
     """[transfer] rate = 24 MiB/s for the partner, shared by its streams:
     two move no more than one, so the count settles on one (from wherever
     the machine's cores start it), and says so. The next copy goes on one,
     and the connections it no longer needs are closed."""
-    n0, n1, proxy = proxied(make_cluster, {"streams": 0, "streams_max": 4, "rate": "24MiB"})
+    n0, n1, proxy = proxied_streams(make_cluster,
+                                    node0={"streams": 0, "streams_max": 4, "rate": "24MiB"})
     try:
         seen = copies_until_settled(n0, n1, 6)
         n, why = seen[-1]
@@ -77,7 +63,8 @@ def test_more_streams_when_each_is_held_to_a_rate(make_cluster):
     """A path that holds each connection to 12 MiB/s (a proxy, as a
     per-flow limit on a link would): each doubling of the streams moves
     about twice as much, so the count climbs to the cap of 4 and stays."""
-    n0, n1, proxy = proxied(make_cluster, {"streams": 0, "streams_max": 4}, rate=12 * MiB)
+    n0, n1, proxy = proxied_streams(make_cluster, node0={"streams": 0, "streams_max": 4},
+                                    rate=12 * MiB)
     try:
         seen = copies_until_settled(n0, n1, 6)
         n, why = seen[-1]
