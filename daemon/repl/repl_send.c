@@ -527,7 +527,7 @@ static int attach_streams(struct sender *s, const char *job, const char *step, d
  * sockets' buffers at the end are not moved yet) over the time from the
  * first piece to the last. A copy whose time was not the streams' is left
  * out: one that handed a stream on, stood aside for a trainer on either
- * side, or had the receiver copy held chunks for more than a fifth of what
+ * side, or had the receiver copy held chunks for more than a quarter of what
  * was sent. */
 static void adapt_streams(struct sender *s, const struct out *o, unsigned n, uint64_t ns,
 			  uint64_t inflight, bool paused)
