@@ -780,6 +780,11 @@ unsigned config_streams_max(const struct stage_config *c)
 	return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
+unsigned config_streams_most(const struct stage_config *c)
+{
+	return c->streams > 0 ? (unsigned)c->streams : config_streams_max(c);
+}
+
 unsigned config_hash_threads(const struct stage_config *c)
 {
 	return c->hash_threads > 0 ? (unsigned)c->hash_threads : quarter_cores();

@@ -95,6 +95,9 @@ unsigned config_streams(const struct stage_config *c);
 /* The most streams adapting may take: [transfer] streams_max, or with 0
  * half of config_cpus() (1 to 16): a stream is a thread on each side. */
 unsigned config_streams_max(const struct stage_config *c);
+/* The most streams a copy to one partner may go on: a fixed [transfer]
+ * streams, or adapting's cap. */
+unsigned config_streams_most(const struct stage_config *c);
 /* The CPUs this process may run on (its affinity mask; the CPUs online if
  * that cannot be read): what "the cores" means for the defaults. */
 unsigned config_cpus(void);

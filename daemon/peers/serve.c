@@ -204,9 +204,7 @@ static void *conn_main(void *arg)
 static bool admit(const struct xport *x)
 {
 	static uint64_t said_ns;
-	unsigned streams = peers.cfg->streams ? config_streams(peers.cfg) :
-			   config_streams_max(peers.cfg);     /* adapting may go that far */
-	unsigned most = (3 + streams) * (unsigned)peers.hosts.n + 16;
+	unsigned most = (3 + config_streams_most(peers.cfg)) * (unsigned)peers.hosts.n + 16;
 	const char *why = NULL;
 	bool ok;
 

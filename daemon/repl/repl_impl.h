@@ -112,6 +112,13 @@ struct partner {
 	uint64_t fails[PFAIL__N];  /* tries that failed, by cause (under repl.lock) */
 };
 
+/* The streams p's next copy asks for: [transfer] streams, or what adapting
+ * chose (under repl.lock, or on p's sender thread). */
+static inline unsigned repl_streams_wanted(const struct partner *p, const struct stage_config *c)
+{
+	return c->streams ? (unsigned)c->streams : p->sa.n;
+}
+
 struct repl {
 	const struct stage_config *cfg;   /* borrowed, immutable (peers.cfg) */
 	struct partner *partners;         /* npartners, placement order */

@@ -439,7 +439,7 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
  * costs the copy nothing: it goes on fewer (status says so). */
 static unsigned open_streams(struct sender *s)
 {
-	unsigned want = repl.cfg->streams ? (unsigned)repl.cfg->streams : s->p->sa.n;
+	unsigned want = repl_streams_wanted(s->p, repl.cfg);
 	bool fewer;
 
 	if (s->nx == 0) {

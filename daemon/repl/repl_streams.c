@@ -129,14 +129,26 @@ static unsigned other_lost(const struct rx *r, unsigned j)
 	return 0;
 }
 
+/* How long a stream whose turns may go on is waited for: sooner than the
+ * sender's own sends on stream 0 time out (the peer timeout), which block
+ * once this end stops reading it; still later than the longest the sender
+ * yields to its trainer (half of it). */
+static uint64_t handoff_ms(void)
+{
+	return (uint64_t)peers_io_ms() * 3 / 4;
+}
+
+/* The offer closing under a wait: a newer connection took it over. */
+static int taken_over(struct rx *r)
+{
+	r->lost = true;
+	return rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
+}
+
 static int pop(struct rx *r, unsigned j, struct rx_piece **pc, bool others, unsigned *lost)
 {
 	struct rx_stream *st = &r->streams[j];
-	/* A silent stream whose turns may go on is given up sooner than the
-	 * sender's own sends on stream 0 time out (the peer timeout), which
-	 * block once this end stops reading it; still later than the longest
-	 * the sender yields to its trainer (half of it). */
-	uint64_t ms = r->handoff ? (uint64_t)peers_io_ms() * 3 / 4 : (uint64_t)peers_io_ms();
+	uint64_t ms = r->handoff ? handoff_ms() : (uint64_t)peers_io_ms();
 	struct timespec until;
 	int rc = 0;
 
@@ -150,8 +162,7 @@ static int pop(struct rx *r, unsigned j, struct rx_piece **pc, bool others, unsi
 		*pc = &st->q[st->qh];
 		rc = 0;
 	} else if (r->closing) {
-		r->lost = true;
-		rc = rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
+		rc = taken_over(r);
 	} else if (r->handoff && *lost && *lost != j) {
 		rc = -EPIPE;            /* another one lost: its turns go on first */
 	} else if (r->handoff && st->err != -EPROTO) {
@@ -235,8 +246,7 @@ static int to_mark(struct rx *r, unsigned *lost)
 			return rx_fail(r, -EPROTO, "frame type %u while handing a stream's turns on",
 				       (unsigned)rc);
 	}
-	/* As pop's: sooner than the sender's sends on stream 0 time out. */
-	until = mono_timespec(mono_ns() + (uint64_t)peers_io_ms() * 3 / 4 * 1000000ull);
+	until = mono_timespec(mono_ns() + handoff_ms() * 1000000ull);
 	pthread_mutex_lock(&r->smu);
 	for (rc = 0;;) {
 		unsigned waiting = 0;
@@ -266,8 +276,7 @@ static int to_mark(struct rx *r, unsigned *lost)
 			break;
 		if (r->closing) {
 			pthread_mutex_unlock(&r->smu);
-			r->lost = true;
-			return rx_fail(r, -ECANCELED, "a newer connection of the same sender took over");
+			return taken_over(r);
 		}
 		rc = pthread_cond_timedwait(&r->scv, &r->smu, &until);
 	}
@@ -332,14 +341,12 @@ void rx_piece_done(struct rx *r, const struct rx_piece *pc)
 static int all_ended(struct rx *r, unsigned skip)
 {
 	for (unsigned i = 1; i < r->nlive; i++) {
-		unsigned j = r->live[i];
+		unsigned j = r->live[i], lost;
 		struct rx_piece *pc;
 		int rc;
 
 		if (j == skip)
 			continue;
-		unsigned lost;
-
 		if ((rc = pop(r, j, &pc, false, &lost)) == -EPIPE) {
 			log_warn("%s: stream %u lost after its last piece (%s)", r->slot.key, j,
 				 r->streams[j].why);

@@ -69,7 +69,7 @@ void repl_status(struct msg *m, uid_t viewer)
 			snprintf(v, sizeof(v), "%s %s:%u: not a partner of this node", hp->name,
 				 hp->host, hp->port);
 		else if (p->state == PEER_UP) {
-			unsigned want = repl.cfg->streams ? (unsigned)repl.cfg->streams : p->sa.n;
+			unsigned want = repl_streams_wanted(p, repl.cfg);
 			/* The next copy's count, or the last one's where it got fewer. */
 			bool fewer = p->streams && p->streams < p->wanted;
 			unsigned n = fewer ? p->streams : want;
