@@ -8,6 +8,7 @@ rate), one stream moves as much as more, and the count comes down to one.
 stays exact. Real daemons on 127.0.0.1; copies of 40 MiB of fresh bytes (a
 copy under 32 MiB measures nothing)."""
 import re
+import time
 
 from helpers import F, assert_replica_of, ckpt, commit_wait, make_tree, replica, wait_for
 from test_streams import proxied_streams, streams_said
@@ -76,3 +77,46 @@ def test_more_streams_when_each_is_held_to_a_rate(make_cluster):
         assert "the next copy on 4 streams: " in n0.log() or seen[0][0] == 4, n0.log()[-3000:]
     finally:
         proxy.close()
+
+
+def test_a_copy_the_receiver_paused_measures_nothing(make_cluster):
+    """A copy during which the receiver stood aside for its own trainer
+    (n1 saving a step of the same job: [transfer] yield) measured the
+    trainer, not the streams: n1 says so in its MSG_DONE (K_PAUSED) and n0
+    leaves the copy out of the count's measure. The next copy, with nothing
+    written on n1, is measured."""
+    n0, n1 = make_cluster(2, keep=10, transfer={"watch": "on", "compress": "off"},
+                          node_transfer={0: {"streams": 0, "streams_max": 4, "rate": "24MiB"}})
+    saving = ckpt(n1, step="step-200") / "w.bin"
+    saving.parent.mkdir(parents=True)
+    step = make_tree(ckpt(n0, step="step-1"), [F("w.bin", size=SIZE)], seed=1)
+    time.sleep(1)       # n0's own writes of it over: n0 has nothing to stand aside for
+    with open(saving, "ab") as f:
+        f.write(b"\x5a" * 65536)
+        f.flush()
+        cp = n0.popen("commit", step, "--wait")
+        # n1's trainer saves for 2 s: 64 KiB every 50 ms
+        for _ in range(40):
+            f.write(b"\x5a" * 65536)
+            f.flush()
+            time.sleep(0.05)
+    assert cp.wait(timeout=120) == 0, \
+        f"{cp.out_path.read_text()}\n{cp.err_path.read_text()}\n{n0.log()[-3000:]}"
+    assert_replica_of(step, replica(n1, n0, step="step-1"))
+    m = re.search(r"^stage_replication_yielded_seconds_total (\S+)$", n1.run("metrics").stdout,
+                  re.M)
+    assert m and float(m.group(1)) >= 1.0, f"n1 did not stand aside: {m and m.group(0)}"
+    m = re.search(r"^stage_replication_yielded_seconds_total (\S+)$", n0.run("metrics").stdout,
+                  re.M)
+    assert m and float(m.group(1)) < 0.25, f"n0 stood aside itself: {m and m.group(0)}"
+    n, why = streams_said(n0, n1)
+    assert why.endswith(": no copy measured yet"), (n, why)
+    assert "the next copy on" not in n0.log(), n0.log()[-3000:]
+
+    step = make_tree(ckpt(n0, step="step-2"), [F("w.bin", size=SIZE)], seed=2)
+    time.sleep(1)
+    commit_wait(n0, step, timeout=120)
+    assert_replica_of(step, replica(n1, n0, step="step-2"))
+    n, why = streams_said(n0, n1)
+    assert re.search(rf": {1 if n == 2 else n // 2} moved \d+ MB/s: trying {n}; measured: ",
+                     why), (n, why)
