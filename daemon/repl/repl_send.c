@@ -477,7 +477,7 @@ static unsigned open_streams(struct sender *s)
 		pthread_mutex_unlock(&repl.lock);
 	}
 	pthread_mutex_lock(&repl.lock);
-	s->p->streams = s->nx < want ? s->nx : want;
+	s->p->streams = s->nx;          /* at most want: those past it were closed */
 	s->p->wanted = want;
 	fewer = !repl.cfg->streams && sadapt_opened(&s->p->sa, s->p->streams);
 	if (fewer)
@@ -486,7 +486,7 @@ static unsigned open_streams(struct sender *s)
 	if (fewer)
 		log_info("peer %s: adapting holds %u stream%s: only so many could be opened",
 			 s->h->name, s->nx, s->nx == 1 ? "" : "s");
-	return s->nx < want ? s->nx : want;
+	return s->nx;
 }
 
 /* Tells each further stream which offer its pieces are for, and starts

@@ -31,6 +31,14 @@ def taken_so_far(d):
     return int(m.group(1)) if m else None
 
 
+def yielded_seconds(d):
+    """d's stage_replication_yielded_seconds_total."""
+    m = re.search(r"^stage_replication_yielded_seconds_total (\S+)$", d.run("metrics").stdout,
+                  re.M)
+    assert m, f"no stage_replication_yielded_seconds_total on {d.name}"
+    return float(m.group(1))
+
+
 def writer(d, jobs, stop):
     """Trainers saving JOB/step-200 on d, for each job of jobs ("job1+job2"):
     64 KiB appended to each every 50 ms."""
@@ -89,10 +97,8 @@ def test_replication_yields_to_a_save(make_cluster, on, job, yield_):
         assert b - a >= 4 * MiB, f"the copy moved only {b - a} bytes (yield {yield_}, {job})"
     wait_for(lambda: replica(n1, n0).is_dir(), 30, f"step-100 to reach n1:\n{n0.log()[-2000:]}")
     assert_replica_of(step, replica(n1, n0))
-    m = re.search(r"^stage_replication_yielded_seconds_total (\S+)$",
-                  d.run("metrics").stdout, re.M)
-    assert m, "no stage_replication_yielded_seconds_total"
+    yielded = yielded_seconds(d)
     if held:
-        assert float(m.group(1)) >= 1.5, m.group(0)
+        assert yielded >= 1.5, yielded
     else:       # at most a moment after step-100 itself was written
-        assert float(m.group(1)) < 1.0, m.group(0)
+        assert yielded < 1.0, yielded
