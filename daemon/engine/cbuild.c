@@ -82,7 +82,10 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 		XXH3_128bits_update(b->whole, p, n);
 		b->at += n;
 		b->hashed = b->at;
-		if (b->at == e->size && !digest_eq(XXH3_128bits_digest(b->whole), e->digest)) {
+		if (b->at == e->size && b->rec) {
+			b->rec->digest = XXH3_128bits_digest(b->whole);
+		} else if (b->at == e->size &&
+			   !digest_eq(XXH3_128bits_digest(b->whole), e->digest)) {
 			b->bad_chunk = 0;
 			rc = -EBADMSG;
 		}
@@ -112,7 +115,9 @@ static int take(struct cbuild *b, const uint8_t *p, size_t n, const struct cbuil
 
 			if (s && b->chunk_fill == b->chunk_size)
 				j++;    /* the hasher's ends are counted whoever hashed the chunk */
-			if (rc == 0 && (b->chunk_no >= e->nchunks || !have ||
+			if (b->rec && have && b->chunk_no < b->rec->nchunks)
+				b->rec->chunks[b->chunk_no] = d;
+			else if (rc == 0 && (b->chunk_no >= e->nchunks || !have ||
 					!digest_eq(d, e->chunks[b->chunk_no]))) {
 				b->bad_chunk = b->chunk_no;
 				rc = -EBADMSG;
@@ -184,6 +189,7 @@ int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size
 		 uint64_t keep, bool direct_ok)
 {
 	b->e = e;
+	b->rec = NULL;
 	b->chunk_size = chunk_size;
 	b->at = b->chunk_no = b->chunk_fill = b->bad_chunk = 0;
 	b->mark_at = UINT64_MAX;
@@ -271,8 +277,12 @@ int cbuild_end(struct cbuild *b)
 	/* A file of one chunk was checked by its last byte; an empty one has
 	 * none, and is checked here like a file of chunks. */
 	if (rc == 0 && e && b->at == e->size && !b->skipped && (e->nchunks || e->size == 0) &&
-	    !digest_eq(XXH3_128bits_digest(b->whole), e->digest))
+	    b->rec)
+		b->rec->digest = XXH3_128bits_digest(b->whole);
+	else if (rc == 0 && e && b->at == e->size && !b->skipped &&
+		 (e->nchunks || e->size == 0) && !digest_eq(XXH3_128bits_digest(b->whole), e->digest))
 		rc = -EBADMSG;
 	b->e = NULL;            /* idle until the next cbuild_begin */
+	b->rec = NULL;
 	return rc;
 }

@@ -39,6 +39,13 @@
  * chunk begun without sums is hashed here to its end; one begun with sums
  * must get sums with every later piece of it (all of a chunk's pieces come
  * through one hasher), else the piece is refused (-EPROTO).
+ *
+ * Recording (cbuild_record, after cbuild_begin): the bytes are taken as
+ * they come, and each chunk's digest and the whole file's are written into
+ * an entry of the caller's instead of checked: a receiver that gets the
+ * manifest after the data (docs/PROTOCOL.md, "Manifest last") compares
+ * them with it at the end. Everything else (the writes, the rule on sums,
+ * the rewind) is as when checking.
  */
 #ifndef STAGE_CBUILD_H
 #define STAGE_CBUILD_H
@@ -88,6 +95,7 @@ struct cbuild {
 	uint64_t bad_chunk;            /* after -EBADMSG: the chunk that failed */
 	bool skipped;                  /* chunks were left as they were: no whole digest */
 	bool ext;                      /* chunk chunk_no is hashed by a hasher (its sums) */
+	struct mf_entry *rec;          /* recording: the digests go here (NULL: checking) */
 };
 
 /* 0 or -errno. */
@@ -101,6 +109,13 @@ void cbuild_close(struct cbuild *b);
  * e's size. direct_ok as for wq_begin. */
 int cbuild_begin(struct cbuild *b, const struct mf_entry *e, uint64_t chunk_size, int fd,
 		 uint64_t keep, bool direct_ok);
+/* From now until cbuild_end, the digests found are written into rec's
+ * (its chunks array holding rec->nchunks, the file's size and chunking
+ * those of the entry begun) instead of compared with the entry's. */
+static inline void cbuild_record(struct cbuild *b, struct mf_entry *rec)
+{
+	b->rec = rec;
+}
 /* A free buffer (WQ_BUF bytes) for the next piece, and its address. */
 static inline int cbuild_buf(struct cbuild *b, uint8_t **p)
 {

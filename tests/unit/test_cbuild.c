@@ -11,7 +11,9 @@
  * the hasher saw wrong, or a sum that is wrong, is refused at that chunk;
  * a chunk begun with sums that goes on without them, or with a hasher that
  * did not see its start, is refused without writing; a chunk begun here
- * ignores sums until its end. */
+ * ignores sums until its end. Recording (the manifest comes after the
+ * data): the same files come out, and the digests recorded are the
+ * manifest's, fed whole or in a hasher's sums. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -564,6 +566,49 @@ static void test_sums_stay_with_their_chunk(void **state)
 	free(p);
 }
 
+/* Begun on an entry whose digests are unknown (zero), recording: the file
+ * comes out as fed, and the digests recorded are those of entry_of. */
+static void test_recording_finds_the_manifests_digests(void **state)
+{
+	static const size_t sizes[] = { 0, 1, CHUNK, CHUNK + 1, 5 * CHUNK + 17, 3 * WQ_BUF + 4095 };
+	struct cbuild b;
+
+	assert_int_equal(cbuild_open(&b), 0);
+	for (size_t z = 0; z < sizeof(sizes) / sizeof(*sizes); z++)
+		for (unsigned how = 0; how < 2; how++) {
+			uint8_t *p = pattern(sizes[z], (unsigned)(z + 5));
+			struct mf_entry want, skel, rec;
+			char path[64];
+			int fd = temp_file(path, sizeof(path));
+
+			entry_of(&want, p, sizes[z], CHUNK);
+			assert_int_equal(mf_entry_copy(&skel, &want), 0);
+			skel.digest = (digest_t){ 0 };
+			for (uint64_t k = 0; k < skel.nchunks; k++)
+				skel.chunks[k] = (digest_t){ 0 };
+			assert_int_equal(mf_entry_copy(&rec, &skel), 0);
+			assert_int_equal(cbuild_begin(&b, &skel, CHUNK, fd, 0, true), 0);
+			cbuild_record(&b, &rec);
+			assert_int_equal(how ? feed_sums(&b, p, sizes[z], CHUNK, WQ_BUF, 3, SIZE_MAX,
+							 SIZE_MAX) :
+					 feed(&b, p, sizes[z], 0, 1000), 0);
+			assert_int_equal(cbuild_end(&b), 0);
+			check_file(fd, p, sizes[z]);
+			assert_true(digest_eq(rec.digest, want.digest));
+			for (uint64_t k = 0; k < want.nchunks; k++)
+				assert_true(digest_eq(rec.chunks[k], want.chunks[k]));
+			/* The next file is checked again: recording ends with it. */
+			assert_null(b.rec);
+			close(fd);
+			unlink(path);
+			mf_entry_free(&want);
+			mf_entry_free(&skel);
+			mf_entry_free(&rec);
+			free(p);
+		}
+	cbuild_close(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -577,6 +622,7 @@ int main(void)
 		cmocka_unit_test(test_patch_in_place),
 		cmocka_unit_test(test_sums_build_the_same_files),
 		cmocka_unit_test(test_sums_stay_with_their_chunk),
+		cmocka_unit_test(test_recording_finds_the_manifests_digests),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
