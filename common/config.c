@@ -78,6 +78,9 @@ static const char *const transport_names[] = {
 static const char *const wire_names[] = {
 	[CFG_WIRE_AUTHENTICATED] = "authenticated", [CFG_WIRE_ENCRYPTED] = "encrypted", NULL,
 };
+static const char *const read_once_names[] = {
+	[CFG_READ_ONCE_OFF] = "off", [CFG_READ_ONCE_ON] = "on", [CFG_READ_ONCE_AUTO] = "auto", NULL,
+};
 static const char *const cache_reads_names[] = {
 	[CFG_CACHE_READS_WARM] = "warm", [CFG_CACHE_READS_ALWAYS] = "always",
 	[CFG_CACHE_READS_AUTO] = "auto", NULL,
@@ -253,6 +256,12 @@ static const struct cfg_entry cfg_table[] = {
 	  .doc = "skip | send: a copy never begun when a newer step of its job is ready for the "
 		 "same partner is skipped (the newer goes instead; a copy someone waits for is "
 		 "never skipped), or sent all the same" },
+	{ KEY_ENUM("transfer", "read_once", read_once, read_once_names), .def = "auto",
+	  .doc = "auto | on | off: a step just committed goes to one partner as it is hashed, "
+		 "its manifest last, so the step is read once and the copy does not wait for "
+		 "the hash (on); only where the job's copies to that partner found little of it "
+		 "held there already, so that copies that dedup keep doing so (auto); never, the "
+		 "manifest first (off)" },
 	{ KEY_BOOL("transfer", "yield", yield), .def = "on",
 	  .doc = "with watch = on: a job's copies to and from this node pause while a step of the "
 		 "job under ckpt_root is being written (its trainer saving), and catch up once it "

@@ -20,6 +20,7 @@ enum cfg_compress { CFG_COMPRESS_AUTO, CFG_COMPRESS_OFF, CFG_COMPRESS_ZSTD, CFG_
 enum cfg_priority { CFG_PRIORITY_LOW, CFG_PRIORITY_NORMAL };
 enum cfg_cache_reads { CFG_CACHE_READS_WARM, CFG_CACHE_READS_ALWAYS, CFG_CACHE_READS_AUTO };
 enum cfg_stale { CFG_STALE_SKIP, CFG_STALE_SEND };
+enum cfg_read_once { CFG_READ_ONCE_OFF, CFG_READ_ONCE_ON, CFG_READ_ONCE_AUTO };
 
 struct stage_config {
 	/* [node] */
@@ -56,6 +57,7 @@ struct stage_config {
 	int hash_threads;           /* extension: threads hashing a commit; 0: automatic */
 	int cache_reads;            /* extension: enum cfg_cache_reads, a commit's reads */
 	int stale;                  /* extension: enum cfg_stale, copies a newer step overtook */
+	int read_once;              /* extension: enum cfg_read_once, a copy sent as it is hashed */
 	bool yield;                 /* extension: a job's copies pause while a step of it is written */
 	uint64_t io_size;           /* extension: largest single read/write, bytes */
 	uint64_t chunk_size;        /* extension: manifest hashing granularity, bytes */

@@ -189,6 +189,9 @@ enum msg_key {
 			     * 1, the receiver hands a lost stream's turns to the others */
 	K_PAUSED = 59,      /* u64: MSG_DONE: ms the receiver stopped reading the copy to stand
 			     * aside for its own node's trainer ([transfer] yield) */
+	K_LATE = 60,        /* u64: MSG_OFFER: 1, the manifest last: the offered one's digests
+			     * are unknown (0), the manifest follows the pieces (MSG_MANIFEST on
+			     * stream 0) and MSG_END names its K_ROOT and K_SIZE */
 };
 
 /* Request flags (K_FLAGS). */

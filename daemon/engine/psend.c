@@ -483,7 +483,8 @@ int psend_range(struct psend *ps, struct xport *x, int fd, uint64_t size, uint64
 	ps->end = end;
 	ps->head = ps->n = 0;
 	/* EINVAL (a file system without O_DIRECT): read through the cache. */
-	ps->direct = end - off >= 2 * PSEND_PIECE && off % PSEND_ALIGN == 0 && fl >= 0 &&
+	ps->direct = !ps->cached && end - off >= 2 * PSEND_PIECE && off % PSEND_ALIGN == 0 &&
+		     fl >= 0 &&
 		     !(fl & O_DIRECT) && !pcache_warm(fd, off, end - off) &&
 		     fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
 	submit(ps);

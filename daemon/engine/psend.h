@@ -12,7 +12,9 @@
  * with O_DIRECT a moment before (which wrote back any dirty pages), and
  * reading it through the cache cost it twice the CPU and a third more time
  * (docs/BENCHMARKS.md, replicate). A read that O_DIRECT refuses (EINVAL) is
- * read again through the cache.
+ * read again through the cache. A copy sent while its step is being hashed
+ * (ps->cached) reads through the cache, which the hash reads through too:
+ * the disk then gives each byte once, to whichever asks first.
  *
  * Streams (psend_streams_begin): the pieces of one copy may go on several
  * connections to the same peer, a group of pieces on each in turn: the
@@ -74,6 +76,8 @@ struct psend {
 	uint64_t next, end;             /* next offset to read; end of the range */
 	bool direct;                    /* this range reads with O_DIRECT */
 	bool broken;                    /* the ring failed: every later range fails */
+	bool cached;                    /* the caller's: read through the page cache, never
+					 * O_DIRECT (a step another thread hashes meanwhile) */
 	uint8_t *frame;                 /* one encoded piece, owned */
 	size_t frame_cap;
 	struct pace pace;               /* its own cap, over wire bytes */

@@ -78,6 +78,8 @@ static struct record *requeue_locked(const char *job, const char *step, bool kee
 	}
 	r->seq = wall_ns();
 	r->why[0] = '\0';
+	r->hash_no = 0;
+	r->late_tried = false;
 	for (pp = &repl.records; *pp; pp = &(*pp)->next)
 		;
 	r->next = NULL;
@@ -164,6 +166,8 @@ static void *committer_main(void *arg)
 		strcpy(job, r->job);
 		strcpy(step, r->step);
 		r->rehash = false;
+		r->hash_no++;           /* a copy sent as it is hashed waits for this one */
+		pthread_cond_broadcast(&repl.cond);     /* a sender may take it now */
 		for (size_t i = 0; i < repl.npartners; i++)
 			sent |= repl.partners[i].state != PEER_DOWN;
 		pthread_mutex_unlock(&repl.lock);

@@ -94,6 +94,8 @@ static int materialize(struct rx *r)
 
 static int journal(struct rx *r, uint64_t idx, uint64_t off)
 {
+	if (r->late)
+		return 0;       /* nothing checked before the manifest comes: no resume point */
 	fprintf(r->journal, "%llu %llu\n", (unsigned long long)idx, (unsigned long long)off);
 	if (fflush(r->journal) != 0)
 		return rx_fail(r, -errno, "journal: %s", strerror(errno));
@@ -133,6 +135,8 @@ static int open_file(struct rx *r)
 	}
 	if (rc < 0)
 		return rx_fail(r, rc, "re-reading %s: %s", r->ce.path, strerror(-rc));
+	if (r->late)
+		cbuild_record(&r->cb, &r->ce);  /* the digests are found, and checked at the end */
 	return 0;
 }
 
@@ -155,6 +159,10 @@ static int finish_file(struct rx *r)
 		return rx_fail(r, rc, "%s: %s", r->ce.path, strerror(-rc));
 	close(r->fd);
 	r->fd = -1;
+	if (r->late && (fwrite(&r->ce.digest, sizeof(digest_t), 1, r->sums) != 1 ||
+			(r->ce.nchunks && fwrite(r->ce.chunks, sizeof(digest_t), r->ce.nchunks,
+						 r->sums) != r->ce.nchunks)))
+		return rx_fail(r, -EIO, "%s/.stage/sums: %s", r->slot.key, strerror(errno));
 	rc = journal(r, r->ci, r->ce.size);
 	return rc < 0 ? rc : rx_next_entry(r);    /* done with it: the cursor moves on */
 }
@@ -428,6 +436,126 @@ int rx_on_piece(struct rx *r, struct rx_piece *pc)
 	return land(r, b, pc->off, pc->raw, &pc->sums);
 }
 
+/* ---- the manifest last (K_LATE) ---- */
+
+int rx_late_slice(struct rx *r, const struct msg *m)
+{
+	const uint8_t *p;
+	size_t n;
+	uint64_t off;
+
+	if (msg_get_u64(m, K_OFFSET, &off) < 0 || off != r->final_got ||
+	    msg_get_bytes(m, K_DATA, &p, &n) < 0 || n == 0 || off + n > REPL_MF_MAX)
+		return rx_fail(r, -EPROTO, "a slice of the manifest out of order");
+	if (r->final_fd < 0 &&
+	    (r->final_fd = openat(r->st_fd, "final", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+				  0644)) < 0)
+		return rx_fail(r, -errno, "%s/.stage/final: %s", r->slot.key, strerror(errno));
+	if (pwrite(r->final_fd, p, n, (off_t)off) != (ssize_t)n)
+		return rx_fail(r, errno ? -errno : -EIO, "%s/.stage/final: %s", r->slot.key,
+			       strerror(errno ? errno : EIO));
+	r->final_got += n;
+	return 0;
+}
+
+/* What landed differs from the manifest that came last, at entry e. */
+static int late_differs(struct rx *r, const char *path, const char *what)
+{
+	return rx_fail(r, -EBADMSG, "%s: %s differs from the manifest that came last (the step "
+		       "changed while it was sent?)", path, what);
+}
+
+/* Entry a of the offer (digests unknown), with the digests that landed for
+ * it read from sums, against entry b of the manifest that came last. */
+static int late_entry(struct rx *r, const struct mf_entry *a, const struct mf_entry *b)
+{
+	digest_t d;
+
+	if (a->type != b->type || strcmp(a->path, b->path) != 0)
+		return late_differs(r, b->path, "the list of entries");
+	if (a->size != b->size || a->mode != b->mode || a->mtime_ns != b->mtime_ns ||
+	    a->nchunks != b->nchunks || (a->type == MF_LINK && strcmp(a->target, b->target)))
+		return late_differs(r, b->path, "its size, mode, time or target");
+	if (a->type != MF_FILE || a->size == 0)
+		return digest_eq(a->digest, b->digest) ? 0 : late_differs(r, b->path, "its digest");
+	if (fread(&d, sizeof(d), 1, r->sums) != 1)
+		return rx_fail(r, -EIO, "%s/.stage/sums: cut short", r->slot.key);
+	if (!digest_eq(d, b->digest))
+		return late_differs(r, b->path, "its content");
+	for (uint64_t k = 0; k < b->nchunks; k++) {
+		if (fread(&d, sizeof(d), 1, r->sums) != 1)
+			return rx_fail(r, -EIO, "%s/.stage/sums: cut short", r->slot.key);
+		if (!digest_eq(d, b->chunks[k]))
+			return late_differs(r, b->path, "a chunk's digest");
+	}
+	return 0;
+}
+
+int rx_late_end(struct rx *r, const struct msg *m)
+{
+	char *hex = NULL, why[512];
+	struct mf_reader *ra = NULL, *rb = NULL;
+	struct mf_entry a, b;
+	digest_t root, named;
+	uint64_t size, chunk;
+	int rc, na, nb;
+
+	if (msg_get_str(m, K_ROOT, &hex) < 0 || digest_from_hex(hex, strlen(hex), &named) < 0 ||
+	    msg_get_u64(m, K_SIZE, &size) < 0) {
+		free(hex);
+		return rx_fail(r, -EBADMSG, "the end of a copy whose manifest comes last names no "
+			       "root or size");
+	}
+	free(hex);
+	if (r->final_fd < 0 || size != r->final_got)
+		return rx_fail(r, -EPROTO, "the manifest that came last is %llu bytes, not %llu",
+			       (unsigned long long)r->final_got, (unsigned long long)size);
+	if (fsync(r->final_fd) < 0)
+		return rx_fail(r, -errno, "%s/.stage/final: %s", r->slot.key, strerror(errno));
+	rc = ckpt_manifest_root(r->st_fd, "final", &root, &chunk, why, sizeof(why));
+	if (rc == -EBADMSG)
+		return rx_fail(r, rc, "the manifest of %s/%s that came last does not read: %s",
+			       r->job, r->step, why);
+	if (rc < 0)
+		return rx_fail(r, rc, "reading the manifest that came last: %s", strerror(-rc));
+	if (!digest_eq(root, named) || chunk != r->chunk_size)
+		return rx_fail(r, -EBADMSG, "the manifest of %s/%s that came last is not the root "
+			       "or chunk size named", r->job, r->step);
+	if (fflush(r->sums) != 0 || fseeko(r->sums, 0, SEEK_SET) != 0)
+		return rx_fail(r, -EIO, "%s/.stage/sums: %s", r->slot.key, strerror(errno));
+	if ((rc = mf_reader_open(&ra, r->st_fd, "offer", MF_COMPLETE)) < 0 ||
+	    (rc = mf_reader_open(&rb, r->st_fd, "final", MF_COMPLETE)) < 0) {
+		if (ra)
+			mf_reader_close(ra);
+		return rx_fail(r, rc, "comparing the manifests: %s", strerror(-rc));
+	}
+	for (rc = 0; rc == 0;) {
+		na = mf_reader_next(ra, &a);
+		nb = mf_reader_next(rb, &b);
+		if (na < 0 || nb < 0)
+			rc = rx_fail(r, -EBADMSG, "comparing the manifests: %s",
+				     mf_reader_why(na < 0 ? ra : rb));
+		else if (na != nb)
+			rc = late_differs(r, na ? a.path : b.path, "the list of entries");
+		else if (na == 0)
+			break;
+		else
+			rc = late_entry(r, &a, &b);
+		if (na == 1)
+			mf_entry_free(&a);
+		if (nb == 1)
+			mf_entry_free(&b);
+	}
+	mf_reader_close(ra);
+	mf_reader_close(rb);
+	if (rc < 0)
+		return rc;
+	if (renameat(r->st_fd, "final", r->st_fd, "offer") < 0)
+		return rx_fail(r, -errno, "%s/.stage/offer: %s", r->slot.key, strerror(errno));
+	r->root = root;
+	return 0;
+}
+
 /* ---- offer, publication ---- */
 
 /* A listing of the directory fd is open on (through a dup: fd stays open),
@@ -528,7 +656,9 @@ static int take_manifest(struct rx *r, uint64_t size)
 			       r->job, r->step, why);
 	if (rc < 0)     /* ours, not the peer's: memory, I/O */
 		return rx_fail(r, rc, "reading the offer: %s", strerror(-rc));
-	if (!digest_eq(root, r->root))
+	if (r->late)
+		r->root = root; /* no root was offered: the digestless manifest's own */
+	else if (!digest_eq(root, r->root))
 		return rx_fail(r, -EBADMSG, "the offered manifest of %s/%s is not the offered root",
 			       r->job, r->step);
 	return 0;
@@ -561,8 +691,10 @@ int rx_take_offer(struct rx *r, uint64_t size)
 		unlinkat(r->st_fd, "offer.new", 0);
 		return rc;
 	}
-	/* Same offer as the one in .incoming: keep what is there. */
-	if (ckpt_manifest_root(r->st_fd, "offer", &old, NULL, NULL, 0) == 0 && digest_eq(old, r->root)) {
+	/* Same offer as the one in .incoming: keep what is there. A copy
+	 * whose manifest comes last starts afresh, and keeps no journal. */
+	if (!r->late && ckpt_manifest_root(r->st_fd, "offer", &old, NULL, NULL, 0) == 0 &&
+	    digest_eq(old, r->root)) {
 		read_journal(r);
 	} else {
 		DIR *d = listing(r->in_fd);
@@ -582,6 +714,16 @@ int rx_take_offer(struct rx *r, uint64_t size)
 		rc = rx_fail(r, -errno, "offer: %s", strerror(errno));
 		unlinkat(r->st_fd, "offer.new", 0);
 		return rc;
+	}
+	if (r->late) {
+		fd = openat(r->st_fd, "sums", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		r->sums = fd >= 0 ? fdopen(fd, "w+") : NULL;
+		if (!r->sums) {
+			if (fd >= 0)
+				close(fd);
+			return rx_fail(r, -EIO, "sums: %s", strerror(errno));
+		}
+		return 0;
 	}
 	fd = openat(r->st_fd, "journal", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	r->journal = fd >= 0 ? fdopen(fd, "a") : NULL;
@@ -706,6 +848,7 @@ int rx_publish(struct rx *r)
 		return rx_fail(r, -errno, "manifest: %s", strerror(errno));
 	unlinkat(r->st_fd, "journal", 0);
 	unlinkat(r->st_fd, "nolocal", 0);
+	unlinkat(r->st_fd, "sums", 0);
 	snprintf(rel, sizeof(rel), "%s/%s", r->origin, r->job);
 	snprintf(irel, sizeof(irel), INCOMING "/%s/%s", r->origin, r->job);
 	job_fd = open_dir(r->rr_fd, rel, true);

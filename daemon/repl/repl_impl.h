@@ -71,6 +71,11 @@ struct rcopy {
 	bool begun;                /* taken by the sender since committed: never skipped
 				    * (the receiver may hold part of it) */
 	uint64_t sent, total;      /* bytes of this transfer (raw), for progress */
+	/* How the last confirmed try went, for [transfer] read_once = auto (not
+	 * saved: a restarted daemon sends the manifest first until it knows). */
+	enum { HOW_UNKNOWN, HOW_FIRST, HOW_LATE } how;   /* manifest first / last */
+	bool follows;              /* HOW_FIRST: an older step of the job was there */
+	uint64_t held;             /* HOW_FIRST: bytes the receiver held already */
 	char why[1024];            /* last failure, or what it was skipped for; "" if none */
 };
 
@@ -79,6 +84,8 @@ struct record {
 	uint64_t seq;              /* CLOCK_REALTIME ns of the commit */
 	enum rstate state;
 	bool rehash;               /* committed again while hashing */
+	unsigned hash_no;          /* hashes the committer began since the commit */
+	bool late_tried;           /* a partner took it as it was hashed (once only) */
 	digest_t root;             /* R_READY only */
 	uint64_t files, bytes;
 	char why[1024];            /* R_FAILED: the reason */
@@ -110,6 +117,8 @@ struct partner {
 	uint64_t confirmed;        /* copies confirmed, ever (under repl.lock) */
 	uint64_t skipped;          /* copies skipped as stale, ever (under repl.lock) */
 	uint64_t fails[PFAIL__N];  /* tries that failed, by cause (under repl.lock) */
+	uint64_t late;             /* copies confirmed that went as they were hashed, ever */
+	bool no_late;              /* it refused such an offer (an older receiver) */
 };
 
 /* The streams p's next copy asks for: [transfer] streams, or what adapting

@@ -116,6 +116,13 @@ static void close_transfer(struct rx *r)
 	if (r->journal)
 		fclose(r->journal);
 	r->journal = NULL;
+	if (r->sums)
+		fclose(r->sums);
+	r->sums = NULL;
+	if (r->final_fd >= 0)
+		close(r->final_fd);
+	r->final_fd = -1;
+	r->final_got = 0;
 	if (r->st_fd >= 0)
 		close(r->st_fd);
 	if (r->in_fd >= 0)
@@ -159,10 +166,19 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		repl_background("a receiver");
 		r->background = true;
 	}
+	{
+		uint64_t late = 0;
+
+		/* K_LATE 1: the manifest comes last; the one offered has no
+		 * digests, and its root is the offer's (no K_ROOT). */
+		msg_get_u64(offer, K_LATE, &late);
+		r->late = late == 1;
+	}
 	if (ckpt_get_name(offer, K_ORIGIN, r->origin) < 0 ||
 	    ckpt_get_name(offer, K_JOB, r->job) < 0 ||
-	    ckpt_get_name(offer, K_STEP, r->step) < 0 || msg_get_str(offer, K_ROOT, &hex) < 0 ||
-	    digest_from_hex(hex, strlen(hex), &r->root) < 0 ||
+	    ckpt_get_name(offer, K_STEP, r->step) < 0 ||
+	    (!r->late && (msg_get_str(offer, K_ROOT, &hex) < 0 ||
+			  digest_from_hex(hex, strlen(hex), &r->root) < 0)) ||
 	    msg_get_u64(offer, K_SIZE, &size) < 0) {
 		free(hex);
 		return rx_fail(r, -EBADMSG, "a malformed offer");
@@ -209,7 +225,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		/* A lost further stream's turns go to the others when the
 		 * sender takes MSG_RESTREAM (an older one fails the copy). */
 		msg_get_u64(offer, K_RESTREAM, &restream);
-		r->handoff = streams > 1 && restream == 1;
+		r->handoff = streams > 1 && restream == 1 && !r->late;
 	}
 	rx_register(r);
 	r->x->ops->set_timeout(r->x, peers_io_ms());
@@ -219,7 +235,8 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	rx_streams_chunk_size(r, r->chunk_size);    /* before WANT: before any piece */
 	snprintf(rel, sizeof(rel), "%s/%s/%s/%s", r->origin, r->job, r->step, MF_NAME);
 	msg_init(&m, MSG_WANT);
-	if (ckpt_manifest_root(r->rr_fd, rel, &have, NULL, NULL, 0) == 0 && digest_eq(have, r->root)) {
+	if (!r->late && ckpt_manifest_root(r->rr_fd, rel, &have, NULL, NULL, 0) == 0 &&
+	    digest_eq(have, r->root)) {
 		msg_put_u64(&m, K_CODE, 1);
 		rc = r->x->ops->send(r->x, &m);
 		msg_free(&m);
@@ -235,7 +252,8 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 	msg_put_u64(&m, K_FRAME_SUM, 0);
 	if (r->handoff)
 		msg_put_u64(&m, K_RESTREAM, 1);
-	plan_held(r);
+	if (!r->late)   /* held chunks are found by their digests, which come last */
+		plan_held(r);
 	if (r->have) {
 		size_t len;
 		const uint8_t *bits = have_bits(r->have, &len);
@@ -270,10 +288,18 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 			goto out;
 		}
 		if (m.type == MSG_END) {
+			/* Every entry made, then (manifest last) what landed
+			 * compared with the manifest that came. */
+			rc = rx_advance_to(r, UINT64_MAX, 0);
+			if (rc == 0 && r->late)
+				rc = rx_late_end(r, &m);
 			msg_free(&m);
+			if (rc < 0)
+				goto out;
 			break;
 		}
 		rc = pc ? rx_on_piece(r, pc) : m.type == MSG_DATA ? rx_on_data(r, &m) :
+			m.type == MSG_MANIFEST && r->late ? rx_late_slice(r, &m) :
 			rx_fail(r, -EPROTO, "unexpected frame type %u", m.type);
 		msg_free(&m);
 		if (pc)
@@ -281,7 +307,7 @@ static int serve_offer(struct rx *r, const struct msg *offer)
 		if (rc < 0)
 			goto out;
 	}
-	if ((rc = rx_advance_to(r, UINT64_MAX, 0)) < 0 || (rc = rx_publish(r)) < 0)
+	if ((rc = rx_publish(r)) < 0)
 		goto out;
 	/* Before DONE: a sender that hears it may look at our figures at once. */
 	obs_add(OBS_REPLICAS, 1);
@@ -313,7 +339,7 @@ static int rx_new(struct xport *x, const char *peer, struct rx **out)
 	pthread_mutex_init(&r->smu, NULL);
 	mono_cond_init(&r->scv);
 	snprintf(r->peer, sizeof(r->peer), "%s", peer);
-	r->fd = r->in_fd = r->st_fd = r->src_fd = -1;
+	r->fd = r->in_fd = r->st_fd = r->src_fd = r->final_fd = -1;
 	r->rr_fd = open(repl.cfg->replica_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (r->rr_fd < 0) {
 		int rc = -errno;

@@ -74,7 +74,12 @@ struct rx {
 	struct xport *x;
 	char peer[AUTH_NAME_MAX + 1];  /* proven name of the sender */
 	char origin[CKPT_NAME_MAX + 1], job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1];
-	digest_t root;
+	digest_t root;                 /* the offer's (with K_LATE: its digestless manifest's,
+					* then the manifest's that came last) */
+	bool late;                     /* K_LATE: the manifest comes after the pieces */
+	FILE *sums;                    /* late: each file's digests as they landed, in order */
+	int final_fd;                  /* late: the manifest coming last (.stage/final), or -1 */
+	uint64_t final_got;            /* its bytes so far */
 	bool chown;                    /* the offer named an owner, and this daemon may give it */
 	uid_t uid;                     /* the owner every file, link and the manifest of the
 					* copy get (directories stay the daemon's) */
@@ -146,6 +151,12 @@ int rx_on_data(struct rx *r, const struct msg *m);
 int rx_on_piece(struct rx *r, struct rx_piece *pc);
 /* The offer's manifest, size bytes, into .incoming (resume point read). */
 int rx_take_offer(struct rx *r, uint64_t size);
+/* K_LATE: a slice of the manifest that comes after the pieces (m, a
+ * MSG_MANIFEST on stream 0); at MSG_END (m), once every entry is made, that
+ * manifest read and compared with what landed, entry for entry and digest
+ * for digest: 0 (it is the copy's manifest now), or -errno said. */
+int rx_late_slice(struct rx *r, const struct msg *m);
+int rx_late_end(struct rx *r, const struct msg *m);
 /* Everything durable, the manifest, the rename into place, retention. */
 int rx_publish(struct rx *r);
 /* The offer stored in .incoming is not needed. */

@@ -287,15 +287,17 @@ static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct
 	return rc;
 }
 
-/* One copy: 0 confirmed; -EREMOTEIO refused (why); -ESTALE the checkpoint
- * changed (why); other -errno: the connection failed (why). */
-/* MSG_OFFER and the manifest (mf_fd, size bytes) in MSG_MANIFEST slices.
- * 0, or -errno with why (-ESTALE: the manifest could not be read). */
+static int send_slices(struct sender *s, const char *job, const char *step, int mf_fd,
+		       uint64_t mf_size, char *why, size_t whylen);
+
+/* MSG_OFFER and the manifest (mf_fd, size bytes) in MSG_MANIFEST slices;
+ * with late, the skeleton's (docs/PROTOCOL.md, "The manifest last"). 0, or
+ * -errno with why (-ESTALE: the manifest could not be read). */
 static int send_offer(struct sender *s, const char *job, const char *step, digest_t root,
-		      int mf_fd, uint64_t mf_size, unsigned streams, char *why, size_t whylen)
+		      int mf_fd, uint64_t mf_size, unsigned streams, const struct skeleton *late,
+		      char *why, size_t whylen)
 {
 	char hex[DIGEST_HEX_LEN + 1];
-	uint8_t *slice;
 	struct stat st;
 	struct msg m;
 	int rc;
@@ -305,22 +307,44 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 	msg_put_str(&m, K_ORIGIN, repl.cfg->name);
 	msg_put_str(&m, K_JOB, job);
 	msg_put_str(&m, K_STEP, step);
-	msg_put_str(&m, K_ROOT, hex);
+	if (late)
+		msg_put_u64(&m, K_LATE, 1);     /* no root: the receiver takes the skeleton's */
+	else
+		msg_put_str(&m, K_ROOT, hex);
 	msg_put_u64(&m, K_SIZE, mf_size);
 	if (streams > 1)
 		msg_put_u64(&m, K_STREAMS, streams);
 	/* A lost stream's turns may go on: only where stream 0 can be
-	 * listened to between pieces (not RDMA's, yet). */
-	if (streams > 1 && s->x->ops->ready)
+	 * listened to between pieces (not RDMA's, yet), and not in a copy
+	 * whose manifest comes last (it fails and goes again the usual way). */
+	if (streams > 1 && s->x->ops->ready && !late)
 		msg_put_u64(&m, K_RESTREAM, 1);
 	/* The owner goes with the copy: the cluster shares one uid space. */
-	if (fstat(mf_fd, &st) == 0) {
+	if (late) {
+		msg_put_u64(&m, K_UID, late->uid);
+		msg_put_u64(&m, K_GID, late->gid);
+	} else if (fstat(mf_fd, &st) == 0) {
 		msg_put_u64(&m, K_UID, st.st_uid);
 		msg_put_u64(&m, K_GID, st.st_gid);
 	}
 	rc = s->x->ops->send(s->x, &m);
 	msg_free(&m);
-	slice = malloc(REPL_MF_SLICE);
+	if (rc < 0) {
+		snprintf(why, whylen, "sending the offer: %s", strerror(-rc));
+		return rc;
+	}
+	return send_slices(s, job, step, mf_fd, mf_size, why, whylen);
+}
+
+/* The manifest (mf_fd, size bytes) in MSG_MANIFEST slices: 0, or -errno
+ * with why (-ESTALE: it could not be read). */
+static int send_slices(struct sender *s, const char *job, const char *step, int mf_fd,
+		       uint64_t mf_size, char *why, size_t whylen)
+{
+	uint8_t *slice = malloc(REPL_MF_SLICE);
+	struct msg m;
+	int rc = 0;
+
 	for (uint64_t at = 0; rc == 0 && at < mf_size; ) {
 		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)at) : -1;
 
@@ -338,23 +362,31 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 	}
 	free(slice);
 	if (rc < 0 && rc != -ESTALE)
-		snprintf(why, whylen, "sending the offer: %s", strerror(-rc));
+		snprintf(why, whylen, "sending the manifest: %s", strerror(-rc));
 	return rc;
 }
 
 /* Every file of the manifest from the receiver's resume point on (the
  * entries before it are counted as sent). 0, or -errno with why. */
-static int send_files(struct sender *s, struct out *o, int step_fd, uint64_t want_idx,
-		      uint64_t want_off, char *why, size_t whylen)
+static int send_files(struct sender *s, struct out *o, int step_fd, int mf_fd,
+		      uint64_t want_idx, uint64_t want_off, char *why, size_t whylen)
 {
 	struct mf_reader *mr = NULL;
 	uint64_t idx = 0, g = 0;
 	struct mf_entry e;
-	int rc;
+	int fd = dup(mf_fd), rc;
+	FILE *fp = fd >= 0 ? fdopen(fd, "r") : NULL;
 
-	rc = mf_reader_open(&mr, step_fd, MF_NAME, MF_COMPLETE);
-	if (rc < 0) {
-		snprintf(why, whylen, "the manifest of %s/%s: %s", o->job, o->step, strerror(-rc));
+	/* The manifest offered, read from its start (a dup shares the
+	 * offset: pread elsewhere keeps it). */
+	if (!fp || fseeko(fp, 0, SEEK_SET) != 0 ||
+	    (rc = mf_reader_open_fp(&mr, fp, MF_NAME, MF_COMPLETE)) < 0) {
+		snprintf(why, whylen, "the manifest of %s/%s: %s", o->job, o->step,
+			 strerror(errno ? errno : ENOMEM));
+		if (fp)
+			fclose(fp);
+		else if (fd >= 0)
+			close(fd);
 		return -ESTALE;
 	}
 	o->step_fd = step_fd;
@@ -385,6 +417,7 @@ static int send_files(struct sender *s, struct out *o, int step_fd, uint64_t wan
 		snprintf(why, whylen, "the manifest of %s/%s: %s", o->job, o->step,
 			 mf_reader_why(mr));
 	mf_reader_close(mr);
+	fclose(fp);
 	return rc;
 }
 
@@ -398,6 +431,13 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 
 	zp_pause(&s->z, mono_ns(), queued(s->x));
 	msg_init(&m, MSG_END);
+	if (o->late) {          /* the manifest that went last, named */
+		char hex[DIGEST_HEX_LEN + 1];
+
+		digest_to_hex(o->late_root, hex);
+		msg_put_str(&m, K_ROOT, hex);
+		msg_put_u64(&m, K_SIZE, o->late_size);
+	}
 	rc = s->x->ops->send(s->x, &m);
 	msg_free(&m);
 	if (rc < 0)
@@ -429,8 +469,35 @@ static int finish(struct sender *s, struct out *o, char *why, size_t whylen)
 		pthread_mutex_lock(&repl.lock);
 		s->p->held += o->held;
 		pthread_mutex_unlock(&repl.lock);
+		s->held = o->held;
 	}
 	return rc;
+}
+
+/* A copy sent as it was hashed: once the hash has ended, the manifest it
+ * wrote goes after the pieces (before MSG_END, which names it). 0; -EAGAIN
+ * (why) when the copy is to go the usual way; or the connection's -errno. */
+static int send_last_manifest(struct sender *s, struct out *o, int step_fd, unsigned hash_no,
+			      char *why, size_t whylen)
+{
+	struct stat st;
+	int fd, rc;
+
+	rc = tx_late_wait(o->job, o->step, o->seq, hash_no, &o->late_root, why, whylen);
+	if (rc < 0)
+		return rc;
+	fd = openat(step_fd, MF_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "its manifest: %s", fd < 0 ? strerror(errno) :
+			 "not a regular file");
+		if (fd >= 0)
+			close(fd);
+		return -EAGAIN;
+	}
+	o->late_size = (uint64_t)st.st_size;
+	rc = send_slices(s, o->job, o->step, fd, o->late_size, why, whylen);
+	close(fd);
+	return rc == -ESTALE ? -EAGAIN : rc;
 }
 
 /* The connections this copy goes on: s->x and up to [transfer] streams - 1
@@ -549,9 +616,16 @@ static void adapt_streams(struct sender *s, const struct out *o, unsigned n, uin
 			 next == 1 ? "" : "s", d);
 }
 
+/* One copy: 0 confirmed; -EREMOTEIO refused (why); -ESTALE the checkpoint
+ * changed (why); other -errno: the connection failed (why). With late (a
+ * step being hashed, as hash_no; root and total unknown yet) it goes as it
+ * is hashed, its manifest last (repl_late.c), or gives way: -EAGAIN (why). */
 static int send_copy(struct sender *s, const char *job, const char *step, uint64_t seq,
-		     digest_t root, uint64_t total, char *why, size_t whylen)
+		     digest_t root, uint64_t total, bool late, unsigned hash_no, char *why,
+		     size_t whylen)
 {
+	struct skeleton k = { .fd = -1 };
+	char name[64];
 	unsigned n;
 	char rel[2 * CKPT_NAME_MAX + 2];
 	struct msg m;
@@ -574,22 +648,48 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, rel, strerror(-step_fd));
 		return -ESTALE;
 	}
-	/* The step is a user's: a fifo in the manifest's place must not hold
-	 * this thread (O_NONBLOCK), nor anything but a file be read. */
-	mf_fd = openat(step_fd, MF_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	rc = mf_fd < 0 || fstat(mf_fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : 0;
-	if (rc < 0) {
-		snprintf(why, whylen, "%s/%s/%s: %s", repl.cfg->ckpt_root, rel, MF_NAME,
-			 rc == -EINVAL ? "not a regular file" : strerror(-rc));
-		rc = -ESTALE;
-		goto out_close_mf;
+	if (late) {
+		snprintf(name, sizeof(name), ".late.%zu", (size_t)(s->p - repl.partners));
+		if ((rc = tx_skeleton(job, step_fd, name, &k, why, whylen)) < 0) {
+			close(step_fd);
+			return rc;
+		}
+		mf_fd = k.fd;
+		root = k.root;
+		o.total = total = k.bytes;
+		st.st_size = (off_t)k.size;
+	} else {
+		/* The step is a user's: a fifo in the manifest's place must not
+		 * hold this thread (O_NONBLOCK), nor anything but a file be read. */
+		mf_fd = openat(step_fd, MF_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		rc = mf_fd < 0 || fstat(mf_fd, &st) < 0 ? -errno :
+		     !S_ISREG(st.st_mode) ? -EINVAL : 0;
+		if (rc < 0) {
+			snprintf(why, whylen, "%s/%s/%s: %s", repl.cfg->ckpt_root, rel, MF_NAME,
+				 rc == -EINVAL ? "not a regular file" : strerror(-rc));
+			rc = -ESTALE;
+			goto out_close_mf;
+		}
 	}
+	o.late = late;
+	s->ps.cached = late;    /* the lanes read it through the cache meanwhile */
 	n = open_streams(s);
-	rc = send_offer(s, job, step, root, mf_fd, (uint64_t)st.st_size, n, why, whylen);
+	rc = send_offer(s, job, step, root, mf_fd, (uint64_t)st.st_size, n, late ? &k : NULL,
+			why, whylen);
 	if (rc < 0)
 		goto out_close_mf;
 	s->x->ops->set_timeout(s->x, REPL_FINISH_MS);
 	rc = expect(s->x, &m, MSG_WANT, why, whylen);
+	if (rc == -EREMOTEIO && late) {
+		/* An older receiver (no K_ROOT is a malformed offer to it):
+		 * the manifest first to it from now on. */
+		pthread_mutex_lock(&repl.lock);
+		s->p->no_late = true;
+		pthread_mutex_unlock(&repl.lock);
+		log_warn("peer %s: refused a copy whose manifest comes last (%s); sending it the "
+			 "manifest first from now on", s->h->name, why);
+		rc = -EAGAIN;
+	}
 	if (rc < 0)
 		goto out_close_mf;
 	msg_get_u64(&m, K_CODE, &code);
@@ -600,8 +700,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	o.no_sum = frame_sum == 0;
 	o.handoff = n > 1 && restream == 1;
 	o.n = n;
-	for (unsigned k = 0; k < n; k++)
-		o.xid[k] = k;
+	for (unsigned j = 0; j < n; j++)
+		o.xid[j] = j;
 	if (msg_get_bytes(&m, K_HELD, &hb, &hn) == 0 && hn && (bits = malloc(hn))) {
 		memcpy(bits, hb, hn);
 		o.bits = bits;
@@ -617,7 +717,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	if (n > 1 && (rc = attach_streams(s, job, step, root, n, total, why, whylen)) < 0)
 		goto out_close_mf;
 	t0 = mono_ns();
-	rc = send_files(s, &o, step_fd, want_idx, want_off, why, whylen);
+	rc = send_files(s, &o, step_fd, mf_fd, want_idx, want_off, why, whylen);
 	for (;;) {
 		unsigned failed = 0;    /* a further stream's send failed */
 
@@ -633,9 +733,13 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		}
 		if (rc == 0 && !t1) {
 			t1 = mono_ns();         /* every piece handed to a socket */
-			for (unsigned k = 0; k < o.n; k++)
-				inflight += queued(s->xs[k]);
+			for (unsigned j = 0; j < o.n; j++)
+				inflight += queued(s->xs[j]);
 		}
+		if (rc == 0 && late)
+			rc = send_last_manifest(s, &o, step_fd, hash_no, why, whylen);
+		if (rc == -ESTALE && late)
+			rc = -EAGAIN;   /* a file changed: the hash will say, and the usual way */
 		if (rc == 0)
 			rc = finish(s, &o, why, whylen);
 		/* A refusal read mid-copy is no hand-off, whatever failed after. */
@@ -651,7 +755,7 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 			break;
 		}
 		o.sent = o.gap = 0;
-		rc = send_files(s, &o, step_fd, o.r_idx, o.r_off, why, whylen);
+		rc = send_files(s, &o, step_fd, mf_fd, o.r_idx, o.r_off, why, whylen);
 	}
 	if (rc == 0)
 		adapt_streams(s, &o, n, t1 - t0, inflight, o.yield_ms != yield0 || o.r_paused);
@@ -789,15 +893,31 @@ static void sort_stale(size_t i)
 	}
 }
 
-/* The oldest copy this partner still needs, the stale ones skipped: under
- * lock. */
-static struct record *next_copy(size_t i)
+/* The oldest copy this partner still needs, the stale ones skipped; else
+ * one that may go as its step is hashed (*late, repl_late.c): under lock. */
+static struct record *next_copy(size_t i, bool *late)
 {
 	sort_stale(i);
+	*late = false;
 	for (struct record *r = repl.records; r; r = r->next)
 		if (r->state == R_READY && r->copies[i].state == C_PENDING)
 			return r;
+	for (struct record *r = repl.records; r; r = r->next)
+		if (tx_late_ok(i, r)) {
+			*late = r->late_tried = true;
+			return r;
+		}
 	return NULL;
+}
+
+/* Whether an older step of r's job is on partner i: under lock. */
+static bool follows(const struct record *r, size_t i)
+{
+	for (const struct record *t = repl.records; t; t = t->next)
+		if (t != r && t->seq < r->seq && strcmp(t->job, r->job) == 0 &&
+		    t->copies[i].state == C_CONFIRMED)
+			return true;
+	return false;
 }
 
 void *repl_send_main(void *arg)
@@ -820,8 +940,10 @@ void *repl_send_main(void *arg)
 	pthread_mutex_lock(&repl.lock);
 	while (!repl.stopping) {
 		char job[CKPT_NAME_MAX + 1], step[CKPT_NAME_MAX + 1], why[1024] = "";
-		struct record *r = next_copy(i);
+		bool late;
+		struct record *r = next_copy(i, &late);
 		uint64_t seq, total;
+		unsigned hash_no;
 		digest_t root;
 
 		if (!r) {
@@ -833,6 +955,7 @@ void *repl_send_main(void *arg)
 		seq = r->seq;
 		root = r->root;
 		total = r->bytes;
+		hash_no = r->hash_no;
 		r->copies[i].state = C_SENDING;
 		r->copies[i].sent = 0;
 		r->copies[i].total = total;
@@ -840,7 +963,8 @@ void *repl_send_main(void *arg)
 
 		crc = rc = s.x ? 0 : connect_peer(&s);
 		if (rc == 0) {
-			rc = send_copy(&s, job, step, seq, root, total, why, sizeof(why));
+			rc = send_copy(&s, job, step, seq, root, total, late, hash_no, why,
+				       sizeof(why));
 			/* A failure may leave either side mid-offer: start afresh. */
 			if (rc < 0)
 				disconnect(&s);
@@ -851,15 +975,26 @@ void *repl_send_main(void *arg)
 			continue;       /* committed again or dropped meanwhile */
 		if (rc == 0) {
 			r->copies[i].state = C_CONFIRMED;
+			r->copies[i].how = late ? HOW_LATE : HOW_FIRST;
+			r->copies[i].follows = follows(r, i);
+			r->copies[i].held = s.held;
+			if (late)
+				p->late++;
 			r->copies[i].why[0] = '\0';
 			r->copies[i].tries = 0;
 			r->copies[i].begun = r->copies[i].pinned = false;   /* both done with */
 			s.lost = 0;
 			p->confirmed++;
-			log_info("%s/%s: confirmed on %s", job, step, s.h->name);
+			log_info("%s/%s: confirmed on %s%s", job, step, s.h->name,
+				 late ? " (sent as it was hashed, its manifest last)" : "");
 			repl_rec_save(r);
 			if (all_confirmed(r))
 				obs_last(OBS_LAST_REPLICATED_NS, wall_ns() - r->seq);
+		} else if (rc == -EAGAIN) {
+			/* Sent as it was hashed no more: the usual way, no try lost. */
+			r->copies[i].state = C_PENDING;
+			log_info("%s/%s to %s: not sent as it is hashed (%s); it goes with its "
+				 "manifest first", job, step, s.h->name, why);
 		} else if (rc == -EREMOTEIO || rc == -ESTALE) {
 			p->fails[rc == -ESTALE ? PFAIL_CHANGED : PFAIL_REFUSED]++;
 			snprintf(r->copies[i].why, sizeof(r->copies[i].why), "%s", why);

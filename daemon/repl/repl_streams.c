@@ -383,7 +383,10 @@ int rx_recv(struct rx *r, struct msg *m, struct rx_piece **pc)
 	}
 	if (r->nstreams <= 1 || r->data_end) {
 		rc = r->x->ops->recv(r->x, m);
-		if (rc == 0 && r->data_end && m->type != MSG_END) {
+		/* With the manifest last, its slices come between the
+		 * streams' ends and stream 0's. */
+		if (rc == 0 && r->data_end && m->type != MSG_END &&
+		    !(r->late && m->type == MSG_MANIFEST)) {
 			msg_free(m);
 			return rx_fail(r, -EPROTO, "frame type %u after the streams ended",
 				       m->type);

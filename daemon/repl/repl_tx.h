@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/proto.h"
 #include "daemon/engine/psend.h"
@@ -26,6 +27,18 @@ struct sender {
 	struct zpolicy z;
 	unsigned backoff_ms;
 	unsigned lost;                  /* copies lost mid-way in a row */
+	uint64_t held;                  /* bytes the last copy confirmed found held there */
+};
+
+/* A step's manifest without digests, for a copy sent as it is hashed
+ * (repl_late.c). */
+struct skeleton {
+	int fd;                         /* the text, unlinked; -1 when none */
+	uint64_t size;                  /* its bytes */
+	digest_t root;                  /* its root (of digests 0) */
+	uint64_t bytes;                 /* the files' bytes */
+	uid_t uid;                      /* the owner the manifest will have */
+	gid_t gid;
 };
 
 /* One copy being sent. */
@@ -46,6 +59,9 @@ struct out {
 	bool yielded;                   /* it did, before the next piece */
 	uint64_t r_paused;              /* ms the receiver stood aside for its trainer (DONE's) */
 	bool no_sum;                    /* the WANT's K_FRAME_SUM 0: frames without their digest */
+	bool late;                      /* sent as it is hashed: the manifest last (K_LATE) */
+	digest_t late_root;             /* late: the manifest that went last, for MSG_END */
+	uint64_t late_size;
 	/* A lost stream's turns handed to the others (K_RESTREAM both ways). */
 	bool handoff;                   /* the receiver said it does */
 	unsigned n;                     /* the streams the pieces go on now: xs[0..n) */
@@ -67,6 +83,19 @@ static inline int held_ms(uint64_t held, int base)
 
 	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
+
+/* Whether partner i's copy of r may go as r is hashed (repl_late.c): under
+ * repl.lock. */
+bool tx_late_ok(size_t i, const struct record *r);
+/* The skeleton of JOB's step step_fd, written as state_dir/name and
+ * unlinked: 0, or -EAGAIN with why (the copy goes the usual way). */
+int tx_skeleton(const char *job, int step_fd, const char *name, struct skeleton *k, char *why,
+		size_t whylen);
+/* Waits (at most half the peer timeout) for the hash of JOB/STEP that began
+ * as hash_no to end: 0 and its root; -EAGAIN (why) when it failed, began
+ * again or took too long; -ECANCELED at stop. */
+int tx_late_wait(const char *job, const char *step, uint64_t seq, unsigned hash_no,
+		 digest_t *root, char *why, size_t whylen);
 
 /* One frame of the receiver's, in m: 0; its refusal (MSG_ERROR, freed),
  * -EREMOTEIO; a failure, -errno (-ECONNRESET: it closed). why says. */
