@@ -594,10 +594,11 @@ static int build(struct builder *b, int stage_fd)
 }
 
 int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step, bool sent,
-		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen)
+		  bool in_order, digest_t *root, uint64_t *files, uint64_t *bytes, char *why,
+		  size_t whylen)
 {
 	struct builder b = { .why = why, .whylen = whylen };
-	unsigned lanes = config_hash_threads(cfg);
+	unsigned lanes = in_order ? 1 : config_hash_threads(cfg);
 	/* auto: the disk read once for the hash and the sends after it, as
 	 * long as the step fits a share of memory the kernel can give back */
 	uint64_t budget = sent && cfg->cache_reads == CFG_CACHE_READS_AUTO ?
@@ -608,7 +609,7 @@ int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *s
 		 * copies are sent (engine/pcache.h) */
 		.direct_min = cfg->cache_reads == CFG_CACHE_READS_ALWAYS ? UINT64_MAX :
 			      2 * cfg->io_size,
-		.max_files = cfg->files_in_flight, .depth = 8,
+		.max_files = in_order ? 1 : cfg->files_in_flight, .depth = 8,
 		.cache_budget = budget ? &budget : NULL,
 	};
 	char rel[2 * CKPT_NAME_MAX + 2];

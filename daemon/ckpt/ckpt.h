@@ -35,10 +35,15 @@ int ckpt_locate(const struct stage_config *cfg, const char *arg, bool replicas_o
  * read fails the commit (-ESTALE): the checkpoint was not finished. With
  * `sent` (its copies go to partners next), [transfer] cache_reads = auto
  * reads cold files through the page cache too, up to a quarter of the
- * memory available, so that the sends read them from memory. 0 with
- * *root, *files and *bytes, or -errno with why. */
+ * memory available, so that the sends read them from memory. With
+ * in_order (a copy reads the step beside the hash, file after file), one
+ * file is hashed at a time, in the manifest's order, on this thread: the
+ * copy then finds each file's pages just read, and the disk reads it once
+ * at its own pace rather than a quarter of it per file. 0 with *root,
+ * *files and *bytes, or -errno with why. */
 int ckpt_manifest(const struct stage_config *cfg, const char *job, const char *step, bool sent,
-		  digest_t *root, uint64_t *files, uint64_t *bytes, char *why, size_t whylen);
+		  bool in_order, digest_t *root, uint64_t *files, uint64_t *bytes, char *why,
+		  size_t whylen);
 
 /* Natural order of step names: runs of digits compare as numbers, so
  * step-9 < step-10 < step-100. <0, 0, >0. */

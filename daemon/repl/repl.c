@@ -154,6 +154,7 @@ static void *committer_main(void *arg)
 		uint64_t files = 0, bytes = 0, t0;
 		struct cred *owner = NULL;
 		bool sent = false;      /* a copy reads it again soon: a partner not down */
+		bool in_order = false;  /* a copy may read it beside the hash (repl_late.c) */
 		digest_t root;
 		int rc;
 
@@ -168,14 +169,16 @@ static void *committer_main(void *arg)
 		r->rehash = false;
 		r->hash_no++;           /* a copy sent as it is hashed waits for this one */
 		pthread_cond_broadcast(&repl.cond);     /* a sender may take it now */
-		for (size_t i = 0; i < repl.npartners; i++)
+		for (size_t i = 0; i < repl.npartners; i++) {
 			sent |= repl.partners[i].state != PEER_DOWN;
+			in_order |= repl.partners[i].state != PEER_DOWN && repl_late_ok(i, r);
+		}
 		pthread_mutex_unlock(&repl.lock);
 		t0 = mono_ns();
 		rc = enter_job_owner(job, &owner, why, sizeof(why));
 		if (rc == 0)
-			rc = ckpt_manifest(repl.cfg, job, step, sent, &root, &files, &bytes, why,
-					   sizeof(why));
+			rc = ckpt_manifest(repl.cfg, job, step, sent, in_order, &root, &files,
+					   &bytes, why, sizeof(why));
 		cred_leave();
 		free(owner);
 		owner = NULL;

@@ -214,6 +214,8 @@ void repl_recv_end(void *state);
 /* Lines for `stage status` about transfers being received. Under lock. */
 void repl_recv_status(struct msg *m, uid_t viewer);
 
-
+/* Whether partner i's copy of r may go as r is hashed, its manifest last
+ * (repl_late.c): under repl.lock. */
+bool repl_late_ok(size_t i, const struct record *r);
 
 #endif

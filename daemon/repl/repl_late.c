@@ -8,7 +8,7 @@
  * receiver hashes what lands and compares it with that manifest before it
  * publishes.
  *
- * Which copy goes so (tx_late_ok, under repl.lock): a step being hashed, its
+ * Which copy goes so (repl_late_ok, under repl.lock): a step being hashed, its
  * copy to this partner pending, no other partner's copy of it gone so
  * before (one reading beside the lanes is the point; the others are sent
  * from the cache once the manifest is there). With [transfer] read_once =
@@ -43,7 +43,7 @@
 
 #define LATE_RUN 7      /* copies manifest last between two that measure the dedup */
 
-bool tx_late_ok(size_t i, const struct record *r)
+bool repl_late_ok(size_t i, const struct record *r)
 {
 	const struct record *first = NULL;
 	unsigned lates = 0;

@@ -903,7 +903,7 @@ static struct record *next_copy(size_t i, bool *late)
 		if (r->state == R_READY && r->copies[i].state == C_PENDING)
 			return r;
 	for (struct record *r = repl.records; r; r = r->next)
-		if (tx_late_ok(i, r)) {
+		if (repl_late_ok(i, r)) {
 			*late = r->late_tried = true;
 			return r;
 		}

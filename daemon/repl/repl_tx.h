@@ -84,9 +84,6 @@ static inline int held_ms(uint64_t held, int base)
 	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
-/* Whether partner i's copy of r may go as r is hashed (repl_late.c): under
- * repl.lock. */
-bool tx_late_ok(size_t i, const struct record *r);
 /* The skeleton of JOB's step step_fd, written as state_dir/name and
  * unlinked: 0, or -EAGAIN with why (the copy goes the usual way). */
 int tx_skeleton(const char *job, int step_fd, const char *name, struct skeleton *k, char *why,
