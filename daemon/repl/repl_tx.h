@@ -84,6 +84,12 @@ static inline int held_ms(uint64_t held, int base)
 	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
+/* Partner i's next copy (repl_pick.c): the oldest pending, stale ones
+ * skipped; else, *late set, one to send as its step is hashed. NULL: none.
+ * Under repl.lock. */
+struct record *tx_next_copy(size_t i, bool *late);
+/* Whether an older step of r's job is confirmed on partner i: under lock. */
+bool tx_follows(const struct record *r, size_t i);
 /* The skeleton of JOB's step step_fd, written as state_dir/name and
  * unlinked: 0, or -EAGAIN with why (the copy goes the usual way). */
 int tx_skeleton(const char *job, int step_fd, const char *name, struct skeleton *k, char *why,
