@@ -708,6 +708,8 @@ int rx_take_offer(struct rx *r, uint64_t size)
 			closedir(d);
 		unlinkat(r->st_fd, "journal", 0);
 		unlinkat(r->st_fd, "nolocal", 0);
+		unlinkat(r->st_fd, "sums", 0);
+		unlinkat(r->st_fd, "final", 0);
 		r->j_idx = r->j_off = 0;
 	}
 	if (renameat(r->st_fd, "offer.new", r->st_fd, "offer") < 0) {
@@ -849,6 +851,7 @@ int rx_publish(struct rx *r)
 	unlinkat(r->st_fd, "journal", 0);
 	unlinkat(r->st_fd, "nolocal", 0);
 	unlinkat(r->st_fd, "sums", 0);
+	unlinkat(r->st_fd, "final", 0);
 	snprintf(rel, sizeof(rel), "%s/%s", r->origin, r->job);
 	snprintf(irel, sizeof(irel), INCOMING "/%s/%s", r->origin, r->job);
 	job_fd = open_dir(r->rr_fd, rel, true);

@@ -52,6 +52,10 @@ bool repl_late_ok(size_t i, const struct record *r)
 	    r->state != R_HASHING || r->hash_no == 0 || r->rehash || r->late_tried ||
 	    r->copies[i].state != C_PENDING)
 		return false;
+	/* The hash reads through the page cache only so (ckpt.c): else the
+	 * disk would give the step twice. */
+	if (repl.cfg->cache_reads == CFG_CACHE_READS_WARM)
+		return false;
 	if (repl.cfg->read_once == CFG_READ_ONCE_ON)
 		return true;
 	for (const struct record *t = repl.records; t; t = t->next) {
@@ -121,29 +125,35 @@ int tx_skeleton(const char *job, int step_fd, const char *name, struct skeleton 
 	struct cred *owner = NULL;
 	struct stat st;
 	uint64_t avail;
-	int sd, jd, rc;
+	int sd, jd, rc, entered = 0;
 
 	k->fd = -1;
 	k->bytes = 0;
 	/* The owner the manifest will have: the job directory's (repl.c acts
 	 * as it to write the manifest). */
 	jd = treeops_open_beneath_path(repl.cfg->ckpt_root, job);
-	if (jd < 0 || cred_of_owner(jd, &owner) < 0) {
-		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, job, strerror(EACCES));
+	rc = jd < 0 ? jd : cred_of_owner(jd, &owner);
+	if (rc < 0) {
+		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, job, strerror(-rc));
 		if (jd >= 0)
 			close(jd);
-		return -ESTALE;
+		return -EAGAIN;
 	}
-	close(jd);
 	k->uid = owner ? owner->uid : geteuid();
 	k->gid = owner ? owner->gid : getegid();
 	free(owner);
+	owner = NULL;
 	sd = open(repl.cfg->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sd < 0) {
 		snprintf(why, whylen, "state_dir %s: %s", repl.cfg->state_dir, strerror(errno));
-		return -EIO;
+		close(jd);
+		return -EAGAIN;
 	}
 	rc = mf_writer_open(&w, sd, name, repl.cfg->chunk_size);
+	/* The step is walked as its owner, as the committer reads it: what
+	 * the owner may not read is not sent in the owner's name. */
+	if (rc == 0 && (entered = cred_enter_owner(jd, &owner)) < 0)
+		rc = entered;
 	if (rc == 0)
 		rc = walk_open(&wk, step_fd, -1, 0);
 	while (rc == 0 && (rc = walk_next(wk, &we)) == 1)
@@ -152,6 +162,11 @@ int tx_skeleton(const char *job, int step_fd, const char *name, struct skeleton 
 		snprintf(why, whylen, "listing the step: %s", wk ? walk_why(wk) : strerror(-rc));
 	if (wk)
 		walk_close(wk);
+	if (entered == 1) {
+		cred_leave();
+		free(owner);
+	}
+	close(jd);
 	if (rc == 0) {
 		rc = mf_writer_finish(w, &k->root);
 		w = NULL;

@@ -38,6 +38,7 @@
 #include "common/manifest.h"
 #include "daemon/net/peer.h"
 #include "daemon/repl/repl_have.h"
+#include "daemon/fs/cred.h"
 #include "daemon/fs/treeops.h"
 #include "daemon/repl/zpolicy.h"
 #include "daemon/engine/psend.h"
@@ -494,6 +495,13 @@ static int send_last_manifest(struct sender *s, struct out *o, int step_fd, unsi
 			close(fd);
 		return -EAGAIN;
 	}
+	if (st.st_uid != o->late_uid || st.st_gid != o->late_gid) {
+		snprintf(why, whylen, "its manifest is uid %u gid %u, not the %u:%u offered",
+			 (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)o->late_uid,
+			 (unsigned)o->late_gid);
+		close(fd);
+		return -EAGAIN;
+	}
 	o->late_size = (uint64_t)st.st_size;
 	rc = send_slices(s, o->job, o->step, fd, o->late_size, why, whylen);
 	close(fd);
@@ -625,6 +633,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		     size_t whylen)
 {
 	struct skeleton k = { .fd = -1 };
+	struct cred *as = NULL;         /* late: the owner the files are opened as */
+	int entered = 0;
 	char name[64];
 	unsigned n;
 	char rel[2 * CKPT_NAME_MAX + 2];
@@ -648,6 +658,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, rel, strerror(-step_fd));
 		return -ESTALE;
 	}
+	s->held = 0;
+	s->offered = false;
 	if (late) {
 		snprintf(name, sizeof(name), ".late.%zu", (size_t)(s->p - repl.partners));
 		if ((rc = tx_skeleton(job, step_fd, name, &k, why, whylen)) < 0) {
@@ -656,6 +668,8 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 		}
 		mf_fd = k.fd;
 		root = k.root;
+		o.late_uid = k.uid;
+		o.late_gid = k.gid;
 		o.total = total = k.bytes;
 		st.st_size = (off_t)k.size;
 	} else {
@@ -678,9 +692,10 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 			why, whylen);
 	if (rc < 0)
 		goto out_close_mf;
+	s->offered = true;
 	s->x->ops->set_timeout(s->x, REPL_FINISH_MS);
 	rc = expect(s->x, &m, MSG_WANT, why, whylen);
-	if (rc == -EREMOTEIO && late) {
+	if (rc == -EREMOTEIO && late && strstr(why, "a malformed offer")) {
 		/* An older receiver (no K_ROOT is a malformed offer to it):
 		 * the manifest first to it from now on. */
 		pthread_mutex_lock(&repl.lock);
@@ -711,13 +726,33 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	s->x->ops->set_timeout(s->x, peers_io_ms());
 	if (code == 1) {
 		rc = 0;         /* it already holds this very checkpoint */
+		s->held = total;
 		goto out_close_mf;
 	}
-	mark_begun(s, job, step, seq);
+	if (!late)      /* nothing of a late copy is ever resumed: it may still be skipped */
+		mark_begun(s, job, step, seq);
 	if (n > 1 && (rc = attach_streams(s, job, step, root, n, total, why, whylen)) < 0)
 		goto out_close_mf;
 	t0 = mono_ns();
+	if (late) {     /* the files opened as their owner, as the committer opens them */
+		int jd = treeops_open_beneath_path(repl.cfg->ckpt_root, job);
+
+		entered = jd < 0 ? jd : cred_enter_owner(jd, &as);
+		if (jd >= 0)
+			close(jd);
+		if (entered < 0) {
+			snprintf(why, whylen, "cannot act as the owner of %s/%s: %s",
+				 repl.cfg->ckpt_root, job, strerror(-entered));
+			rc = -EAGAIN;
+			goto out_close_mf;
+		}
+	}
 	rc = send_files(s, &o, step_fd, mf_fd, want_idx, want_off, why, whylen);
+	if (entered == 1) {
+		cred_leave();
+		free(as);
+		entered = 0;
+	}
 	for (;;) {
 		unsigned failed = 0;    /* a further stream's send failed */
 
@@ -888,7 +923,7 @@ void *repl_send_main(void *arg)
 			rc = send_copy(&s, job, step, seq, root, total, late, hash_no, why,
 				       sizeof(why));
 			/* A failure may leave either side mid-offer: start afresh. */
-			if (rc < 0)
+			if (rc < 0 && (rc != -EAGAIN || s.offered))
 				disconnect(&s);
 		}
 		pthread_mutex_lock(&repl.lock);

@@ -28,6 +28,7 @@ struct sender {
 	unsigned backoff_ms;
 	unsigned lost;                  /* copies lost mid-way in a row */
 	uint64_t held;                  /* bytes the last copy confirmed found held there */
+	bool offered;                   /* the copy being sent went as far as its offer */
 };
 
 /* A step's manifest without digests, for a copy sent as it is hashed
@@ -62,6 +63,8 @@ struct out {
 	bool late;                      /* sent as it is hashed: the manifest last (K_LATE) */
 	digest_t late_root;             /* late: the manifest that went last, for MSG_END */
 	uint64_t late_size;
+	uid_t late_uid;                 /* late: the owner offered (the manifest's must be it) */
+	gid_t late_gid;
 	/* A lost stream's turns handed to the others (K_RESTREAM both ways). */
 	bool handoff;                   /* the receiver said it does */
 	unsigned n;                     /* the streams the pieces go on now: xs[0..n) */

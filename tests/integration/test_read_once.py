@@ -41,8 +41,10 @@ def test_a_step_goes_as_it_is_hashed(make_cluster):
     assert_replica_of(step, replica(n1, n0))
     assert late_confirmed(n0, "step-100"), n0.log()[-3000:]
     assert "received and published" in n1.log()
-    # Nothing of the offer is left behind on n1.
-    assert not any((n1.replica_root / ".incoming").rglob("sums"))
+    # Nothing of the offer is left in the copy: neither the digests that
+    # landed nor the manifest under its name of transit.
+    left = sorted(p.name for p in (replica(n1, n0) / ".stage").iterdir())
+    assert left == ["manifest"], left
 
 
 def test_off_sends_the_manifest_first(make_cluster):
