@@ -664,13 +664,28 @@ static int take_manifest(struct rx *r, uint64_t size)
 	return 0;
 }
 
+/* .stage/NAME opened (created, mode) with flags, as a stream of fmode. */
+static int open_stage_file(struct rx *r, const char *name, int flags, mode_t mode,
+			   const char *fmode, FILE **out)
+{
+	int fd = openat(r->st_fd, name, flags | O_CREAT | O_CLOEXEC, mode);
+
+	*out = fd >= 0 ? fdopen(fd, fmode) : NULL;
+	if (!*out) {
+		if (fd >= 0)
+			close(fd);
+		return rx_fail(r, -EIO, "%s: %s", name, strerror(errno));
+	}
+	return 0;
+}
+
 /* Takes the manifest slices into .stage/offer (keeping .incoming when it
  * holds the same offer) and checks it against the offered root. */
 int rx_take_offer(struct rx *r, uint64_t size)
 {
 	char rel[4 * (CKPT_NAME_MAX + 1)];
 	digest_t old;
-	int fd, rc;
+	int rc;
 
 	snprintf(rel, sizeof(rel), INCOMING "/%s/%s/%s", r->origin, r->job, r->step);
 	r->in_fd = open_dir(r->rr_fd, rel, true);
@@ -717,24 +732,11 @@ int rx_take_offer(struct rx *r, uint64_t size)
 		unlinkat(r->st_fd, "offer.new", 0);
 		return rc;
 	}
-	if (r->late) {
-		fd = openat(r->st_fd, "sums", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		r->sums = fd >= 0 ? fdopen(fd, "w+") : NULL;
-		if (!r->sums) {
-			if (fd >= 0)
-				close(fd);
-			return rx_fail(r, -EIO, "sums: %s", strerror(errno));
-		}
-		return 0;
-	}
-	fd = openat(r->st_fd, "journal", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	r->journal = fd >= 0 ? fdopen(fd, "a") : NULL;
-	if (!r->journal) {
-		if (fd >= 0)
-			close(fd);
-		return rx_fail(r, -EIO, "journal: %s", strerror(errno));
-	}
-	return 0;
+	/* The journal; with the manifest last, none but the digests found. */
+	if (r->late)
+		return open_stage_file(r, "sums", O_RDWR | O_TRUNC, 0600, "w+", &r->sums);
+	return open_stage_file(r, "journal", O_WRONLY | O_APPEND, 0644, "a",
+			       &r->journal);
 }
 
 static void retain(int job_fd)
