@@ -121,28 +121,6 @@ static uint64_t commit_locked(const char *job, const char *step, bool pin)
 	return seq;
 }
 
-/* The committer acts as the owner of ckpt_root/JOB (reached with no link)
- * while it reads the step and writes its manifest: what the daemon does on
- * its own acts as the owner of what it works on. A job directory that
- * cannot be looked at is not hashed as root instead: the commit fails. 0,
- * or -errno with why. */
-static int enter_job_owner(const char *job, struct cred **owner, char *why, size_t whylen)
-{
-	int fd = treeops_open_beneath_path(repl.cfg->ckpt_root, job), rc;
-
-	*owner = NULL;
-	if (fd < 0) {
-		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, job, strerror(-fd));
-		return fd;
-	}
-	rc = cred_enter_owner(fd, owner);
-	close(fd);
-	if (rc < 0)
-		snprintf(why, whylen, "cannot act as the owner of %s/%s: %s", repl.cfg->ckpt_root,
-			 job, strerror(-rc));
-	return rc < 0 ? rc : 0;        /* the committer is the daemon's: it leaves either way */
-}
-
 static void *committer_main(void *arg)
 {
 	pthread_setname_np(pthread_self(), "commit");
@@ -175,7 +153,7 @@ static void *committer_main(void *arg)
 		}
 		pthread_mutex_unlock(&repl.lock);
 		t0 = mono_ns();
-		rc = enter_job_owner(job, &owner, why, sizeof(why));
+		rc = repl_enter_job_owner(job, &owner, why, sizeof(why));
 		if (rc == 0)
 			rc = ckpt_manifest(repl.cfg, job, step, sent, in_order, &root, &files,
 					   &bytes, why, sizeof(why));

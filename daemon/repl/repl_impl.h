@@ -214,6 +214,13 @@ void repl_recv_end(void *state);
 /* Lines for `stage status` about transfers being received. Under lock. */
 void repl_recv_status(struct msg *m, uid_t viewer);
 
+/* This thread acts as the owner of ckpt_root/JOB (reached with no link), as
+ * the committer does to read a step (repl.c): 0 and *owner (NULL when
+ * nothing changed), or -errno with why. Either way the caller then does
+ * cred_leave() and frees *owner. */
+struct cred;
+int repl_enter_job_owner(const char *job, struct cred **owner, char *why, size_t whylen);
+
 /* Whether partner i's copy of r may go as r is hashed, its manifest last
  * (repl_late.c): under repl.lock. */
 bool repl_late_ok(size_t i, const struct record *r);

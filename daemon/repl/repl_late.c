@@ -38,7 +38,6 @@
 #include "common/manifest.h"
 #include "daemon/engine/pcache.h"
 #include "daemon/fs/cred.h"
-#include "daemon/fs/treeops.h"
 #include "daemon/fs/walk.h"
 
 #define LATE_RUN 7      /* copies manifest last between two that measure the dedup */
@@ -125,35 +124,25 @@ int tx_skeleton(const char *job, int step_fd, const char *name, struct skeleton 
 	struct cred *owner = NULL;
 	struct stat st;
 	uint64_t avail;
-	int sd, jd, rc, entered = 0;
+	bool entered = false;
+	int sd, rc;
 
 	k->fd = -1;
 	k->bytes = 0;
-	/* The owner the manifest will have: the job directory's (repl.c acts
-	 * as it to write the manifest). */
-	jd = treeops_open_beneath_path(repl.cfg->ckpt_root, job);
-	rc = jd < 0 ? jd : cred_of_owner(jd, &owner);
-	if (rc < 0) {
-		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, job, strerror(-rc));
-		if (jd >= 0)
-			close(jd);
-		return -EAGAIN;
-	}
-	k->uid = owner ? owner->uid : geteuid();
-	k->gid = owner ? owner->gid : getegid();
-	free(owner);
-	owner = NULL;
 	sd = open(repl.cfg->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sd < 0) {
 		snprintf(why, whylen, "state_dir %s: %s", repl.cfg->state_dir, strerror(errno));
-		close(jd);
 		return -EAGAIN;
 	}
 	rc = mf_writer_open(&w, sd, name, repl.cfg->chunk_size);
 	/* The step is walked as its owner, as the committer reads it: what
-	 * the owner may not read is not sent in the owner's name. */
-	if (rc == 0 && (entered = cred_enter_owner(jd, &owner)) < 0)
-		rc = entered;
+	 * the owner may not read is not sent in the owner's name. That owner
+	 * is also the manifest's (the committer writes it so). */
+	if (rc == 0 && (rc = repl_enter_job_owner(job, &owner, why, whylen)) == 0) {
+		entered = true;
+		k->uid = owner ? owner->uid : geteuid();
+		k->gid = owner ? owner->gid : getegid();
+	}
 	if (rc == 0)
 		rc = walk_open(&wk, step_fd, -1, 0);
 	while (rc == 0 && (rc = walk_next(wk, &we)) == 1)
@@ -162,11 +151,10 @@ int tx_skeleton(const char *job, int step_fd, const char *name, struct skeleton 
 		snprintf(why, whylen, "listing the step: %s", wk ? walk_why(wk) : strerror(-rc));
 	if (wk)
 		walk_close(wk);
-	if (entered == 1) {
+	if (entered) {
 		cred_leave();
 		free(owner);
 	}
-	close(jd);
 	if (rc == 0) {
 		rc = mf_writer_finish(w, &k->root);
 		w = NULL;

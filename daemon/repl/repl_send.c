@@ -288,8 +288,35 @@ static int send_file(struct sender *s, struct out *o, uint64_t idx, const struct
 	return rc;
 }
 
+/* The manifest (mf_fd, size bytes) in MSG_MANIFEST slices: 0, or -errno
+ * with why (-ESTALE: it could not be read). */
 static int send_slices(struct sender *s, const char *job, const char *step, int mf_fd,
-		       uint64_t mf_size, char *why, size_t whylen);
+		       uint64_t mf_size, char *why, size_t whylen)
+{
+	uint8_t *slice = malloc(REPL_MF_SLICE);
+	struct msg m;
+	int rc = 0;
+
+	for (uint64_t at = 0; rc == 0 && at < mf_size; ) {
+		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)at) : -1;
+
+		if (n <= 0) {
+			snprintf(why, whylen, "reading the manifest of %s/%s: %s", job, step,
+				 n < 0 ? strerror(errno) : "it shrank");
+			rc = -ESTALE;
+			break;
+		}
+		msg_init(&m, MSG_MANIFEST);
+		msg_put_u64(&m, K_OFFSET, at);
+		rc = s->x->ops->send_tail(s->x, &m, K_DATA, slice, (size_t)n);
+		msg_free(&m);
+		at += (uint64_t)n;
+	}
+	free(slice);
+	if (rc < 0 && rc != -ESTALE)
+		snprintf(why, whylen, "sending the manifest: %s", strerror(-rc));
+	return rc;
+}
 
 /* MSG_OFFER and the manifest (mf_fd, size bytes) in MSG_MANIFEST slices;
  * with late, the skeleton's (docs/PROTOCOL.md, "The manifest last"). 0, or
@@ -335,36 +362,6 @@ static int send_offer(struct sender *s, const char *job, const char *step, diges
 		return rc;
 	}
 	return send_slices(s, job, step, mf_fd, mf_size, why, whylen);
-}
-
-/* The manifest (mf_fd, size bytes) in MSG_MANIFEST slices: 0, or -errno
- * with why (-ESTALE: it could not be read). */
-static int send_slices(struct sender *s, const char *job, const char *step, int mf_fd,
-		       uint64_t mf_size, char *why, size_t whylen)
-{
-	uint8_t *slice = malloc(REPL_MF_SLICE);
-	struct msg m;
-	int rc = 0;
-
-	for (uint64_t at = 0; rc == 0 && at < mf_size; ) {
-		ssize_t n = slice ? pread(mf_fd, slice, REPL_MF_SLICE, (off_t)at) : -1;
-
-		if (n <= 0) {
-			snprintf(why, whylen, "reading the manifest of %s/%s: %s", job, step,
-				 n < 0 ? strerror(errno) : "it shrank");
-			rc = -ESTALE;
-			break;
-		}
-		msg_init(&m, MSG_MANIFEST);
-		msg_put_u64(&m, K_OFFSET, at);
-		rc = s->x->ops->send_tail(s->x, &m, K_DATA, slice, (size_t)n);
-		msg_free(&m);
-		at += (uint64_t)n;
-	}
-	free(slice);
-	if (rc < 0 && rc != -ESTALE)
-		snprintf(why, whylen, "sending the manifest: %s", strerror(-rc));
-	return rc;
 }
 
 /* Every file of the manifest from the receiver's resume point on (the
@@ -634,7 +631,6 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 {
 	struct skeleton k = { .fd = -1 };
 	struct cred *as = NULL;         /* late: the owner the files are opened as */
-	int entered = 0;
 	char name[64];
 	unsigned n;
 	char rel[2 * CKPT_NAME_MAX + 2];
@@ -734,24 +730,15 @@ static int send_copy(struct sender *s, const char *job, const char *step, uint64
 	if (n > 1 && (rc = attach_streams(s, job, step, root, n, total, why, whylen)) < 0)
 		goto out_close_mf;
 	t0 = mono_ns();
-	if (late) {     /* the files opened as their owner, as the committer opens them */
-		int jd = treeops_open_beneath_path(repl.cfg->ckpt_root, job);
-
-		entered = jd < 0 ? jd : cred_enter_owner(jd, &as);
-		if (jd >= 0)
-			close(jd);
-		if (entered < 0) {
-			snprintf(why, whylen, "cannot act as the owner of %s/%s: %s",
-				 repl.cfg->ckpt_root, job, strerror(-entered));
-			rc = -EAGAIN;
-			goto out_close_mf;
-		}
-	}
-	rc = send_files(s, &o, step_fd, mf_fd, want_idx, want_off, why, whylen);
-	if (entered == 1) {
+	/* A late copy's files are opened as their owner, as the committer's. */
+	rc = late ? repl_enter_job_owner(job, &as, why, whylen) : 0;
+	if (rc == 0)
+		rc = send_files(s, &o, step_fd, mf_fd, want_idx, want_off, why, whylen);
+	else
+		rc = -EAGAIN;
+	if (late) {
 		cred_leave();
 		free(as);
-		entered = 0;
 	}
 	for (;;) {
 		unsigned failed = 0;    /* a further stream's send failed */

@@ -1,12 +1,13 @@
 /* What every part of replication shares and calls, apart from the service
  * that starts them (repl.c): the state (struct repl, repl_impl.h), the
- * clock, and the priority of replication's threads. Kept
+ * clock, the priority of replication's threads, and acting as a job's owner. Kept
  * out of repl.c so that the sender, the receiver and the askers call down to
  * it, never back up into the file that starts them. */
 #include "daemon/repl/repl_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -15,6 +16,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon/engine/prio.h"
+#include "daemon/fs/cred.h"
+#include "daemon/fs/treeops.h"
 #include "daemon/repl/repl.h"
 
 struct repl repl = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
@@ -107,4 +110,26 @@ bool repl_yield(const char *job, uint64_t *budget_ms)
 void repl_background(const char *what)
 {
 	prio_background(repl.cfg->priority, what);
+}
+
+/* The committer acts as the owner of ckpt_root/JOB (reached with no link)
+ * while it reads the step and writes its manifest, and so does a sender
+ * reading a step as it is hashed (repl_late.c): what the daemon does on its
+ * own acts as the owner of what it works on. A job directory that cannot be
+ * looked at is not read as root instead. 0, or -errno with why. */
+int repl_enter_job_owner(const char *job, struct cred **owner, char *why, size_t whylen)
+{
+	int fd = treeops_open_beneath_path(repl.cfg->ckpt_root, job), rc;
+
+	*owner = NULL;
+	if (fd < 0) {
+		snprintf(why, whylen, "%s/%s: %s", repl.cfg->ckpt_root, job, strerror(-fd));
+		return fd;
+	}
+	rc = cred_enter_owner(fd, owner);
+	close(fd);
+	if (rc < 0)
+		snprintf(why, whylen, "cannot act as the owner of %s/%s: %s", repl.cfg->ckpt_root,
+			 job, strerror(-rc));
+	return rc < 0 ? rc : 0;        /* the committer is the daemon's: it leaves either way */
 }
